@@ -1,0 +1,171 @@
+#include "checks.h"
+
+#include <limits>
+
+namespace argon {
+namespace {
+
+const char* dtype_name(at::ScalarType t) { return c10::toString(t); }
+
+void check_device(const at::Tensor& t, const char* name, const at::Device& dev) {
+  TORCH_CHECK(t.device() == dev, name, " must be on ", dev, " like the other inputs, got ",
+              t.device());
+}
+
+void check_dim(const at::Tensor& t, const char* name, int64_t dim, const char* shape) {
+  TORCH_CHECK(t.dim() == dim, name, " must be ", dim, "-D ", shape, ", got shape ", t.sizes());
+}
+
+void check_float(const at::Tensor& t, const char* name) {
+  TORCH_CHECK(is_float_data(t.scalar_type()), name,
+              " must be float32, float16 or bfloat16, got ", dtype_name(t.scalar_type()));
+}
+
+void check_int32(const at::Tensor& t, const char* name) {
+  TORCH_CHECK(t.scalar_type() == at::kInt, name, " must be int32 (as moe_plan returns it), got ",
+              dtype_name(t.scalar_type()));
+}
+
+// Outputs are written through raw pointers: they must be dense, with the exact shape.
+void check_out(const at::Tensor& t, const char* name, at::IntArrayRef shape, at::ScalarType dtype,
+               const at::Device& dev) {
+  TORCH_CHECK(t.sizes() == shape, name, " must have shape ", shape, ", got ", t.sizes());
+  TORCH_CHECK(t.scalar_type() == dtype, name, " must be ", dtype_name(dtype), ", got ",
+              dtype_name(t.scalar_type()));
+  TORCH_CHECK(t.is_contiguous(), name, " must be contiguous (pass a fresh torch.empty buffer)");
+  check_device(t, name, dev);
+}
+
+}  // namespace
+
+bool is_float_data(at::ScalarType t) {
+  return t == at::kFloat || t == at::kHalf || t == at::kBFloat16;
+}
+
+PlanDims plan_dims(int64_t T, int64_t K, int64_t E, int64_t tile_m) {
+  PlanDims d;
+  d.T = T;
+  d.K = K;
+  d.E = E;
+  d.tile_m = tile_m;
+  const int64_t n = T * K;
+  const int64_t bound = n + std::min(E, n) * (tile_m - 1);
+  d.r_max = (bound + tile_m - 1) / tile_m * tile_m;
+  d.n_tiles = d.r_max / tile_m;
+  return d;
+}
+
+PlanDims check_plan_inputs(const at::Tensor& topk_ids, const at::Tensor& topk_weights,
+                           int64_t n_expert, int64_t tile_m) {
+  check_dim(topk_ids, "topk_ids", 2, "[T, K]");
+  TORCH_CHECK(topk_ids.scalar_type() == at::kInt || topk_ids.scalar_type() == at::kLong,
+              "topk_ids must be int32 or int64, got ", dtype_name(topk_ids.scalar_type()));
+  check_dim(topk_weights, "topk_weights", 2, "[T, K]");
+  check_float(topk_weights, "topk_weights");
+  TORCH_CHECK(topk_weights.sizes() == topk_ids.sizes(), "topk_weights must have the shape of ",
+              "topk_ids ", topk_ids.sizes(), ", got ", topk_weights.sizes());
+  check_device(topk_weights, "topk_weights", topk_ids.device());
+  TORCH_CHECK(n_expert >= 1, "n_expert must be >= 1, got ", n_expert);
+  TORCH_CHECK(n_expert <= std::numeric_limits<int32_t>::max(), "n_expert must fit in int32, got ",
+              n_expert);
+  TORCH_CHECK(tile_m >= 1 && tile_m <= 4096 && (tile_m & (tile_m - 1)) == 0,
+              "tile_m must be a power of two in [1, 4096], got ", tile_m);
+  PlanDims d = plan_dims(topk_ids.size(0), topk_ids.size(1), n_expert, tile_m);
+  TORCH_CHECK(d.r_max <= std::numeric_limits<int32_t>::max(),
+              "moe_plan: T*K plus padding must fit in int32 rows; got T=", d.T, ", K=", d.K,
+              ", tile_m=", tile_m, " (", d.r_max, " rows): split the batch");
+  return d;
+}
+
+void check_plan_outputs(const PlanDims& d, const at::Tensor& topk_ids, const at::Tensor& counts,
+                        const at::Tensor& offsets, const at::Tensor& sorted_token,
+                        const at::Tensor& sorted_weight, const at::Tensor& pos,
+                        const at::Tensor& tile_expert, const at::Tensor& meta) {
+  const auto dev = topk_ids.device();
+  check_out(counts, "counts", {d.E}, at::kInt, dev);
+  check_out(offsets, "offsets", {d.E + 1}, at::kInt, dev);
+  check_out(sorted_token, "sorted_token", {d.r_max}, at::kInt, dev);
+  check_out(sorted_weight, "sorted_weight", {d.r_max}, at::kFloat, dev);
+  check_out(pos, "pos", {d.T, d.K}, at::kInt, dev);
+  check_out(tile_expert, "tile_expert", {d.n_tiles}, at::kInt, dev);
+  check_out(meta, "meta", {ARGON_META_SIZE}, at::kInt, dev);
+}
+
+void check_gather(const at::Tensor& x, const at::Tensor& sorted_token, const at::Tensor& out) {
+  check_dim(x, "x", 2, "[T, H]");
+  check_float(x, "x");
+  check_dim(sorted_token, "sorted_token", 1, "[R]");
+  check_int32(sorted_token, "sorted_token");
+  check_device(sorted_token, "sorted_token", x.device());
+  check_float(out, "out");
+  check_out(out, "out", {sorted_token.size(0), x.size(1)}, out.scalar_type(), x.device());
+}
+
+void check_combine(const at::Tensor& y, const at::Tensor& pos, const at::Tensor& topk_weights,
+                   const std::optional<at::Tensor>& shared,
+                   const std::optional<at::Tensor>& residual, const at::Tensor& out) {
+  check_dim(y, "y", 2, "[R, H]");
+  check_float(y, "y");
+  check_dim(pos, "pos", 2, "[T, K]");
+  check_int32(pos, "pos");
+  check_device(pos, "pos", y.device());
+  check_dim(topk_weights, "topk_weights", 2, "[T, K]");
+  check_float(topk_weights, "topk_weights");
+  TORCH_CHECK(topk_weights.sizes() == pos.sizes(), "topk_weights must have the shape of pos ",
+              pos.sizes(), ", got ", topk_weights.sizes());
+  check_device(topk_weights, "topk_weights", y.device());
+  const int64_t T = pos.size(0), H = y.size(1);
+  for (const auto& [opt, name] : {std::pair{&shared, "shared"}, std::pair{&residual, "residual"}}) {
+    if (!opt->has_value()) continue;
+    const at::Tensor& t = opt->value();
+    check_float(t, name);
+    TORCH_CHECK(t.dim() == 2 && t.size(0) == T && t.size(1) == H, name, " must have shape [T, H] = [",
+                T, ", ", H, "], got ", t.sizes());
+    check_device(t, name, y.device());
+  }
+  check_float(out, "out");
+  check_out(out, "out", {T, H}, out.scalar_type(), y.device());
+}
+
+void check_swiglu(const at::Tensor& gate, const std::optional<at::Tensor>& up,
+                  const at::Tensor& out) {
+  check_dim(gate, "gate", 2, up.has_value() ? "[R, I]" : "[R, 2*I] (gate half, then up half)");
+  check_float(gate, "gate");
+  int64_t inner = gate.size(1);
+  if (up.has_value()) {
+    TORCH_CHECK(up->scalar_type() == gate.scalar_type(), "up must have the dtype of gate (",
+                dtype_name(gate.scalar_type()), "), got ", dtype_name(up->scalar_type()));
+    TORCH_CHECK(up->sizes() == gate.sizes(), "up must have the shape of gate ", gate.sizes(),
+                ", got ", up->sizes());
+    check_device(*up, "up", gate.device());
+  } else {
+    TORCH_CHECK(inner % 2 == 0, "gate holds gate and up halves, so its last dim must be even, got ",
+                inner);
+    inner /= 2;
+  }
+  check_float(out, "out");
+  check_out(out, "out", {gate.size(0), inner}, out.scalar_type(), gate.device());
+}
+
+void check_moe_mm(const at::Tensor& xs, const at::Tensor& w, const at::Tensor& tile_expert,
+                  int64_t tile_m, const at::Tensor& out) {
+  check_dim(xs, "xs", 2, "[R, Kd]");
+  check_float(xs, "xs");
+  check_dim(w, "w", 3, "[E, N, Kd]");
+  TORCH_CHECK(w.scalar_type() == xs.scalar_type(), "w must have the dtype of xs (",
+              dtype_name(xs.scalar_type()), "), got ", dtype_name(w.scalar_type()));
+  TORCH_CHECK(w.size(2) == xs.size(1), "w must be [E, N, Kd] with Kd = xs.size(1) = ", xs.size(1),
+              ", got ", w.sizes(), " (for a [E, Kd, N] stack pass w.transpose(1, 2))");
+  check_device(w, "w", xs.device());
+  check_dim(tile_expert, "tile_expert", 1, "[R / tile_m]");
+  check_int32(tile_expert, "tile_expert");
+  check_device(tile_expert, "tile_expert", xs.device());
+  TORCH_CHECK(tile_m >= 1 && (tile_m & (tile_m - 1)) == 0, "tile_m must be a power of two, got ",
+              tile_m);
+  TORCH_CHECK(xs.size(0) == tile_expert.size(0) * tile_m, "xs must have tile_expert.size(0) * ",
+              "tile_m = ", tile_expert.size(0) * tile_m, " rows (the plan's R_max), got ",
+              xs.size(0));
+  check_out(out, "out", {xs.size(0), w.size(1)}, xs.scalar_type(), xs.device());
+}
+
+}  // namespace argon

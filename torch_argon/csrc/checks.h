@@ -1,0 +1,47 @@
+// Argument checks shared by every backend's _out kernel. Each failure names the argument and
+// what was expected, and runs before any output is touched, so bad input never writes out of
+// bounds. Value checks (ids in range) are the backends' own: the CPU raises, GPUs count.
+#pragma once
+#include <ATen/ATen.h>
+
+#include "plan_layout.h"
+
+namespace argon {
+
+// Shapes of one plan; every size depends only on (T, K, E, tile_m).
+struct PlanDims {
+  int64_t T = 0, K = 0, E = 0, tile_m = 0;
+  int64_t r_max = 0;    // upper bound on padded rows: round_up(T*K + min(E, T*K)*(tm-1), tm)
+  int64_t n_tiles = 0;  // r_max / tile_m
+  int64_t entries() const { return T * K; }
+};
+
+PlanDims plan_dims(int64_t T, int64_t K, int64_t E, int64_t tile_m);
+
+// moe_plan: ids [T,K] int32/int64, weights [T,K] float, E >= 1, tile_m a power of two.
+PlanDims check_plan_inputs(const at::Tensor& topk_ids, const at::Tensor& topk_weights,
+                           int64_t n_expert, int64_t tile_m);
+void check_plan_outputs(const PlanDims& d, const at::Tensor& topk_ids, const at::Tensor& counts,
+                        const at::Tensor& offsets, const at::Tensor& sorted_token,
+                        const at::Tensor& sorted_weight, const at::Tensor& pos,
+                        const at::Tensor& tile_expert, const at::Tensor& meta);
+
+// moe_gather: x [T,H] float, sorted_token [R] int32, out [R,H] float.
+void check_gather(const at::Tensor& x, const at::Tensor& sorted_token, const at::Tensor& out);
+
+// moe_combine: y [R,H], pos [T,K] int32, weights [T,K], shared/residual [T,H], out [T,H].
+void check_combine(const at::Tensor& y, const at::Tensor& pos, const at::Tensor& topk_weights,
+                   const std::optional<at::Tensor>& shared,
+                   const std::optional<at::Tensor>& residual, const at::Tensor& out);
+
+// swiglu: gate and up [R,I] (or gate [R,2I] with no up), out [R,I].
+void check_swiglu(const at::Tensor& gate, const std::optional<at::Tensor>& up,
+                  const at::Tensor& out);
+
+// moe_mm: xs [R,Kd], w [E,N,Kd] (any strides), tile_expert [R/tile_m] int32, out [R,N].
+void check_moe_mm(const at::Tensor& xs, const at::Tensor& w, const at::Tensor& tile_expert,
+                  int64_t tile_m, const at::Tensor& out);
+
+bool is_float_data(at::ScalarType t);  // fp32, fp16, bf16
+
+}  // namespace argon

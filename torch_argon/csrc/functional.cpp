@@ -1,0 +1,106 @@
+// The functional ops, written once for every backend: check the arguments, allocate outputs
+// whose sizes come from shapes alone (never from data, so no host sync), and call the _out op
+// of the same library through the dispatcher, which picks the device's kernel.
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
+
+#include "checks.h"
+#include "op_signatures.h"
+#include "schemas.h"
+
+namespace argon {
+namespace {
+
+template <typename Fn>
+c10::TypedOperatorHandle<Fn> out_op(const char* ns, const char* name) {
+  return c10::Dispatcher::singleton()
+      .findSchemaOrThrow((std::string(ns) + "::" + name).c_str(), "")
+      .typed<Fn>();
+}
+
+// One instance per op library (`argon`, `argon_host`), so each calls its own _out kernels.
+template <const char* NS>
+struct Functional {
+  static std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> moe_plan(
+      const Tensor& topk_ids, const Tensor& topk_weights, int64_t n_expert, int64_t tile_m) {
+    const PlanDims d = check_plan_inputs(topk_ids, topk_weights, n_expert, tile_m);
+    const auto i32 = topk_ids.options().dtype(at::kInt);
+    Tensor counts = at::empty({d.E}, i32), offsets = at::empty({d.E + 1}, i32),
+           sorted_token = at::empty({d.r_max}, i32),
+           sorted_weight = at::empty({d.r_max}, i32.dtype(at::kFloat)),
+           pos = at::empty({d.T, d.K}, i32), tile_expert = at::empty({d.n_tiles}, i32),
+           meta = at::empty({ARGON_META_SIZE}, i32);
+    static auto op = out_op<PlanOutFn>(NS, "moe_plan_out");
+    op.call(topk_ids, topk_weights, n_expert, tile_m, counts, offsets, sorted_token,
+            sorted_weight, pos, tile_expert, meta);
+    return {counts, offsets, sorted_token, sorted_weight, pos, tile_expert, meta};
+  }
+
+  static Tensor moe_gather(const Tensor& x, const Tensor& sorted_token,
+                           std::optional<at::ScalarType> out_dtype) {
+    TORCH_CHECK(x.dim() == 2, "x must be 2-D [T, H], got shape ", x.sizes());
+    TORCH_CHECK(sorted_token.dim() == 1, "sorted_token must be 1-D [R], got shape ",
+                sorted_token.sizes());
+    Tensor out = at::empty({sorted_token.size(0), x.size(1)},
+                           x.options().dtype(out_dtype.value_or(x.scalar_type())));
+    static auto op = out_op<GatherOutFn>(NS, "moe_gather_out");
+    op.call(x, sorted_token, out);
+    return out;
+  }
+
+  static Tensor moe_combine(const Tensor& y, const Tensor& pos, const Tensor& topk_weights,
+                            const OptTensor& shared, const OptTensor& residual,
+                            std::optional<at::ScalarType> out_dtype) {
+    TORCH_CHECK(y.dim() == 2, "y must be 2-D [R, H], got shape ", y.sizes());
+    TORCH_CHECK(pos.dim() == 2, "pos must be 2-D [T, K], got shape ", pos.sizes());
+    Tensor out = at::empty({pos.size(0), y.size(1)},
+                           y.options().dtype(out_dtype.value_or(y.scalar_type())));
+    static auto op = out_op<CombineOutFn>(NS, "moe_combine_out");
+    op.call(y, pos, topk_weights, shared, residual, out);
+    return out;
+  }
+
+  static Tensor swiglu(const Tensor& gate, const OptTensor& up,
+                       std::optional<at::ScalarType> out_dtype) {
+    TORCH_CHECK(gate.dim() == 2, "gate must be 2-D, got shape ", gate.sizes());
+    const int64_t inner = up.has_value() ? gate.size(1) : gate.size(1) / 2;
+    Tensor out = at::empty({gate.size(0), inner},
+                           gate.options().dtype(out_dtype.value_or(gate.scalar_type())));
+    static auto op = out_op<SwigluOutFn>(NS, "swiglu_out");
+    op.call(gate, up, out);
+    return out;
+  }
+
+  static Tensor moe_mm(const Tensor& xs, const Tensor& w, const Tensor& tile_expert,
+                       int64_t tile_m) {
+    TORCH_CHECK(xs.dim() == 2, "xs must be 2-D [R, Kd], got shape ", xs.sizes());
+    TORCH_CHECK(w.dim() == 3, "w must be 3-D [E, N, Kd], got shape ", w.sizes());
+    Tensor out = at::empty({xs.size(0), w.size(1)}, xs.options());
+    static auto op = out_op<MoeMmOutFn>(NS, "moe_mm_out");
+    op.call(xs, w, tile_expert, tile_m, out);
+    return out;
+  }
+
+  static void register_impls(torch::Library& m) {
+    m.impl("moe_plan", TORCH_FN(moe_plan));
+    m.impl("moe_gather", TORCH_FN(moe_gather));
+    m.impl("moe_combine", TORCH_FN(moe_combine));
+    m.impl("swiglu", TORCH_FN(swiglu));
+    m.impl("moe_mm", TORCH_FN(moe_mm));
+  }
+};
+
+constexpr char kArgon[] = "argon";
+constexpr char kArgonHost[] = "argon_host";
+
+}  // namespace
+
+TORCH_LIBRARY(argon, m) { define_schemas(m); }
+TORCH_LIBRARY(argon_host, m) { define_schemas(m); }
+
+TORCH_LIBRARY_IMPL(argon, CompositeExplicitAutograd, m) { Functional<kArgon>::register_impls(m); }
+TORCH_LIBRARY_IMPL(argon_host, CompositeExplicitAutograd, m) {
+  Functional<kArgonHost>::register_impls(m);
+}
+
+}  // namespace argon

@@ -1,0 +1,24 @@
+// C++ signatures of the _out kernels. Every backend declares its kernels with exactly these
+// types, so the functional forms (functional.cpp) can call any backend through one typed handle.
+#pragma once
+#include <ATen/ATen.h>
+
+#include <optional>
+
+namespace argon {
+
+using Tensor = at::Tensor;
+using OptTensor = std::optional<at::Tensor>;
+
+using PlanOutFn = void(const Tensor& topk_ids, const Tensor& topk_weights, int64_t n_expert,
+                       int64_t tile_m, const Tensor& counts, const Tensor& offsets,
+                       const Tensor& sorted_token, const Tensor& sorted_weight, const Tensor& pos,
+                       const Tensor& tile_expert, const Tensor& meta);
+using GatherOutFn = void(const Tensor& x, const Tensor& sorted_token, const Tensor& out);
+using CombineOutFn = void(const Tensor& y, const Tensor& pos, const Tensor& topk_weights,
+                          const OptTensor& shared, const OptTensor& residual, const Tensor& out);
+using SwigluOutFn = void(const Tensor& gate, const OptTensor& up, const Tensor& out);
+using MoeMmOutFn = void(const Tensor& xs, const Tensor& w, const Tensor& tile_expert,
+                        int64_t tile_m, const Tensor& out);
+
+}  // namespace argon

@@ -1,0 +1,140 @@
+"""Python API over torch.ops.argon.*, and the fake (meta) impls that let torch.compile trace it.
+
+`OpSet` holds the public functions for one op library: `argon` (dispatched by device) or
+`argon_host` (the .metal kernels on host threads). The package exports the `argon` set.
+"""
+from typing import Optional
+
+import torch
+
+from ._shapes import META_N_BAD_IDS, META_SIZE, plan_rows
+from .plan import MoEPlan
+
+LIBRARIES = ("argon", "argon_host")
+
+
+def _register_fakes(lib: str) -> None:
+    def fake(name):
+        return torch.library.register_fake(f"{lib}::{name}")
+
+    @fake("moe_plan")
+    def _(topk_ids, topk_weights, n_expert, tile_m):
+        T, K = topk_ids.shape
+        R = plan_rows(T, K, n_expert, tile_m)
+        i32 = dict(dtype=torch.int32, device=topk_ids.device)
+        return (
+            topk_ids.new_empty((n_expert,), **i32),
+            topk_ids.new_empty((n_expert + 1,), **i32),
+            topk_ids.new_empty((R,), **i32),
+            topk_ids.new_empty((R,), dtype=torch.float32),
+            topk_ids.new_empty((T, K), **i32),
+            topk_ids.new_empty((R // tile_m,), **i32),
+            topk_ids.new_empty((META_SIZE,), **i32),
+        )
+
+    @fake("moe_gather")
+    def _(x, sorted_token, out_dtype=None):
+        return x.new_empty((sorted_token.shape[0], x.shape[1]), dtype=out_dtype or x.dtype)
+
+    @fake("moe_combine")
+    def _(y, pos, topk_weights, shared=None, residual=None, out_dtype=None):
+        return y.new_empty((pos.shape[0], y.shape[1]), dtype=out_dtype or y.dtype)
+
+    @fake("swiglu")
+    def _(gate, up=None, out_dtype=None):
+        inner = gate.shape[1] if up is not None else gate.shape[1] // 2
+        return gate.new_empty((gate.shape[0], inner), dtype=out_dtype or gate.dtype)
+
+    @fake("moe_mm")
+    def _(xs, w, tile_expert, tile_m):
+        return xs.new_empty((xs.shape[0], w.shape[1]))
+
+    for name in ("moe_plan_out", "moe_gather_out", "moe_combine_out", "swiglu_out", "moe_mm_out"):
+        fake(name)(lambda *args, **kwargs: None)
+
+
+for _lib in LIBRARIES:
+    _register_fakes(_lib)
+
+
+class OpSet:
+    """The public functions, bound to one op library (a `torch.ops` namespace)."""
+
+    def __init__(self, namespace):
+        self.ns = namespace
+
+    def moe_plan(self, topk_ids, topk_weights, n_expert: int, tile_m: int = 16, *,
+                 out: Optional[MoEPlan] = None, check_ids: bool = False) -> MoEPlan:
+        """Plan a top-k routing: counts, padded offsets, the stable expert-sorted row of every
+        (token, slot) entry, and the tile map. Deterministic; output sizes depend only on
+        (T, K, n_expert, tile_m).
+
+        topk_ids: [T, K] int32 or int64, each in [0, n_expert) or -1 (skipped).
+        topk_weights: [T, K] float32 / float16 / bfloat16.
+        out: a plan to write into (every element is overwritten).
+        check_ids: on devices that count out-of-range ids instead of raising (GPUs), read the
+            count back and raise. This syncs with the device; the CPU always raises.
+        """
+        if out is None:
+            plan = MoEPlan(*self.ns.moe_plan(topk_ids, topk_weights, n_expert, tile_m), tile_m)
+        else:
+            self.ns.moe_plan_out(topk_ids, topk_weights, n_expert, tile_m, *out.tensors())
+            plan = out._replace(tile_m=tile_m)
+        if check_ids and int(plan.meta[META_N_BAD_IDS]) > 0:
+            raise ValueError(
+                f"topk_ids holds {int(plan.meta[META_N_BAD_IDS])} ids outside [0, n_expert="
+                f"{n_expert}) other than -1; they were treated as -1"
+            )
+        return plan
+
+    def moe_gather(self, x, plan, *, out_dtype: Optional[torch.dtype] = None, out=None):
+        """xs[r] = x[sorted_token[r]] for the plan's rows; zero rows where no token goes.
+
+        plan: a MoEPlan or its sorted_token. out_dtype: convert once (round to nearest even).
+        """
+        sorted_token = plan.sorted_token if isinstance(plan, MoEPlan) else plan
+        if out is None:
+            return self.ns.moe_gather(x, sorted_token, out_dtype)
+        self.ns.moe_gather_out(x, sorted_token, out)
+        return out
+
+    def moe_combine(self, y, plan, topk_weights, *, shared=None, residual=None,
+                    out_dtype: Optional[torch.dtype] = None, out=None):
+        """out[t] = sum_k w[t,k] * y[pos[t,k]] (+ shared[t]) (+ residual[t]), accumulated in
+        fp32 in ascending k and rounded once.
+
+        plan: a MoEPlan or its pos. y: [R_max, H], the experts' outputs in plan row order.
+        """
+        pos = plan.pos if isinstance(plan, MoEPlan) else plan
+        if out is None:
+            return self.ns.moe_combine(y, pos, topk_weights, shared, residual, out_dtype)
+        self.ns.moe_combine_out(y, pos, topk_weights, shared, residual, out)
+        return out
+
+    def swiglu(self, gate, up=None, *, out_dtype: Optional[torch.dtype] = None, out=None):
+        """silu(gate) * up in fp32, rounded once. With up=None, gate is [R, 2I]: gate | up."""
+        if out is None:
+            return self.ns.swiglu(gate, up, out_dtype)
+        self.ns.swiglu_out(gate, up, out)
+        return out
+
+    def moe_mm(self, xs, w, plan, tile_m: Optional[int] = None, *, out=None):
+        """Grouped GEMM over the plan's tiles: out[rows of tile j] = xs[rows] @ w[e]^T with
+        e = tile_expert[j]; rows of tiles whose expert is -1 are zero.
+
+        w: [E, N, Kd], any strides (a [E, Kd, N] stack can be passed as w.transpose(1, 2)).
+        plan: a MoEPlan, or its tile_expert together with tile_m.
+        """
+        if isinstance(plan, MoEPlan):
+            tile_expert, tile_m = plan.tile_expert, plan.tile_m
+        else:
+            tile_expert = plan
+            if tile_m is None:
+                raise ValueError("moe_mm: pass tile_m along with a bare tile_expert tensor")
+        if out is None:
+            return self.ns.moe_mm(xs, w, tile_expert, tile_m)
+        self.ns.moe_mm_out(xs, w, tile_expert, tile_m, out)
+        return out
+
+
+argon_ops = OpSet(torch.ops.argon)

@@ -1,0 +1,126 @@
+"""The contract (docs/contract.md) in plain torch: slow, obvious, and the yardstick for every
+backend. Each function takes and returns what the public op of the same name does.
+"""
+import torch
+import torch.nn.functional as F
+
+from ._shapes import META_SIZE, plan_rows
+from .plan import MoEPlan
+
+FLOAT_TYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _check_ids(topk_ids, n_expert):
+    bad = (topk_ids < -1) | (topk_ids >= n_expert)
+    if bool(bad.any()):
+        t, k = (int(v) for v in bad.nonzero()[0])
+        raise ValueError(
+            f"topk_ids[{t}, {k}] = {int(topk_ids[t, k])} is out of range: "
+            f"ids must be in [0, n_expert={n_expert}) or -1 (skipped)"
+        )
+
+
+def moe_plan(topk_ids, topk_weights, n_expert, tile_m=16) -> MoEPlan:
+    T, K = topk_ids.shape
+    E, tm = n_expert, tile_m
+    dev = topk_ids.device
+    _check_ids(topk_ids, E)
+    ids = topk_ids.reshape(-1).long()
+    w = topk_weights.reshape(-1).float()
+    R = plan_rows(T, K, E, tm)
+
+    # Valid entries in ascending flat index, then stably sorted by expert.
+    entries = (ids >= 0).nonzero().reshape(-1)
+    order = entries[torch.argsort(ids[entries], stable=True)]
+    expert = ids[order]
+
+    counts = torch.bincount(ids[entries], minlength=E)
+    padded = (counts + tm - 1) // tm * tm
+    offsets = torch.cat([torch.zeros(1, dtype=torch.long, device=dev), padded.cumsum(0)])
+    first_in_sorted = counts.cumsum(0) - counts  # where expert e starts in `order`
+    rank = torch.arange(order.numel(), device=dev) - first_in_sorted[expert]
+    rows = offsets[expert] + rank
+
+    sorted_token = torch.full((R,), -1, dtype=torch.int32, device=dev)
+    sorted_token[rows] = (order // K).int()
+    sorted_weight = torch.zeros(R, dtype=torch.float32, device=dev)
+    sorted_weight[rows] = w[order]
+    pos = torch.full((T * K,), -1, dtype=torch.int32, device=dev)
+    pos[order] = rows.int()
+
+    n_rows = int(offsets[-1])
+    tile_expert = torch.full((R // tm,), -1, dtype=torch.int32, device=dev)
+    tile_expert[: n_rows // tm] = torch.repeat_interleave(
+        torch.arange(E, dtype=torch.int32, device=dev), padded // tm
+    )
+    meta = torch.tensor([n_rows, n_rows // tm, order.numel(), 0], dtype=torch.int32, device=dev)
+    assert meta.numel() == META_SIZE
+    return MoEPlan(
+        counts.int(), offsets.int(), sorted_token, sorted_weight, pos.view(T, K), tile_expert,
+        meta, tm,
+    )
+
+
+def moe_gather(x, sorted_token, out_dtype=None):
+    out = torch.zeros(sorted_token.shape[0], x.shape[1], dtype=out_dtype or x.dtype, device=x.device)
+    rows = sorted_token >= 0
+    out[rows] = x[sorted_token[rows].long()].to(out.dtype)
+    return out
+
+
+def moe_combine(y, pos, topk_weights, shared=None, residual=None, out_dtype=None):
+    T, K = pos.shape
+    acc = torch.zeros(T, y.shape[1], dtype=torch.float32, device=y.device)
+    for k in range(K):  # ascending k, fp32, one rounding per step
+        valid = (pos[:, k] >= 0)[:, None]
+        term = topk_weights[:, k, None].float() * y[pos[:, k].clamp(min=0).long()].float()
+        acc = torch.where(valid, acc + term, acc)
+    if shared is not None:
+        acc = acc + shared.float()
+    if residual is not None:
+        acc = acc + residual.float()
+    return acc.to(out_dtype or y.dtype)
+
+
+def swiglu(gate, up=None, out_dtype=None):
+    if up is None:
+        gate, up = gate.chunk(2, dim=-1)
+    return (F.silu(gate.float()) * up.float()).to(out_dtype or gate.dtype)
+
+
+def moe_mm(xs, w, tile_expert, tile_m):
+    out = torch.zeros(xs.shape[0], w.shape[1], dtype=xs.dtype, device=xs.device)
+    row_expert = tile_expert.long().repeat_interleave(tile_m)
+    for e in row_expert.unique().tolist():
+        if e < 0:
+            continue
+        rows = row_expert == e
+        out[rows] = (xs[rows].double() @ w[e].double().T).to(xs.dtype)
+    return out
+
+
+def moe_layer(x, router_weight, w_gate_up, w_down, top_k, *, scoring="softmax",
+              renormalize=False, shared=None, residual=None, topk_ids=None, topk_weights=None):
+    """The whole layer, one expert at a time in float64: the ground truth for moe_layer.
+
+    Routing is shared with the fast layer (routing.route) unless ids and weights are given, so
+    ties in the router's top-k cannot make the two disagree.
+    """
+    from .routing import route
+
+    if topk_ids is None:
+        topk_ids, topk_weights = route(x, router_weight, top_k, scoring=scoring,
+                                       renormalize=renormalize)
+    T, H = x.shape
+    inter = w_down.shape[2]
+    acc = torch.zeros(T, H, dtype=torch.float64, device=x.device)
+    for e in topk_ids[topk_ids >= 0].unique().tolist():
+        t, k = (topk_ids == e).nonzero(as_tuple=True)
+        gu = x[t].double() @ w_gate_up[e].double().T
+        h = F.silu(gu[:, :inter]) * gu[:, inter:]
+        acc.index_add_(0, t, topk_weights[t, k, None].double() * (h @ w_down[e].double().T))
+    if shared is not None:
+        acc += shared.double()
+    if residual is not None:
+        acc += residual.double()
+    return acc.to(x.dtype)
