@@ -58,7 +58,9 @@ if want_mps():
 ext = Extension(
     name="torch_argon._C",
     sources=srcs,
-    include_dirs=[os.path.join(ROOT, CSRC), os.path.join(ROOT, "torch_argon", "metal")],
+    include_dirs=[os.path.join(ROOT, CSRC), os.path.join(ROOT, "torch_argon", "metal"),
+                  # <metal_stdlib> for the .metal files compiled as C++ (the host shim)
+                  os.path.join(ROOT, CSRC, "metal_host", "shim")],
     define_macros=defines,
     extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags},
     extra_link_args=extra_link,

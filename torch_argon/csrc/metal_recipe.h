@@ -1,0 +1,75 @@
+// The launch recipe of the argon Metal kernels, written once: which kernels, in which order, with
+// which grid, buffer indices and params. It is written against a tiny encoder interface that two
+// backends implement: the MPS stream's compute encoder (mps/) and the host runner that executes
+// the same .metal files on CPU threads (metal_host/). So every parity test run on the host also
+// checks the recipe the GPU uses. Free of torch, so the standalone ThreadSanitizer build uses it.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "argon_params.h"
+
+namespace argon::metal {
+
+// A buffer binding: a backend handle (MTLBuffer, or the host base pointer) and a byte offset.
+// Offsets are real (storage offsets), so alignment decisions are the same on both backends.
+struct BufArg {
+  void* handle = nullptr;
+  uint64_t offset = 0;
+};
+
+struct Size3 {
+  uint32_t x = 1, y = 1, z = 1;
+};
+
+class Encoder {
+ public:
+  virtual ~Encoder() = default;
+  virtual void set_kernel(const char* name) = 0;
+  virtual void set_buffer(uint32_t index, const BufArg& buf) = 0;
+  virtual void set_bytes(uint32_t index, const void* data, size_t size) = 0;
+  virtual void dispatch(Size3 threadgroups, Size3 threads_per_group) = 0;
+};
+
+// ---- moe_plan --------------------------------------------------------------------------------
+struct PlanLaunch {
+  ArgonPlanParams params{};
+  uint64_t scratch_ints = 1;  // int32 elements of the block_counts scratch buffer (>= 1)
+};
+// Throws std::invalid_argument beyond the limits (E > ARGON_PLAN_MAX_EXPERTS, rows beyond int32).
+PlanLaunch plan_launch(int64_t T, int64_t K, int64_t E, int64_t tile_m, int64_t r_max,
+                       bool ids_64bit, ArgonDtype weight_dtype);
+struct PlanBuffers {
+  BufArg ids, weights, counts, offsets, sorted_token, sorted_weight, pos, tile_expert, meta, scratch;
+};
+void encode_plan(Encoder& enc, const PlanLaunch& launch, const PlanBuffers& b);
+
+// ---- moe_gather ------------------------------------------------------------------------------
+struct GatherBuffers {
+  BufArg x, sorted_token, out;
+};
+// The kernel the recipe picks for these params and bindings (exposed for tests and logs).
+const char* gather_kernel(const ArgonGatherParams& p, const GatherBuffers& b);
+void encode_gather(Encoder& enc, const ArgonGatherParams& p, const GatherBuffers& b);
+
+// ---- moe_combine -----------------------------------------------------------------------------
+struct CombineBuffers {
+  BufArg y, pos, weights, shared, residual, out;  // shared / residual: any buffer when absent
+};
+void encode_combine(Encoder& enc, const ArgonCombineParams& p, const CombineBuffers& b);
+
+// ---- swiglu ----------------------------------------------------------------------------------
+struct SwigluBuffers {
+  BufArg gate, up, out;  // fused [R, 2I] input: up = gate, p.up_offset = I
+};
+void encode_swiglu(Encoder& enc, const ArgonSwigluParams& p, const SwigluBuffers& b);
+
+// ---- moe_mm ----------------------------------------------------------------------------------
+struct MoeMmBuffers {
+  BufArg xs, w, tile_expert, out;
+};
+const char* moe_mm_kernel(const ArgonMoeMmParams& p);
+void encode_moe_mm(Encoder& enc, const ArgonMoeMmParams& p, const MoeMmBuffers& b);
+
+}  // namespace argon::metal

@@ -1,0 +1,127 @@
+#include "metal_recipe_ops.h"
+
+#include <stdexcept>
+
+#include "checks.h"
+
+namespace argon::metal {
+namespace {
+
+uint32_t u32(int64_t v, const char* what) {
+  TORCH_CHECK(v >= 0 && v <= int64_t(UINT32_MAX), what, " = ", v, " does not fit the Metal "
+              "kernels' 32-bit sizes");
+  return static_cast<uint32_t>(v);
+}
+
+}  // namespace
+
+ArgonDtype argon_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return ARGON_F32;
+    case at::kHalf: return ARGON_F16;
+    case at::kBFloat16: return ARGON_BF16;
+    default: TORCH_CHECK(false, "unsupported dtype ", t);
+  }
+}
+
+void plan_out(Target& target, const Tensor& topk_ids, const Tensor& topk_weights,
+              int64_t n_expert, int64_t tile_m, const Tensor& counts, const Tensor& offsets,
+              const Tensor& sorted_token, const Tensor& sorted_weight, const Tensor& pos,
+              const Tensor& tile_expert, const Tensor& meta) {
+  const PlanDims d = check_plan_inputs(topk_ids, topk_weights, n_expert, tile_m);
+  check_plan_outputs(d, topk_ids, counts, offsets, sorted_token, sorted_weight, pos, tile_expert,
+                     meta);
+  PlanLaunch launch;
+  try {
+    launch = plan_launch(d.T, d.K, d.E, d.tile_m, d.r_max, topk_ids.scalar_type() == at::kLong,
+                         argon_dtype(topk_weights.scalar_type()));
+  } catch (const std::invalid_argument& e) {
+    TORCH_CHECK(false, e.what());
+  }
+  const Tensor ids = topk_ids.contiguous(), w = topk_weights.contiguous();
+  const Tensor scratch =
+      at::empty({static_cast<int64_t>(launch.scratch_ints)}, ids.options().dtype(at::kInt));
+  const PlanBuffers b{target.bind(ids), target.bind(w), target.bind(counts),
+                      target.bind(offsets), target.bind(sorted_token), target.bind(sorted_weight),
+                      target.bind(pos), target.bind(tile_expert), target.bind(meta),
+                      target.bind(scratch)};
+  target.encode([&](Encoder& enc) { encode_plan(enc, launch, b); });
+}
+
+void gather_out(Target& target, const Tensor& x_in, const Tensor& sorted_token_in,
+                const Tensor& out) {
+  check_gather(x_in, sorted_token_in, out);
+  const Tensor x = x_in.contiguous(), sorted_token = sorted_token_in.contiguous();
+  ArgonGatherParams p{};
+  p.rows = u32(out.size(0), "rows");
+  p.cols = u32(x.size(1), "H");
+  p.n_tokens = u32(x.size(0), "T");
+  p.src_dtype = argon_dtype(x.scalar_type());
+  p.dst_dtype = argon_dtype(out.scalar_type());
+  const GatherBuffers b{target.bind(x), target.bind(sorted_token), target.bind(out)};
+  target.encode([&](Encoder& enc) { encode_gather(enc, p, b); });
+}
+
+void combine_out(Target& target, const Tensor& y_in, const Tensor& pos_in,
+                 const Tensor& w_in, const OptTensor& shared_in, const OptTensor& residual_in,
+                 const Tensor& out) {
+  check_combine(y_in, pos_in, w_in, shared_in, residual_in, out);
+  const Tensor y = y_in.contiguous(), pos = pos_in.contiguous(), w = w_in.contiguous();
+  const Tensor shared = shared_in ? shared_in->contiguous() : y;
+  const Tensor residual = residual_in ? residual_in->contiguous() : y;
+  ArgonCombineParams p{};
+  p.n_tokens = u32(pos.size(0), "T");
+  p.top_k = u32(pos.size(1), "K");
+  p.cols = u32(y.size(1), "H");
+  p.y_rows = u32(y.size(0), "R");
+  p.y_dtype = argon_dtype(y.scalar_type());
+  p.w_dtype = argon_dtype(w.scalar_type());
+  p.shared_dtype = argon_dtype(shared.scalar_type());
+  p.residual_dtype = argon_dtype(residual.scalar_type());
+  p.out_dtype = argon_dtype(out.scalar_type());
+  p.has_shared = shared_in.has_value();
+  p.has_residual = residual_in.has_value();
+  const CombineBuffers b{target.bind(y), target.bind(pos), target.bind(w), target.bind(shared),
+                         target.bind(residual), target.bind(out)};
+  target.encode([&](Encoder& enc) { encode_combine(enc, p, b); });
+}
+
+void swiglu_out(Target& target, const Tensor& gate_in, const OptTensor& up_in, const Tensor& out) {
+  check_swiglu(gate_in, up_in, out);
+  const Tensor gate = gate_in.contiguous();
+  const Tensor up = up_in ? up_in->contiguous() : gate;
+  ArgonSwigluParams p{};
+  p.rows = u32(out.size(0), "R");
+  p.cols = u32(out.size(1), "I");
+  p.in_stride = u32(gate.size(1), "gate columns");
+  p.up_offset = up_in ? 0 : p.cols;
+  p.in_dtype = argon_dtype(gate.scalar_type());
+  p.out_dtype = argon_dtype(out.scalar_type());
+  const SwigluBuffers b{target.bind(gate), target.bind(up), target.bind(out)};
+  target.encode([&](Encoder& enc) { encode_swiglu(enc, p, b); });
+}
+
+void moe_mm_out(Target& target, const Tensor& xs, const Tensor& w, const Tensor& tile_expert_in,
+                int64_t tile_m, const Tensor& out) {
+  check_moe_mm(xs, w, tile_expert_in, tile_m, out);
+  const Tensor tile_expert = tile_expert_in.contiguous();
+  ArgonMoeMmParams p{};
+  p.rows = u32(xs.size(0), "R");
+  p.n = u32(w.size(1), "N");
+  p.kd = u32(w.size(2), "Kd");
+  p.tile_m = u32(tile_m, "tile_m");
+  p.n_expert = u32(w.size(0), "E");
+  p.dtype = argon_dtype(xs.scalar_type());
+  p.xs_row_stride = u32(xs.stride(0), "xs.stride(0)");
+  p.xs_col_stride = u32(xs.stride(1), "xs.stride(1)");
+  const uint64_t es = static_cast<uint64_t>(w.stride(0));
+  TORCH_CHECK(w.stride(0) >= 0, "w.stride(0) must be >= 0");
+  p.w_expert_stride_lo = static_cast<uint32_t>(es);
+  p.w_expert_stride_hi = static_cast<uint32_t>(es >> 32);
+  p.w_row_stride = u32(w.stride(1), "w.stride(1)");
+  p.w_col_stride = u32(w.stride(2), "w.stride(2)");
+  const MoeMmBuffers b{target.bind(xs), target.bind(w), target.bind(tile_expert), target.bind(out)};
+  target.encode([&](Encoder& enc) { encode_moe_mm(enc, p, b); });
+}
+
+}  // namespace argon::metal
