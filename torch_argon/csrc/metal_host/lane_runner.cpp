@@ -1,10 +1,16 @@
-// The lane runner: one host thread per lane for kernels that synchronise, a loop otherwise.
-// See lane_runner.h for the schedules. All state of one threadgroup in flight lives in a
-// ThreadGroupRun guarded by one mutex; lanes block on condition variables, so an idle lane costs
-// nothing, and every wait has a deadline so a stuck threadgroup ends in an error, not a hang.
+// The lane runner. All state of one threadgroup in flight lives in a ThreadGroupRun.
+//  - free: one pooled host thread per lane; the state is guarded by one mutex, lanes block on
+//    condition variables (an idle lane costs nothing) and every wait has a deadline, so a stuck
+//    threadgroup ends in an error, not a hang.
+//  - forward / reverse: every lane is a fiber (ucontext) on the dispatching thread; a scheduler
+//    resumes the runnable lanes in schedule order, each until its next barrier, collective or
+//    return. Deterministic, and a lane switch costs far less than an OS thread switch.
+// Both paths share the bookkeeping of arrivals (note_arrival / note_exit), so divergence is
+// diagnosed the same way.
 #include "lane_runner.h"
 
 #include <pthread.h>
+#include <ucontext.h>
 
 #include <algorithm>
 #include <chrono>
@@ -20,7 +26,8 @@ namespace argon_host {
 namespace {
 
 constexpr auto kDeadline = std::chrono::seconds(120);
-constexpr size_t kLaneStackBytes = 1 << 20;
+constexpr size_t kLaneStackBytes = 1 << 20;   // lane threads
+constexpr size_t kFiberStackBytes = 256 << 10;  // lane fibers
 
 struct Abort {};  // unwinds a lane once its threadgroup has failed
 
@@ -36,39 +43,31 @@ struct SyncGroup {
   uint64_t slots[kSimdWidth] = {};
 };
 
-struct Worker;
-
 struct ThreadGroupRun {
-  const char* kernel = "";
   const LaneFn* fn = nullptr;
   Schedule schedule = Schedule::Free;
   Dim3 tgid, threads, groups;
   uint32_t n = 0;
 
-  std::mutex m;
   SyncGroup tg;
   std::unique_ptr<SyncGroup[]> simd;
   std::vector<LaneState> state;
-  std::vector<Worker*> workers;
-  int64_t token = -1;  // forward / reverse: the one lane allowed to run
   bool failed = false;
   std::string error;
   uint32_t finished = 0;
+
+  // free schedule
+  std::mutex m;
   std::condition_variable done_cv;
+  // forward / reverse schedule
+  ucontext_t scheduler{};
 
   SyncGroup& simd_of(uint32_t lane) { return simd[lane / kSimdWidth]; }
-  uint32_t order_pos(uint32_t lane) const { return schedule == Schedule::Reverse ? n - 1 - lane : lane; }
+  uint32_t n_simd() const { return (n + kSimdWidth - 1) / kSimdWidth; }
   uint32_t lane_at(uint32_t p) const { return schedule == Schedule::Reverse ? n - 1 - p : p; }
 };
 
-struct Worker {
-  std::mutex m;
-  std::condition_variable go_cv;
-  bool go = false;
-  ThreadGroupRun* run = nullptr;
-  uint32_t lane = 0;
-  std::condition_variable token_cv;  // forward / reverse: woken when handed the token
-};
+void fiber_yield(ThreadGroupRun& r, uint32_t me);  // lane fiber -> scheduler (below)
 
 thread_local const LanePosition* tls_pos = nullptr;
 thread_local ThreadGroupRun* tls_run = nullptr;
@@ -79,19 +78,16 @@ std::string site(const char* file, int line) {
   return std::string(slash ? slash + 1 : (file ? file : "?")) + ":" + std::to_string(line);
 }
 
-void wake_all(ThreadGroupRun& r) {
-  r.tg.cv.notify_all();
-  for (uint32_t s = 0; s < (r.n + kSimdWidth - 1) / kSimdWidth; ++s) r.simd[s].cv.notify_all();
-  for (Worker* w : r.workers) w->token_cv.notify_all();
-  r.done_cv.notify_all();
-}
-
 void mark_failed(ThreadGroupRun& r, const std::string& msg) {
   if (!r.failed) {
     r.failed = true;
     r.error = msg;
   }
-  wake_all(r);
+  if (r.schedule == Schedule::Free) {  // wake every waiter so it can unwind
+    r.tg.cv.notify_all();
+    for (uint32_t s = 0; s < r.n_simd(); ++s) r.simd[s].cv.notify_all();
+    r.done_cv.notify_all();
+  }
 }
 
 [[noreturn]] void fail(ThreadGroupRun& r, const std::string& msg) {
@@ -99,35 +95,9 @@ void mark_failed(ThreadGroupRun& r, const std::string& msg) {
   throw Abort{};
 }
 
-// forward / reverse: hand the token to the next runnable lane after `me` in schedule order
-// (cyclically, `me` last). No runnable lane while some have not returned is a deadlock.
-void pass_token(ThreadGroupRun& r, uint32_t me) {
-  const uint32_t p0 = r.order_pos(me);
-  for (uint32_t step = 1; step <= r.n; ++step) {
-    const uint32_t lane = r.lane_at((p0 + step) % r.n);
-    if (r.state[lane] == kRunnable) {
-      r.token = lane;
-      r.workers[lane]->token_cv.notify_one();
-      return;
-    }
-  }
-  r.token = -1;
-  if (r.finished + 1 < r.n || r.state[me] != kExited) {
-    mark_failed(r, "deadlock: no lane can run (lanes wait at different collectives)");
-  }
-}
-
-void wait_for_token(ThreadGroupRun& r, std::unique_lock<std::mutex>& lock, uint32_t me) {
-  if (!r.workers[me]->token_cv.wait_for(lock, kDeadline,
-                                         [&] { return r.token == me || r.failed; })) {
-    fail(r, "timed out waiting for the lane schedule");
-  }
-  if (r.failed) throw Abort{};
-}
-
-// One lane arrives at a synchronisation point of `g` (the threadgroup or its simdgroup).
-void arrive(ThreadGroupRun& r, std::unique_lock<std::mutex>& lock, SyncGroup& g, uint32_t me,
-            const char* what, const char* file, int line) {
+// Records lane `me` arriving at a collective of `g`; returns whether it completes the group.
+bool note_arrival(ThreadGroupRun& r, SyncGroup& g, uint32_t me, const char* what,
+                  const char* file, int line) {
   if (r.failed) throw Abort{};
   if (g.arrived == 0) {
     g.file = file;
@@ -147,29 +117,10 @@ void arrive(ThreadGroupRun& r, std::unique_lock<std::mutex>& lock, SyncGroup& g,
     g.arrived = 0;
     ++g.generation;
   }
-  if (r.schedule == Schedule::Free) {
-    if (complete) {
-      g.cv.notify_all();
-      return;
-    }
-    const uint64_t gen = g.generation;
-    if (!g.cv.wait_for(lock, kDeadline, [&] { return g.generation != gen || r.failed; })) {
-      fail(r, std::string("timed out at ") + what + " " + site(file, line));
-    }
-    if (r.failed) throw Abort{};
-    return;
-  }
-  r.state[me] = kBlocked;
-  if (complete) {
-    for (uint32_t l = g.first; l < g.first + g.size; ++l)
-      if (r.state[l] == kBlocked) r.state[l] = kRunnable;
-  }
-  pass_token(r, me);
-  wait_for_token(r, lock, me);
+  return complete;
 }
 
-void lane_exit(ThreadGroupRun& r, uint32_t me) {
-  std::unique_lock<std::mutex> lock(r.m);
+void note_exit(ThreadGroupRun& r, uint32_t me) {
   r.state[me] = kExited;
   for (SyncGroup* g : {&r.tg, &r.simd_of(me)}) {
     ++g->exited;
@@ -180,9 +131,38 @@ void lane_exit(ThreadGroupRun& r, uint32_t me) {
                          " lanes (they returned first)");
     }
   }
-  if (r.schedule != Schedule::Free && !r.failed && r.token == me) pass_token(r, me);
   ++r.finished;
-  if (r.finished == r.n) r.done_cv.notify_all();
+}
+
+// One lane arrives at a collective of `g` (the threadgroup, or its simdgroup) and returns once
+// every member has arrived.
+void arrive(ThreadGroupRun& r, SyncGroup& g, const char* what, const char* file, int line) {
+  const uint32_t me = tls_lane;
+  if (r.schedule == Schedule::Free) {
+    std::unique_lock<std::mutex> lock(r.m);
+    if (note_arrival(r, g, me, what, file, line)) {
+      g.cv.notify_all();
+      return;
+    }
+    const uint64_t gen = g.generation;
+    if (!g.cv.wait_for(lock, kDeadline, [&] { return g.generation != gen || r.failed; })) {
+      fail(r, std::string("timed out at ") + what + " " + site(file, line));
+    }
+    if (r.failed) throw Abort{};
+    return;
+  }
+  // Fibers: block (or stay runnable once the group completes) and hand over to the scheduler.
+  const bool complete = note_arrival(r, g, me, what, file, line);
+  r.state[me] = kBlocked;
+  if (complete) {
+    for (uint32_t l = g.first; l < g.first + g.size; ++l)
+      if (r.state[l] == kBlocked) r.state[l] = kRunnable;
+  }
+  const LanePosition* pos = tls_pos;
+  fiber_yield(r, me);
+  tls_pos = pos;
+  tls_lane = me;
+  if (r.failed) throw Abort{};
 }
 
 LanePosition position(const ThreadGroupRun& r, uint32_t lane) {
@@ -199,26 +179,32 @@ LanePosition position(const ThreadGroupRun& r, uint32_t lane) {
   return p;
 }
 
-void run_lane(ThreadGroupRun& r, uint32_t lane) {
-  const LanePosition pos = position(r, lane);
+// Runs lane `lane` of r to its end; a failure of the threadgroup unwinds it early.
+void lane_body(ThreadGroupRun& r, uint32_t lane, const LanePosition& pos) {
   tls_pos = &pos;
   tls_run = &r;
   tls_lane = lane;
   try {
-    if (r.schedule != Schedule::Free) {
-      std::unique_lock<std::mutex> lock(r.m);
-      wait_for_token(r, lock, lane);
-    }
     (*r.fn)(pos);
   } catch (const Abort&) {
   } catch (const std::exception& e) {
-    std::lock_guard<std::mutex> lock(r.m);
-    mark_failed(r, std::string("lane ") + std::to_string(lane) + " threw: " + e.what());
+    if (r.schedule == Schedule::Free) {
+      std::lock_guard<std::mutex> lock(r.m);
+      mark_failed(r, std::string("lane ") + std::to_string(lane) + " threw: " + e.what());
+    } else {
+      mark_failed(r, std::string("lane ") + std::to_string(lane) + " threw: " + e.what());
+    }
   }
-  lane_exit(r, lane);
-  tls_run = nullptr;
-  tls_pos = nullptr;
 }
+
+// ---- free schedule: pooled lane threads ------------------------------------------------------
+struct Worker {
+  std::mutex m;
+  std::condition_variable go_cv;
+  bool go = false;
+  ThreadGroupRun* run = nullptr;
+  uint32_t lane = 0;
+};
 
 void* worker_main(void* arg) {
   Worker& w = *static_cast<Worker*>(arg);
@@ -232,62 +218,45 @@ void* worker_main(void* arg) {
       r = w.run;
       lane = w.lane;
     }
-    run_lane(*r, lane);
+    const LanePosition pos = position(*r, lane);
+    lane_body(*r, lane, pos);
+    std::lock_guard<std::mutex> lock(r->m);
+    note_exit(*r, lane);
+    if (r->finished == r->n) r->done_cv.notify_all();
+    tls_run = nullptr;
+    tls_pos = nullptr;
   }
   return nullptr;
 }
 
-// The lane threads: created on demand, never destroyed, reused by every threadgroup.
+// Lane threads: created on demand and reused by every threadgroup; never destroyed (the pool is
+// leaked on purpose: its threads wait on it until the process ends).
 class LanePool {
  public:
   Worker* get(uint32_t i) {
     while (workers_.size() <= i) {
-      auto w = std::make_unique<Worker>();
+      auto* w = new Worker();
       pthread_attr_t attr;
       pthread_attr_init(&attr);
       pthread_attr_setstacksize(&attr, kLaneStackBytes);
       pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
       pthread_t t;
-      const int rc = pthread_create(&t, &attr, worker_main, w.get());
+      const int rc = pthread_create(&t, &attr, worker_main, w);
       pthread_attr_destroy(&attr);
       if (rc != 0) throw LaneError("could not start a lane thread: " + std::string(strerror(rc)));
-      workers_.push_back(std::move(w));
+      workers_.push_back(w);
     }
-    return workers_[i].get();
+    return workers_[i];
   }
 
  private:
-  std::vector<std::unique_ptr<Worker>> workers_;
+  std::vector<Worker*> workers_;
 };
 
-std::mutex g_dispatch_mutex;  // one synchronising threadgroup in flight in the whole process
-LanePool g_pool;
-std::string g_schedule_override;
-
-void run_threadgroup(const char* kernel, const LaneFn& fn, Schedule schedule, Dim3 groups,
-                     Dim3 threads, Dim3 tgid) {
-  ThreadGroupRun r;
-  r.kernel = kernel;
-  r.fn = &fn;
-  r.schedule = schedule;
-  r.groups = groups;
-  r.threads = threads;
-  r.tgid = tgid;
-  r.n = static_cast<uint32_t>(threads.count());
-  r.tg.first = 0;
-  r.tg.size = r.n;
-  const uint32_t n_simd = (r.n + kSimdWidth - 1) / kSimdWidth;
-  r.simd = std::make_unique<SyncGroup[]>(n_simd);
-  for (uint32_t s = 0; s < n_simd; ++s) {
-    r.simd[s].first = s * kSimdWidth;
-    r.simd[s].size = std::min(kSimdWidth, r.n - s * kSimdWidth);
-  }
-  r.state.assign(r.n, kRunnable);
-  r.workers.resize(r.n);
-  for (uint32_t l = 0; l < r.n; ++l) r.workers[l] = g_pool.get(l);
-  if (schedule != Schedule::Free) r.token = r.lane_at(0);
+void run_threads(ThreadGroupRun& r) {
+  static LanePool* pool = new LanePool();
   for (uint32_t l = 0; l < r.n; ++l) {
-    Worker& w = *r.workers[l];
+    Worker& w = *pool->get(l);
     std::lock_guard<std::mutex> lock(w.m);
     w.run = &r;
     w.lane = l;
@@ -296,6 +265,88 @@ void run_threadgroup(const char* kernel, const LaneFn& fn, Schedule schedule, Di
   }
   std::unique_lock<std::mutex> lock(r.m);
   r.done_cv.wait(lock, [&] { return r.finished == r.n; });
+}
+
+// ---- forward / reverse schedule: lanes as fibers ---------------------------------------------
+struct Fiber {
+  ucontext_t ctx{};
+  std::unique_ptr<char[]> stack = std::make_unique<char[]>(kFiberStackBytes);
+  LanePosition pos{};
+};
+std::vector<std::unique_ptr<Fiber>>* g_fibers = new std::vector<std::unique_ptr<Fiber>>();
+
+void fiber_main() {
+  ThreadGroupRun& r = *tls_run;
+  const uint32_t lane = tls_lane;
+  lane_body(r, lane, (*g_fibers)[lane]->pos);
+  note_exit(r, lane);
+}  // returns to r.scheduler through uc_link
+
+void run_fibers(ThreadGroupRun& r) {
+  while (g_fibers->size() < r.n) g_fibers->push_back(std::make_unique<Fiber>());
+  for (uint32_t l = 0; l < r.n; ++l) {
+    Fiber& f = *(*g_fibers)[l];
+    f.pos = position(r, l);
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = f.stack.get();
+    f.ctx.uc_stack.ss_size = kFiberStackBytes;
+    f.ctx.uc_link = &r.scheduler;
+    makecontext(&f.ctx, fiber_main, 0);
+  }
+  uint32_t cursor = r.n - 1;  // schedule position of the last lane resumed
+  while (!r.failed && r.finished < r.n) {
+    uint32_t next = r.n;
+    for (uint32_t step = 1; step <= r.n; ++step) {
+      const uint32_t p = (cursor + step) % r.n;
+      if (r.state[r.lane_at(p)] == kRunnable) {
+        next = p;
+        break;
+      }
+    }
+    if (next == r.n) {
+      mark_failed(r, "deadlock: no lane can run (lanes wait at different collectives)");
+      break;
+    }
+    cursor = next;
+    const uint32_t lane = r.lane_at(next);
+    tls_run = &r;
+    tls_lane = lane;
+    tls_pos = &(*g_fibers)[lane]->pos;
+    swapcontext(&r.scheduler, &(*g_fibers)[lane]->ctx);
+  }
+  // Lanes left blocked after a failure are abandoned: their stacks are reused by the next run.
+  tls_run = nullptr;
+  tls_pos = nullptr;
+}
+
+void fiber_yield(ThreadGroupRun& r, uint32_t me) {
+  swapcontext(&(*g_fibers)[me]->ctx, &r.scheduler);
+}
+
+std::mutex g_dispatch_mutex;  // one synchronising threadgroup in flight in the whole process
+std::string g_schedule_override;
+
+void run_threadgroup(const char* kernel, const LaneFn& fn, Schedule schedule, Dim3 groups,
+                     Dim3 threads, Dim3 tgid) {
+  ThreadGroupRun r;
+  r.fn = &fn;
+  r.schedule = schedule;
+  r.groups = groups;
+  r.threads = threads;
+  r.tgid = tgid;
+  r.n = static_cast<uint32_t>(threads.count());
+  r.tg.size = r.n;
+  r.simd = std::make_unique<SyncGroup[]>(r.n_simd());
+  for (uint32_t s = 0; s < r.n_simd(); ++s) {
+    r.simd[s].first = s * kSimdWidth;
+    r.simd[s].size = std::min(kSimdWidth, r.n - s * kSimdWidth);
+  }
+  r.state.assign(r.n, kRunnable);
+  if (schedule == Schedule::Free) {
+    run_threads(r);
+  } else {
+    run_fibers(r);
+  }
   if (r.failed) {
     throw LaneError(std::string(kernel) + ", threadgroup (" + std::to_string(tgid.x) + ", " +
                     std::to_string(tgid.y) + ", " + std::to_string(tgid.z) + "): " + r.error);
@@ -311,10 +362,10 @@ void run_loop(const char* kernel, Dim3 groups, Dim3 threads, const LaneFn& fn) {
   std::string err;
   auto work = [&](uint64_t g0, uint64_t g1) {
     try {
+      ThreadGroupRun r;  // for position() only: nothing synchronises on this path
+      r.threads = threads;
+      r.groups = groups;
       for (uint64_t g = g0; g < g1; ++g) {
-        ThreadGroupRun r;  // only for position(): no synchronisation in this path
-        r.threads = threads;
-        r.groups = groups;
         r.tgid = Dim3{uint32_t(g % groups.x), uint32_t(g / groups.x % groups.y),
                       uint32_t(g / (uint64_t(groups.x) * groups.y))};
         for (uint32_t l = 0; l < n_lanes; ++l) {
@@ -354,9 +405,7 @@ void threadgroup_sync(const char* file, int line) {
     throw LaneError("threadgroup_barrier at " + site(file, line) +
                     " in a kernel registered as barrier-free (kernel_table.cpp)");
   }
-  ThreadGroupRun& r = *tls_run;
-  std::unique_lock<std::mutex> lock(r.m);
-  arrive(r, lock, r.tg, tls_lane, "threadgroup_barrier", file, line);
+  arrive(*tls_run, tls_run->tg, "threadgroup_barrier", file, line);
 }
 
 const uint64_t* simd_exchange_begin(uint64_t value, const char* file, int line) {
@@ -365,29 +414,31 @@ const uint64_t* simd_exchange_begin(uint64_t value, const char* file, int line) 
                     " in a kernel registered as barrier-free (kernel_table.cpp)");
   }
   ThreadGroupRun& r = *tls_run;
-  std::unique_lock<std::mutex> lock(r.m);
   SyncGroup& g = r.simd_of(tls_lane);
-  g.slots[tls_lane % kSimdWidth] = value;
-  arrive(r, lock, g, tls_lane, "simd collective", file, line);
+  {
+    std::unique_lock<std::mutex> lock(r.m, std::defer_lock);
+    if (r.schedule == Schedule::Free) lock.lock();
+    g.slots[tls_lane % kSimdWidth] = value;
+  }
+  arrive(r, g, "simd collective", file, line);
   return g.slots;
 }
 
 void simd_exchange_done(const char* file, int line) {
-  ThreadGroupRun& r = *tls_run;
-  std::unique_lock<std::mutex> lock(r.m);
-  arrive(r, lock, r.simd_of(tls_lane), tls_lane, "simd collective", file, line);
+  arrive(*tls_run, tls_run->simd_of(tls_lane), "simd collective", file, line);
 }
 
-Schedule schedule_from_env() {
+Schedule schedule_from_env(uint64_t lanes) {
   std::string name = g_schedule_override;
   if (name.empty()) {
     const char* env = std::getenv("ARGON_HOST_SCHEDULE");
-    name = env ? env : "free";
+    name = env && *env ? env : "auto";
   }
+  if (name == "auto") return lanes <= kAutoThreadLanes ? Schedule::Free : Schedule::Forward;
   if (name == "free") return Schedule::Free;
   if (name == "forward") return Schedule::Forward;
   if (name == "reverse") return Schedule::Reverse;
-  throw LaneError("ARGON_HOST_SCHEDULE must be free, forward or reverse, got '" + name + "'");
+  throw LaneError("the lane schedule must be auto, free, forward or reverse, got '" + name + "'");
 }
 
 void set_schedule_override(const char* name) {
@@ -404,7 +455,7 @@ void run_dispatch(const char* kernel, Dim3 groups, Dim3 threads, bool synchronis
   }
   if (threads.count() > 1024) throw LaneError(std::string(kernel) + ": more than 1024 lanes");
   std::lock_guard<std::mutex> lock(g_dispatch_mutex);
-  const Schedule schedule = schedule_from_env();
+  const Schedule schedule = schedule_from_env(groups.count() * threads.count());
   for (uint32_t z = 0; z < groups.z; ++z)
     for (uint32_t y = 0; y < groups.y; ++y)
       for (uint32_t x = 0; x < groups.x; ++x)

@@ -5,11 +5,14 @@
 // threadgroup runs at a time (its threadgroup arrays are function-local statics). Kernels without
 // any synchronisation run their lanes as a plain loop, threadgroups spread over a few threads.
 //
-// Lane schedules for synchronising kernels (env ARGON_HOST_SCHEDULE, or set_schedule):
-//   free     every lane runs concurrently; the OS interleaves them (what ThreadSanitizer sees);
-//   forward  one lane runs at a time, in ascending lane order, each until its next barrier,
-//            simd collective or return: a deterministic schedule;
-//   reverse  the same in descending lane order.
+// Lane schedules for synchronising kernels (env ARGON_HOST_SCHEDULE, or set_schedule_override):
+//   free     one host thread per lane, all lanes concurrent; the OS interleaves them (this is
+//            what ThreadSanitizer checks);
+//   forward  lanes as fibers on the dispatching thread, one at a time, in ascending lane order,
+//            each until its next barrier, simd collective or return: deterministic and cheap;
+//   reverse  the same in descending lane order;
+//   auto     (default) free for dispatches of up to kAutoThreadLanes lanes, forward beyond, so
+//            large parity cases stay fast.
 // A missing barrier shows up deterministically under forward (a lane reads what a higher lane
 // has not yet written) or reverse (what a lower lane has not yet written).
 // A barrier that not every lane reaches, or lanes at different barriers, raises LaneError.
@@ -27,8 +30,9 @@ struct LaneError : std::runtime_error {
 };
 
 enum class Schedule { Free, Forward, Reverse };
-Schedule schedule_from_env();          // ARGON_HOST_SCHEDULE, default free
-void set_schedule_override(const char* name);  // "free" | "forward" | "reverse" | "" (env)
+constexpr uint64_t kAutoThreadLanes = 32768;
+Schedule schedule_from_env(uint64_t lanes);    // the schedule for a dispatch of `lanes` lanes
+void set_schedule_override(const char* name);  // "auto" | "free" | "forward" | "reverse" | "" (env)
 
 struct Dim3 {
   uint32_t x = 1, y = 1, z = 1;
