@@ -1,0 +1,120 @@
+"""Swap the sparse MoE blocks of a transformers model for torch_argon.nn.MoE, and back.
+
+    from torch_argon.integrations import transformers as argon_hf
+    names = argon_hf.patch(model)     # the qualified names of the blocks replaced
+    model.generate(...)
+    argon_hf.unpatch(model)
+
+What a patched block is: a torch_argon.nn.MoE built with MoE.from_modules around the block's
+own `gate` (router), `experts` (gate_up_proj / down_proj stacks), and `shared_expert` /
+`shared_expert_gate` where the block has them. Nothing is copied and the parameter names do
+not change, so the state_dict, save_pretrained and loading all behave as before. Keeping the
+model's router module means routing is the model's own, bit for bit, and transformers'
+router-logits recording (output_router_logits) still finds the router it hooks.
+
+The patched block returns what the block it replaces returns (a [B, S, H] tensor in
+transformers 5). Inference only: the argon ops have no autograd formulas, and Mixtral's
+training-time router jitter is not applied.
+"""
+import importlib
+
+import torch
+import torch.nn.functional as F
+
+from ..nn import MoE
+
+# transformers.models.<module>: its sparse MoE block. Those missing from the installed
+# transformers are skipped.
+BLOCKS = {
+    "qwen3_moe": "Qwen3MoeSparseMoeBlock",
+    "qwen3_next": "Qwen3NextSparseMoeBlock",
+    "qwen2_moe": "Qwen2MoeSparseMoeBlock",
+    "mixtral": "MixtralSparseMoeBlock",
+    "olmoe": "OlmoeSparseMoeBlock",
+}
+
+_ORIGINALS = "_argon_original_blocks"  # model attribute: {qualified name: original block}
+
+
+def block_classes():
+    """The supported block classes present in the installed transformers."""
+    found = []
+    for module, name in BLOCKS.items():
+        try:
+            found.append(getattr(importlib.import_module(f"transformers.models.{module}."
+                                                         f"modeling_{module}"), name))
+        except (ImportError, AttributeError):
+            continue
+    return tuple(found)
+
+
+def _is_silu(act_fn):
+    probe = torch.linspace(-8, 8, 65)
+    return torch.allclose(act_fn(probe), F.silu(probe))
+
+
+def why_unsupported(block):
+    """Why a block of a supported class cannot be swapped (an unusual config), or ''."""
+    experts = block.experts
+    if not all(hasattr(experts, a) for a in ("gate_up_proj", "down_proj")):
+        return "its experts hold no gate_up_proj / down_proj stacks"
+    if getattr(experts, "has_bias", False):
+        return "its experts have biases"
+    if not getattr(experts, "is_concatenated", True):
+        return "its gate/up rows are interleaved, not concatenated"
+    if not _is_silu(experts.act_fn):
+        return "its experts' activation is not SiLU (SwiGLU)"
+    shared = getattr(block, "shared_expert", None)
+    if shared is not None and not _is_silu(shared.act_fn):
+        return "its shared expert's activation is not SiLU"
+    return ""
+
+
+def to_argon(block, *, tile_m=16, ops=None):
+    """A torch_argon.nn.MoE sharing the modules of one transformers sparse MoE block."""
+    reason = why_unsupported(block)
+    if reason:
+        raise ValueError(f"cannot swap {type(block).__name__}: {reason}")
+    return MoE.from_modules(block.gate, block.experts, getattr(block, "shared_expert", None),
+                            getattr(block, "shared_expert_gate", None), tile_m=tile_m, ops=ops)
+
+
+def _set_submodule(model, name, module):
+    parent_name, _, child = name.rpartition(".")
+    setattr(model.get_submodule(parent_name) if parent_name else model, child, module)
+
+
+def patch(model, *, tile_m=16, ops=None, strict=True):
+    """Replace every supported sparse MoE block of `model` by a torch_argon.nn.MoE sharing its
+    parameters. Returns the qualified names of the replaced blocks.
+
+    strict: raise when a supported block cannot be swapped (unusual config); with
+    strict=False such blocks are left as they are.
+    """
+    classes = block_classes()
+    originals = model.__dict__.setdefault(_ORIGINALS, {})
+    patched = []
+    for name, module in list(model.named_modules()):
+        if not isinstance(module, classes) or name in originals:
+            continue
+        reason = why_unsupported(module)
+        if reason:
+            if strict:
+                raise ValueError(f"cannot swap {name} ({type(module).__name__}): {reason}")
+            continue
+        _set_submodule(model, name, to_argon(module, tile_m=tile_m, ops=ops))
+        originals[name] = module
+        patched.append(name)
+    return patched
+
+
+def unpatch(model):
+    """Put the original blocks back. Returns the qualified names restored."""
+    originals = model.__dict__.pop(_ORIGINALS, {})
+    for name, module in originals.items():
+        _set_submodule(model, name, module)
+    return list(originals)
+
+
+def is_patched(model):
+    return bool(model.__dict__.get(_ORIGINALS))
