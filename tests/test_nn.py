@@ -22,15 +22,28 @@ def backend_or_skip(name):
     b = backends.get(name)
     if not b.available:
         pytest.skip(f"backend {name}: {b.reason}")
-    if name == "mps":  # MPS has no float64, and the reference computes in float64
-        pytest.skip("the float64 reference does not run on MPS; covered via CPU copies elsewhere")
     return b
 
 
-def assert_close_rel(out, ref, dtype, what=""):
-    assert out.dtype == ref.dtype and out.shape == ref.shape
-    err = (out.double() - ref.double()).abs().max() / ref.double().abs().max().clamp(min=1e-30)
-    assert err <= TOL[dtype], f"{what} {dtype}: relative error {err:.3g} > {TOL[dtype]}"
+def reference_on_cpu(x, w_gate_up, w_down, ids, weights, shared=None, residual=None):
+    """reference.moe_layer in float64 on the CPU (MPS has no float64), given the routing the
+    layer computed on its device, so router ties cannot make the two disagree."""
+    def cpu(t):
+        return None if t is None else t.cpu()
+
+    return reference.moe_layer(x.cpu().double(), None, w_gate_up.cpu().double(),
+                               w_down.cpu().double(), ids.shape[1], topk_ids=ids.cpu(),
+                               topk_weights=weights.cpu(), shared=cpu(shared),
+                               residual=None if residual is None else residual.cpu().double())
+
+
+def assert_close_rel(out, ref, dtype, what="", factor=1):
+    """ref: float64 (CPU). The layer's output must be in its input dtype and shape."""
+    assert out.dtype == dtype and out.shape == ref.shape
+    out, ref = out.cpu().double(), ref.double()
+    err = (out - ref).abs().max() / ref.abs().max().clamp(min=1e-30)
+    tol = factor * TOL[dtype]
+    assert err <= tol, f"{what} {dtype}: relative error {err:.3g} > {tol}"
 
 
 def make_layer(T, H, I, E, dtype, device, seed=0, shared_I=None):
@@ -77,8 +90,8 @@ def test_moe_layer_matches_reference(backend, dtype, shape, scoring, renormalize
     w = make_layer(T, H, I, E, dtype, b.device)
     out = moe_layer(w["x"], w["router"], w["gate_up"], w["down"], K, scoring=scoring,
                     renormalize=renormalize, tile_m=tm, ops=b.ops)
-    ref = reference.moe_layer(w["x"], w["router"], w["gate_up"], w["down"], K, scoring=scoring,
-                              renormalize=renormalize)
+    ids, weights = route(w["x"], w["router"], K, scoring=scoring, renormalize=renormalize)
+    ref = reference_on_cpu(w["x"], w["gate_up"], w["down"], ids, weights)
     assert_close_rel(out, ref, dtype, f"{backend} {shape}")
 
 
@@ -94,15 +107,13 @@ def test_moe_layer_shared_expert_and_residual(backend, dtype, gated):
     out = moe_layer(w["x"], w["router"], w["gate_up"], w["down"], K, renormalize=True,
                     shared_expert_weights=w["shared"], shared_expert_gate=gate_weight,
                     residual=residual, ops=b.ops)
-    shared = shared_expert_f64(w["x"], *w["shared"], gate_weight)
-    ids, weights = route(w["x"], w["router"], K, renormalize=True)  # the layer's own routing
-    ref = reference.moe_layer(w["x"].double(), None, w["gate_up"].double(), w["down"].double(),
-                              K, topk_ids=ids, topk_weights=weights, shared=shared,
-                              residual=residual.double())
+    shared = shared_expert_f64(*(t.cpu() for t in (w["x"], *w["shared"])),
+                               None if gate_weight is None else gate_weight.cpu())
+    ids, weights = route(w["x"], w["router"], K, renormalize=True)
+    ref = reference_on_cpu(w["x"], w["gate_up"], w["down"], ids, weights, shared, residual)
     # The shared expert runs as plain GEMMs in the input dtype: its own roundings add to the
     # layer's, so allow twice the layer tolerance.
-    err = (out.double() - ref).abs().max() / ref.abs().max()
-    assert err <= 2 * TOL[dtype], f"{backend} {dtype}: relative error {err:.3g}"
+    assert_close_rel(out, ref, dtype, backend, factor=2)
 
 
 @pytest.mark.parametrize("backend", backends.NAMES)
@@ -115,8 +126,7 @@ def test_moe_experts_skips_minus_one_ids(backend):
     ids = torch.where(ids % 2 == 1, -1, ids)  # drop the odd experts
     ids[3] = -1                               # and one token entirely
     out = moe_experts(w["x"], ids, weights, w["gate_up"], w["down"], ops=b.ops)
-    ref = reference.moe_layer(w["x"], w["router"], w["gate_up"], w["down"], K,
-                              topk_ids=ids, topk_weights=weights)
+    ref = reference_on_cpu(w["x"], w["gate_up"], w["down"], ids, weights)
     assert_close_rel(out, ref, torch.float32, backend)
     assert torch.count_nonzero(out[3]) == 0
 
@@ -142,28 +152,29 @@ def small_moe(dtype=torch.float32, **kw):
     return MoE(**args, dtype=dtype).eval()
 
 
+@pytest.mark.parametrize("backend", backends.NAMES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shared", [None, 40])
-def test_nn_moe_matches_reference(dtype, shared):
-    moe = small_moe(dtype, scoring="sigmoid", renormalize=True, shared_intermediate_size=shared)
-    x = torch.randn(3, 11, 64).to(dtype)  # [B, S, H]: any leading dims
-    residual = torch.randn(3, 11, 64).to(dtype)
+def test_nn_moe_matches_reference(backend, dtype, shared):
+    b = backend_or_skip(backend)
+    moe = small_moe(dtype, scoring="sigmoid", renormalize=True, shared_intermediate_size=shared,
+                    ops=b.ops).to(b.device)
+    x = torch.randn(3, 11, 64).to(dtype).to(b.device)  # [B, S, H]: any leading dims
+    residual = torch.randn(3, 11, 64).to(dtype).to(b.device)
     with torch.no_grad():
         out = moe(x, residual=residual)
         x2 = x.reshape(-1, 64)
         s = None
         if shared:
             se = moe.shared_expert
-            s = shared_expert_f64(x2, se.gate_proj.weight, se.up_proj.weight, se.down_proj.weight,
-                                  moe.shared_expert_gate.weight)
+            s = shared_expert_f64(*(t.cpu() for t in (x2, se.gate_proj.weight, se.up_proj.weight,
+                                                      se.down_proj.weight,
+                                                      moe.shared_expert_gate.weight)))
         ids, weights = route(x2, moe.gate.weight, 3, scoring="sigmoid", renormalize=True)
-        ref = reference.moe_layer(x2.double(), None, moe.experts.gate_up_proj.double(),
-                                  moe.experts.down_proj.double(), 3, topk_ids=ids,
-                                  topk_weights=weights, shared=s,
-                                  residual=residual.reshape(-1, 64).double())
-    assert out.shape == x.shape and out.dtype == dtype
-    err = (out.reshape(-1, 64).double() - ref).abs().max() / ref.abs().max()
-    assert err <= (2 if shared else 1) * TOL[dtype], f"relative error {err:.3g}"
+        ref = reference_on_cpu(x2, moe.experts.gate_up_proj, moe.experts.down_proj, ids, weights,
+                               s, residual.reshape(-1, 64))
+    assert out.shape == x.shape
+    assert_close_rel(out.reshape(-1, 64), ref, dtype, backend, factor=2 if shared else 1)
 
 
 def test_nn_moe_loads_a_transformers_style_state_dict():
@@ -252,14 +263,16 @@ def test_from_per_expert_names_and_errors():
 
 # ---- torch.compile ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
-def test_nn_moe_compiles_fullgraph(backend):
+@pytest.mark.parametrize("backend", ["cpu", "cuda", "mps"])
+@pytest.mark.parametrize("compiler", ["aot_eager", "inductor"])
+def test_nn_moe_compiles_fullgraph(backend, compiler):
     """No graph break anywhere in the layer (fake impls for every argon op, static sizes)."""
+    b = backend_or_skip(backend)
     torch._dynamo.reset()
-    moe = small_moe(shared_intermediate_size=40, renormalize=True)
-    x = torch.randn(2, 13, 64)
-    residual = torch.randn(2, 13, 64)
-    compiled = torch.compile(moe, fullgraph=True, backend=backend)
+    moe = small_moe(shared_intermediate_size=40, renormalize=True).to(b.device)
+    x = torch.randn(2, 13, 64, device=b.device)
+    residual = torch.randn(2, 13, 64, device=b.device)
+    compiled = torch.compile(moe, fullgraph=True, backend=compiler)
     with torch.no_grad():
         torch.testing.assert_close(compiled(x, residual=residual), moe(x, residual=residual),
                                    atol=1e-5, rtol=1e-5)
