@@ -34,7 +34,9 @@ def want_mps():
     return platform.system() == "Darwin" and os.environ.get("ARGON_NO_MPS") != "1"
 
 
-cxx_flags = ["-O3", "-ffp-contract=off", "-fvisibility=hidden"]
+# -ffp-contract=off: no fused multiply-add, so the combine is bit-exact with the reference.
+# -fno-trapping-math: lets GCC vectorise branch-free clamps (we never read FP exception flags).
+cxx_flags = ["-O3", "-ffp-contract=off", "-fno-trapping-math", "-fvisibility=hidden"]
 nvcc_flags = ["-O3", "--fmad=false", "-lineinfo"]
 srcs = sources("*.cpp", "cpu/*.cpp", "metal_host/*.cpp")
 defines = []
