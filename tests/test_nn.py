@@ -289,3 +289,18 @@ def test_functional_moe_layer_compiles_fullgraph():
 
     compiled = torch.compile(layer, fullgraph=True, backend="aot_eager")
     torch.testing.assert_close(compiled(w["x"]), layer(w["x"]), atol=0, rtol=0)
+
+
+def test_nn_moe_compiles_once_for_varying_lengths():
+    """dynamic=True: one graph serves every sequence length (prefill chunks of any size)."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch._dynamo.reset()
+    moe = small_moe(renormalize=True)
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(moe, fullgraph=True, dynamic=True, backend=counter)
+    with torch.no_grad():
+        for T in (7, 30, 61):
+            x = torch.randn(T, 64)
+            torch.testing.assert_close(compiled(x), moe(x), atol=1e-5, rtol=1e-5)
+    assert counter.frame_count == 1

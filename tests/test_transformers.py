@@ -15,6 +15,7 @@ transformers = pytest.importorskip(
     "transformers", reason="transformers is not installed (pip install torch_argon[transformers])")
 
 from torch_argon.integrations import transformers as argon_hf  # noqa: E402
+from torch_argon.layer import moe_experts  # noqa: E402
 from torch_argon.nn import MoE  # noqa: E402
 
 VOCAB, H = 128, 64
@@ -138,6 +139,47 @@ def test_unsupported_activation_raises_or_is_skipped():
     with pytest.raises(ValueError, match="not SiLU"):
         argon_hf.patch(model)
     assert argon_hf.patch(model, strict=False) == []
+
+
+@pytest.mark.parametrize("family,overrides", [
+    ("qwen3_moe", {}),
+    ("mixtral", {}),
+    # sigmoid routing with an expert bias and a routed scaling factor, dense first layer
+    ("lfm2_moe", dict(num_dense_layers=1, routed_scaling_factor=2.5)),
+])
+def test_experts_implementation_hook(family, overrides, monkeypatch):
+    """model.set_experts_implementation("argon"): the model's block routes, argon runs the
+    experts."""
+    if family == "lfm2_moe":
+        if not hasattr(transformers, "Lfm2MoeForCausalLM"):
+            pytest.skip(f"Lfm2Moe is not in transformers {transformers.__version__}")
+        torch.manual_seed(0)
+        config = transformers.Lfm2MoeConfig(**{**COMMON, "num_key_value_heads": 2},
+                                            moe_intermediate_size=32, intermediate_size=96,
+                                            num_experts=8, num_experts_per_tok=3,
+                                            layer_types=["full_attention", "conv"], **overrides)
+        model = transformers.Lfm2MoeForCausalLM(config).eval()
+    else:
+        model = tiny_model(family, **overrides)
+    ids, mask = inputs()
+    calls = []
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return moe_experts(*args, **kwargs)
+
+    monkeypatch.setattr(argon_hf, "moe_experts", counting)
+    assert argon_hf.register_experts_implementation() == "argon"
+    with torch.no_grad():
+        model.set_experts_implementation("eager")
+        ref = model(input_ids=ids, attention_mask=mask).logits
+        model.set_experts_implementation("argon")
+        assert model.config._experts_implementation == "argon"
+        out = model(input_ids=ids, attention_mask=mask).logits
+        model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=2, do_sample=False)
+    assert rel_err(out, ref) <= TOL[torch.float32]
+    n_moe_layers = sum(hasattr(m, "gate_up_proj") for m in model.modules())
+    assert n_moe_layers >= 1 and len(calls) == 3 * n_moe_layers  # forward + 2 generate steps
 
 
 def test_patched_model_compiles_fullgraph_block():

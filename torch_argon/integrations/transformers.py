@@ -15,13 +15,20 @@ router-logits recording (output_router_logits) still finds the router it hooks.
 The patched block returns what the block it replaces returns (a [B, S, H] tensor in
 transformers 5). Inference only: the argon ops have no autograd formulas, and Mixtral's
 training-time router jitter is not applied.
+
+A lighter hook for every other transformers MoE whose experts use @use_experts_implementation
+(SwiGLU, concatenated gate/up stacks, no bias): register_experts_implementation() adds "argon"
+to transformers' experts implementations, then model.set_experts_implementation("argon") (or
+from_pretrained(..., experts_implementation="argon")) runs the experts on the argon ops while
+the model's own block does the routing and any shared expert.
 """
 import importlib
 
 import torch
 import torch.nn.functional as F
 
-from ..nn import MoE
+from ..layer import moe_experts
+from ..nn import MoE, expert_stacks
 
 # transformers.models.<module>: its sparse MoE block. Those missing from the installed
 # transformers are skipped.
@@ -53,9 +60,8 @@ def _is_silu(act_fn):
     return torch.allclose(act_fn(probe), F.silu(probe))
 
 
-def why_unsupported(block):
-    """Why a block of a supported class cannot be swapped (an unusual config), or ''."""
-    experts = block.experts
+def why_experts_unsupported(experts):
+    """Why an experts module cannot run on the argon ops, or ''."""
     if not all(hasattr(experts, a) for a in ("gate_up_proj", "down_proj")):
         return "its experts hold no gate_up_proj / down_proj stacks"
     if getattr(experts, "has_bias", False):
@@ -64,6 +70,14 @@ def why_unsupported(block):
         return "its gate/up rows are interleaved, not concatenated"
     if not _is_silu(experts.act_fn):
         return "its experts' activation is not SiLU (SwiGLU)"
+    return ""
+
+
+def why_unsupported(block):
+    """Why a block of a supported class cannot be swapped (an unusual config), or ''."""
+    reason = why_experts_unsupported(block.experts)
+    if reason:
+        return reason
     shared = getattr(block, "shared_expert", None)
     if shared is not None and not _is_silu(shared.act_fn):
         return "its shared expert's activation is not SiLU"
@@ -118,3 +132,31 @@ def unpatch(model):
 
 def is_patched(model):
     return bool(model.__dict__.get(_ORIGINALS))
+
+
+# ---- the experts-implementation hook -------------------------------------------------------
+
+EXPERTS_IMPLEMENTATION = "argon"
+
+
+def argon_experts_forward(experts, hidden_states, top_k_index, top_k_weights):
+    """transformers' experts forward signature: x [T, H], ids [T, K], weights [T, K] -> [T, H].
+    Expert-parallel sentinel ids (== num_experts) become -1, which the plan skips."""
+    if not getattr(experts, "_argon_checked", False):
+        reason = why_experts_unsupported(experts)
+        if reason:
+            raise ValueError(f"experts_implementation='argon' cannot run "
+                             f"{type(experts).__name__}: {reason}")
+        experts._argon_checked = True
+    w_gate_up, w_down = expert_stacks(experts)
+    if getattr(experts, "_is_expert_parallel", False):
+        top_k_index = torch.where(top_k_index >= w_gate_up.shape[0], -1, top_k_index)
+    return moe_experts(hidden_states, top_k_index, top_k_weights, w_gate_up, w_down)
+
+
+def register_experts_implementation():
+    """Adds "argon" to transformers' experts implementations (idempotent)."""
+    from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
+
+    ALL_EXPERTS_FUNCTIONS.register(EXPERTS_IMPLEMENTATION, argon_experts_forward)
+    return EXPERTS_IMPLEMENTATION
