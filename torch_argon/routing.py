@@ -13,7 +13,7 @@ def select_experts(logits, top_k, *, scoring="softmax", renormalize=False):
     Scores are computed in fp32 from the logits, as transformers' routers do.
     """
     if scoring == "softmax":
-        scores = logits.float().softmax(dim=-1)
+        scores = torch.softmax(logits, dim=-1, dtype=torch.float32)  # one kernel, cast inside
     elif scoring == "sigmoid":
         scores = logits.float().sigmoid()
     else:
