@@ -157,9 +157,9 @@ def bench_one(args, timer, ops, T, dist, tile_ms):
     out = argon_layer(tm)
 
     records = []
-    layer_baselines = [("per_expert_loop", baselines.layer_per_expert_loop, args.loop_samples)]
+    layer_baselines = [("layer_per_expert_loop", baselines.layer_per_expert_loop, args.loop_samples)]
     if hasattr(torch, "_grouped_mm"):
-        layer_baselines.append(("argsort_grouped_mm", baselines.layer_argsort_grouped_mm,
+        layer_baselines.append(("layer_argsort_grouped_mm", baselines.layer_argsort_grouped_mm,
                                 None))
     for name, fn, samples in layer_baselines:
         call = lambda: fn(x, router, w_gate_up, w_down, K)  # noqa: E731
@@ -198,17 +198,17 @@ def bench_one(args, timer, ops, T, dist, tile_ms):
     stages = {  # stage: (argon call, (baseline name, call, capturable) or None)
         "route": (lambda: route(x, router, K), None),
         "plan": (lambda: ops.moe_plan(ids, weights, E, tm),
-                 ("argsort_plan", lambda: baselines.plan_argsort(ids, weights, E, tm), False)),
+                 ("torch_argsort", lambda: baselines.plan_argsort(ids, weights, E, tm), False)),
         "gather": (lambda: ops.moe_gather(x, plan),
-                   ("index_select", lambda: baselines.gather_index_select(x, plan.sorted_token),
+                   ("torch_index_select", lambda: baselines.gather_index_select(x, plan.sorted_token),
                     True)),
         "gate_up_mm": (lambda: ops.moe_mm(xs, w_gate_up, plan),
-                       ("grouped_mm", lambda: grouped_mm(xs, w_gate_up), True)
+                       ("torch_grouped_mm", lambda: grouped_mm(xs, w_gate_up), True)
                        if has_grouped_mm else None),
-        "swiglu": (lambda: ops.swiglu(gu), ("torch_swiglu", lambda: baselines.swiglu_torch(gu),
+        "swiglu": (lambda: ops.swiglu(gu), ("torch_silu_mul", lambda: baselines.swiglu_torch(gu),
                                             True)),
         "down_mm": (lambda: ops.moe_mm(h, w_down, plan),
-                    ("grouped_mm", lambda: grouped_mm(h, w_down), True)
+                    ("torch_grouped_mm", lambda: grouped_mm(h, w_down), True)
                     if has_grouped_mm else None),
         "combine": (lambda: ops.moe_combine(y, plan, weights, out_dtype=x.dtype),
                     ("torch_gather_sum", lambda: baselines.combine_torch(y, plan.pos, weights),
@@ -263,7 +263,7 @@ def report(records, device):
           f"{layer['median_us']:.1f} us ({layer['timing']})")
     for r in records:
         if r["op"] == "moe_layer" and r["baseline"]:
-            print(f"  vs {r['baseline']:<20} {r['baseline_median_us']:10.1f} us "
+            print(f"  vs {r["baseline"]:<25} {r['baseline_median_us']:10.1f} us "
                   f"({r['baseline_timing']}): {r['baseline_median_us'] / r['median_us']:.2f}x, "
                   f"max rel err {r['max_rel_err_vs_baseline']:.2e}")
     if device.type == "cuda":
