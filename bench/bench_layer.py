@@ -263,7 +263,7 @@ def report(records, device):
           f"{layer['median_us']:.1f} us ({layer['timing']})")
     for r in records:
         if r["op"] == "moe_layer" and r["baseline"]:
-            print(f"  vs {r["baseline"]:<25} {r['baseline_median_us']:10.1f} us "
+            print(f"  vs {r['baseline']:<25} {r['baseline_median_us']:10.1f} us "
                   f"({r['baseline_timing']}): {r['baseline_median_us'] / r['median_us']:.2f}x, "
                   f"max rel err {r['max_rel_err_vs_baseline']:.2e}")
     if device.type == "cuda":
