@@ -27,6 +27,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from torch_argon import backends, baselines  # noqa: E402
+from torch_argon.layer import moe_layer  # noqa: E402
 from torch_argon.routing import route  # noqa: E402
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -134,10 +135,7 @@ def bench_one(args, timer, ops, T, dist, tile_ms):
     common = dict(backend=args.backend, T=T, E=E, K=K, dist=dist, dtype=args.dtype, H=H, I=I)
 
     def argon_layer(tm):
-        ids, weights = route(x, router, K)
-        plan = ops.moe_plan(ids, weights, E, tm)
-        h = ops.swiglu(ops.moe_mm(ops.moe_gather(x, plan), w_gate_up, plan))
-        return ops.moe_combine(ops.moe_mm(h, w_down, plan), plan, weights, out_dtype=x.dtype)
+        return moe_layer(x, router, w_gate_up, w_down, K, tile_m=tm, ops=ops)
 
     # The layer, at the best of the tile sizes asked for (a backend may refuse some).
     layer_us = {}
@@ -157,7 +155,8 @@ def bench_one(args, timer, ops, T, dist, tile_ms):
     out = argon_layer(tm)
 
     records = []
-    layer_baselines = [("layer_per_expert_loop", baselines.layer_per_expert_loop, args.loop_samples)]
+    layer_baselines = [("layer_per_expert_loop", baselines.layer_per_expert_loop,
+                        args.loop_samples)]
     if hasattr(torch, "_grouped_mm"):
         layer_baselines.append(("layer_argsort_grouped_mm", baselines.layer_argsort_grouped_mm,
                                 None))
@@ -200,8 +199,8 @@ def bench_one(args, timer, ops, T, dist, tile_ms):
         "plan": (lambda: ops.moe_plan(ids, weights, E, tm),
                  ("torch_argsort", lambda: baselines.plan_argsort(ids, weights, E, tm), False)),
         "gather": (lambda: ops.moe_gather(x, plan),
-                   ("torch_index_select", lambda: baselines.gather_index_select(x, plan.sorted_token),
-                    True)),
+                   ("torch_index_select",
+                    lambda: baselines.gather_index_select(x, plan.sorted_token), True)),
         "gate_up_mm": (lambda: ops.moe_mm(xs, w_gate_up, plan),
                        ("torch_grouped_mm", lambda: grouped_mm(xs, w_gate_up), True)
                        if has_grouped_mm else None),
