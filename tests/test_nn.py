@@ -180,9 +180,9 @@ def test_nn_moe_matches_reference(backend, dtype, shared):
 def test_nn_moe_loads_a_transformers_style_state_dict():
     moe = small_moe(shared_intermediate_size=40)
     assert set(moe.state_dict()) == {
-        "gate.weight", "experts.gate_up_proj", "experts.down_proj", "shared_expert.gate_proj.weight",
-        "shared_expert.up_proj.weight", "shared_expert.down_proj.weight",
-        "shared_expert_gate.weight"}
+        "gate.weight", "experts.gate_up_proj", "experts.down_proj",
+        "shared_expert.gate_proj.weight", "shared_expert.up_proj.weight",
+        "shared_expert.down_proj.weight", "shared_expert_gate.weight"}
     twin = small_moe(shared_intermediate_size=40)
     twin.load_state_dict({k: v + 1 for k, v in moe.state_dict().items()})
     assert torch.equal(twin.experts.down_proj, moe.experts.down_proj + 1)

@@ -82,7 +82,8 @@ class Experts(nn.Module):
             for e, module in enumerate(modules):
                 gate, up, dn = (getattr(module, n) for n in names)
                 for linear, view in ((gate, gate_up[e, :I]), (up, gate_up[e, I:]), (dn, down[e])):
-                    if linear.weight.shape != view.shape or getattr(linear, "bias", None) is not None:
+                    has_bias = getattr(linear, "bias", None) is not None
+                    if linear.weight.shape != view.shape or has_bias:
                         raise ValueError(f"expert {e}: {linear} does not fit a bias-free "
                                          f"[{view.shape[0]}, {view.shape[1]}] projection")
                     view.copy_(linear.weight)
@@ -170,7 +171,8 @@ class MoE(nn.Module):
         shared = None
         if self.shared_expert is not None:
             s = self.shared_expert
-            gate_weight = None if self.shared_expert_gate is None else self.shared_expert_gate.weight
+            gate = self.shared_expert_gate
+            gate_weight = None if gate is None else gate.weight
             shared = shared_expert(x, s.gate_proj.weight, s.up_proj.weight, s.down_proj.weight,
                                    gate_weight, ops=self.ops)
         if residual is not None:
