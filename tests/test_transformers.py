@@ -125,6 +125,20 @@ def test_router_logits_are_still_recorded():
     torch.testing.assert_close(out.aux_loss, ref.aux_loss)
 
 
+def test_save_pretrained_of_a_patched_model_loads_unpatched(tmp_path):
+    model = tiny_model("qwen3_next")
+    ids, mask = inputs()
+    argon_hf.patch(model)
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask).logits
+    model.save_pretrained(tmp_path)
+    plain = type(model).from_pretrained(tmp_path).eval()
+    assert not argon_hf.is_patched(plain)
+    with torch.no_grad():
+        ref = plain(input_ids=ids, attention_mask=mask).logits
+    assert rel_err(out, ref) <= TOL[torch.float32]
+
+
 def test_patch_twice_is_a_no_op_and_unpatch_restores_the_objects():
     model = tiny_model("mixtral")
     originals = [model.get_submodule(f"model.layers.{i}.mlp") for i in range(2)]
