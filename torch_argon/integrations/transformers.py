@@ -43,8 +43,17 @@ BLOCKS = {
 _ORIGINALS = "_argon_original_blocks"  # model attribute: {qualified name: original block}
 
 
+def _require_transformers():
+    try:
+        return importlib.import_module("transformers")
+    except ImportError as e:
+        raise ImportError("torch_argon.integrations.transformers needs the transformers "
+                          "package: pip install 'torch_argon[transformers]'") from e
+
+
 def block_classes():
     """The supported block classes present in the installed transformers."""
+    _require_transformers()
     found = []
     for module, name in BLOCKS.items():
         try:
@@ -156,6 +165,7 @@ def argon_experts_forward(experts, hidden_states, top_k_index, top_k_weights):
 
 def register_experts_implementation():
     """Adds "argon" to transformers' experts implementations (idempotent)."""
+    _require_transformers()
     from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
 
     ALL_EXPERTS_FUNCTIONS.register(EXPERTS_IMPLEMENTATION, argon_experts_forward)
