@@ -304,3 +304,37 @@ def test_nn_moe_compiles_once_for_varying_lengths():
             x = torch.randn(T, 64)
             torch.testing.assert_close(compiled(x), moe(x), atol=1e-5, rtol=1e-5)
     assert counter.frame_count == 1
+
+
+# ---- bench/bench_layer.py: a smoke run, and its JSON merge --------------------------------
+
+def test_bench_layer_runs_on_cpu_and_merges_its_records(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "bench" / "bench_layer.py"
+    out = tmp_path / "results.json"
+    foreign = {"op": "moe_plan", "backend": "cpu", "T": 8, "baseline": "x", "median_us": 1.0}
+    stale = {"op": "moe_layer", "backend": "cpu", "T": 8, "baseline": "layer_per_expert_loop",
+             "dist": "uniform", "median_us": -1.0}
+    out.write_text(json.dumps([foreign, stale]))
+    cmd = [sys.executable, str(script), "--device", "cpu", "--T", "8", "--E", "4", "--K", "2",
+           "--hidden", "32", "--inter", "16", "--dtype", "fp32", "--samples", "2",
+           "--loop-samples", "1", "--tile-m", "4,8", "--json", str(out)]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=300)
+    records = json.loads(out.read_text())
+    assert foreign in records  # other records are kept
+    layer = [r for r in records if r["op"] == "moe_layer"]
+    assert {r["baseline"] for r in layer} >= {"layer_per_expert_loop"}
+    assert all(r["median_us"] > 0 for r in layer)  # the stale record was replaced
+    stages = {r["op"] for r in records if r["op"].startswith("moe_layer/")}
+    assert stages == {f"moe_layer/{s}" for s in ("route", "plan", "gather", "gate_up_mm",
+                                                  "swiglu", "down_mm", "combine")}
+    for r in records[1:]:
+        assert {"op", "backend", "T", "E", "K", "tm", "dist", "median_us", "baseline",
+                "baseline_median_us"} <= set(r)
+        assert r["tm"] in (4, 8)
+    for r in layer:  # the bench checks the layer against each baseline it races (fp32 here)
+        assert r["max_rel_err_vs_baseline"] < 1e-5
