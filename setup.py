@@ -75,4 +75,5 @@ setup(
     ext_modules=[ext],
     cmdclass={"build_ext": cpp_extension.BuildExtension},
     python_requires=">=3.10",
+    extras_require={"transformers": ["transformers>=5.0"]},
 )
