@@ -14,6 +14,7 @@ import platform
 import torch
 
 from . import backends, baselines, reference
+from .layer import default_tile_m
 from .routing import route
 from .timing import median_us
 
@@ -35,7 +36,7 @@ def parse_args(argv=None):
     p.add_argument("--hidden", type=int)
     p.add_argument("--inter", type=int, help="expert width (intermediate size)")
     p.add_argument("--dtype", choices=list(DTYPES))
-    p.add_argument("--tile-m", type=int, default=16)
+    p.add_argument("--tile-m", type=int, help="rows per GEMM tile (default: 16 on GPUs, 1 on the CPU)")
     p.add_argument("--repeat", type=int, default=10, help="timed calls per stage (median)")
     p.add_argument("--no-loop", action="store_true", help="skip the slow per-expert loop")
     p.add_argument("--json", default="argon_report.json")
@@ -43,6 +44,8 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.device == "auto":
         args.device = backends.best_device()
+    if args.tile_m is None:
+        args.tile_m = default_tile_m(args.device)
     for key, value in DEFAULTS["cpu" if args.device == "cpu" else "gpu"].items():
         if getattr(args, key) is None:
             setattr(args, key, value)

@@ -26,13 +26,22 @@ def check_expert_weights(x, w_gate_up, w_down):
                          f"got {tuple(w_down.shape)}")
 
 
-def moe_experts(x, topk_ids, topk_weights, w_gate_up, w_down, *, tile_m=16, shared=None,
+def default_tile_m(device):
+    """Rows per GEMM tile when the caller gives none: 16 on GPUs (the grouped GEMMs' M tile);
+    1 on the CPU, where each expert's rows go to torch's matmul whole and padding is waste."""
+    return 1 if torch.device(device).type == "cpu" else 16
+
+
+def moe_experts(x, topk_ids, topk_weights, w_gate_up, w_down, *, tile_m=None, shared=None,
                 residual=None, ops=argon_ops):
     """The experts of a routed layer: plan, gather, gate/up moe_mm, swiglu, down moe_mm,
     combine. x [T, H]; topk_ids [T, K] (ids in [0, E) or -1: skipped), topk_weights [T, K].
     shared, residual: optional [T, H] added in the combine (fp32, before the one rounding).
+    tile_m: rows per GEMM tile; None picks default_tile_m(x.device).
     Returns [T, H] in x's dtype.
     """
+    if tile_m is None:
+        tile_m = default_tile_m(x.device)
     plan = ops.moe_plan(topk_ids, topk_weights, w_gate_up.shape[0], tile_m)
     xs = ops.moe_gather(x, plan)
     h = ops.swiglu(ops.moe_mm(xs, w_gate_up, plan))
@@ -55,7 +64,7 @@ def shared_expert(x, w_gate, w_up, w_down, gate_weight=None, *, ops=argon_ops):
 
 
 def moe_layer(x, router_weight, w_gate_up, w_down, top_k, *, scoring="softmax",
-              renormalize=False, tile_m=16, shared=None, residual=None, shared_expert_weights=None,
+              renormalize=False, tile_m=None, shared=None, residual=None, shared_expert_weights=None,
               shared_expert_gate=None, ops=argon_ops):
     """One sparse MoE layer on x [T, H].
 

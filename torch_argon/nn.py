@@ -128,7 +128,7 @@ class MoE(nn.Module):
 
     def __init__(self, hidden_size, intermediate_size, n_experts, top_k, *, scoring="softmax",
                  renormalize=False, shared_intermediate_size=None, shared_expert_gate=True,
-                 is_transposed=False, tile_m=16, ops: Optional[OpSet] = None, device=None,
+                 is_transposed=False, tile_m=None, ops: Optional[OpSet] = None, device=None,
                  dtype=None):
         super().__init__()
         kw = dict(device=device, dtype=dtype)
@@ -146,7 +146,7 @@ class MoE(nn.Module):
 
     @classmethod
     def from_modules(cls, gate, experts, shared_expert=None, shared_expert_gate=None, *,
-                     tile_m=16, ops: Optional[OpSet] = None):
+                     tile_m=None, ops: Optional[OpSet] = None):
         """Wraps existing modules, sharing their parameters (nothing is copied).
 
         gate: a router whose forward(x [T, H]) returns (logits, weights [T, K], ids [T, K]).

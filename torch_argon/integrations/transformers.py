@@ -93,7 +93,7 @@ def why_unsupported(block):
     return ""
 
 
-def to_argon(block, *, tile_m=16, ops=None):
+def to_argon(block, *, tile_m=None, ops=None):
     """A torch_argon.nn.MoE sharing the modules of one transformers sparse MoE block."""
     reason = why_unsupported(block)
     if reason:
@@ -107,7 +107,7 @@ def _set_submodule(model, name, module):
     setattr(model.get_submodule(parent_name) if parent_name else model, child, module)
 
 
-def patch(model, *, tile_m=16, ops=None, strict=True):
+def patch(model, *, tile_m=None, ops=None, strict=True):
     """Replace every supported sparse MoE block of `model` by a torch_argon.nn.MoE sharing its
     parameters. Returns the qualified names of the replaced blocks.
 
