@@ -34,11 +34,17 @@ def want_mps():
     return platform.system() == "Darwin" and os.environ.get("ARGON_NO_MPS") != "1"
 
 
-cxx_flags = ["-O3", "-ffp-contract=off", "-fvisibility=hidden"]
-nvcc_flags = ["-O3", "--fmad=false", "-lineinfo"]
-srcs = sources("*.cpp", "cpu/*.cpp", "metal_host/*.cpp")
 defines = []
 extra_link = []
+# -ffp-contract=off: no fused multiply-add, so the combine is bit-exact with the reference.
+# -fno-trapping-math: lets GCC vectorise branch-free clamps (we never read FP exception flags).
+cxx_flags = ["-O3", "-ffp-contract=off", "-fno-trapping-math", "-fvisibility=hidden"]
+nvcc_flags = ["-O3", "--fmad=false", "-lineinfo"]
+if platform.system() == "Linux":
+    # at::parallel_for is inline OpenMP in torch's headers: without -fopenmp it runs serially.
+    cxx_flags.append("-fopenmp")
+    extra_link.append("-fopenmp")
+srcs = sources("*.cpp", "cpu/*.cpp", "metal_host/*.cpp")
 Extension = cpp_extension.CppExtension
 
 if want_cuda():
@@ -75,4 +81,5 @@ setup(
     ext_modules=[ext],
     cmdclass={"build_ext": cpp_extension.BuildExtension},
     python_requires=">=3.10",
+    extras_require={"transformers": ["transformers>=5.0"]},
 )

@@ -68,6 +68,45 @@ def layer_per_expert_loop(x, router_weight, w_gate_up, w_down, top_k, *, scoring
     return out.to(x.dtype)
 
 
+def has_grouped_mm(device, dtype):
+    """Whether this torch offers torch._grouped_mm for the device and dtype."""
+    if not hasattr(torch, "_grouped_mm"):
+        return False
+    try:
+        a = torch.zeros(16, 16, device=device, dtype=dtype)
+        b = torch.zeros(1, 16, 16, device=device, dtype=dtype)
+        torch._grouped_mm(a, b.transpose(1, 2), offs=torch.tensor([16], dtype=torch.int32,
+                                                                   device=device))
+        return True
+    except (RuntimeError, NotImplementedError):
+        return False
+
+
+# The argsort + grouped_mm layer, stage by stage (the main job times each stage).
+def argsort_plan(topk_ids, n_expert):
+    """Entries stably sorted by expert, and each expert's end in that order (int32)."""
+    flat = topk_ids.reshape(-1)
+    order = torch.argsort(flat, stable=True)
+    ends = torch.bincount(flat, minlength=n_expert).cumsum(0).int()
+    return order, ends
+
+
+def argsort_gather(x, order, top_k):
+    return x[order // top_k]
+
+
+def grouped_mm(xs, w, ends):
+    """xs [rows, Kd] grouped by expert (group e ends at ends[e]) times w [E, N, Kd]^T."""
+    return torch._grouped_mm(xs, w.transpose(1, 2), offs=ends)
+
+
+def argsort_combine(y, order, topk_weights, top_k, n_tokens):
+    scaled = y.float() * topk_weights.reshape(-1)[order, None].float()
+    out = torch.zeros(n_tokens, y.shape[1], dtype=torch.float32, device=y.device)
+    out.index_add_(0, order // top_k, scaled)
+    return out.to(y.dtype)
+
+
 def layer_argsort_grouped_mm(x, router_weight, w_gate_up, w_down, top_k, *, scoring="softmax",
                              renormalize=False):
     """The best plain-torch layer: stable argsort of the entries by expert, one
@@ -75,16 +114,8 @@ def layer_argsort_grouped_mm(x, router_weight, w_gate_up, w_down, top_k, *, scor
     from .routing import route
 
     ids, weights = route(x, router_weight, top_k, scoring=scoring, renormalize=renormalize)
-    E, inter = w_gate_up.shape[0], w_down.shape[2]
-    K = ids.shape[1]
-    flat = ids.reshape(-1)
-    order = torch.argsort(flat, stable=True)
-    ends = torch.bincount(flat, minlength=E).cumsum(0).int()
-    xs = x[order // K]
-    gu = torch._grouped_mm(xs, w_gate_up.transpose(1, 2), offs=ends)
-    h = F.silu(gu[:, :inter]) * gu[:, inter:]
-    y = torch._grouped_mm(h, w_down.transpose(1, 2), offs=ends)
-    y = y.float() * weights.reshape(-1)[order, None]
-    out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
-    out.index_add_(0, order // K, y)
-    return out.to(x.dtype)
+    order, ends = argsort_plan(ids, w_gate_up.shape[0])
+    gate_up = grouped_mm(argsort_gather(x, order, top_k), w_gate_up, ends)
+    h = swiglu_torch(gate_up)
+    y = grouped_mm(h, w_down, ends)
+    return argsort_combine(y, order, weights, top_k, x.shape[0])

@@ -1,0 +1,335 @@
+"""Time the whole argon MoE layer and each of its stages against plain-torch baselines, in one
+run on the current device, and merge the records into a JSON file.
+
+    # the H200 (defaults: bf16, E=512, K=10, hidden 2048, expert width 512), ~1-2 minutes:
+    python bench/bench_layer.py --json bench/results/h200.json
+    # the CPU, small shapes:
+    python bench/bench_layer.py --device cpu --T 64,256 --E 16 --K 4 --hidden 256 --inter 128 \
+        --json bench/results/cpu.json
+
+Timing: on CUDA, GPU time per call from CUDA events around CUDA graph replays (median of
+samples); what cannot be captured because it syncs with the host (the per-expert loop, the
+argsort plan's bincount) is timed eagerly with CUDA events. On the CPU, wall clock. Each
+record says which ("timing", "baseline_timing").
+
+Records: {"op": "moe_layer" or "moe_layer/<stage>", "backend", "T", "E", "K", "tm", "dist",
+"median_us", "baseline", "baseline_median_us", ...}. A record replaces the one in the file
+with the same (op, backend, T, baseline, dist); the others are kept.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from torch_argon import backends, baselines  # noqa: E402
+from torch_argon.layer import moe_layer  # noqa: E402
+from torch_argon.routing import route  # noqa: E402
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+STAGES = ("route", "plan", "gather", "gate_up_mm", "swiglu", "down_mm", "combine")
+
+
+# ---- timers: each returns the median microseconds per call, and how it was timed ----------
+
+def time_wall(fn, samples):
+    fn()
+    times = []
+    for _ in range(samples):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e6)
+    return statistics.median(times), "wall"
+
+
+def _events_us(run, inner, samples):
+    times = []
+    for _ in range(samples):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(inner):
+            run()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / inner)
+    return statistics.median(times)
+
+
+def time_cuda_eager(fn, samples):
+    fn()
+    torch.cuda.synchronize()
+    return _events_us(fn, 1, samples), "events"
+
+
+def time_cuda_graph(fn, samples):
+    """Capture fn once, then time replays; several replays per sample for short graphs."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    one = _events_us(graph.replay, 1, 3)
+    inner = max(1, min(100, int(1000 / max(one, 1.0))))  # about 1 ms per sample
+    us = _events_us(graph.replay, inner, samples)
+    del graph
+    return us, "graph"
+
+
+class Timer:
+    def __init__(self, device, samples):
+        self.device, self.samples = device, samples
+
+    def __call__(self, fn, capturable=True, samples=None):
+        samples = samples or self.samples
+        if self.device.type != "cuda":
+            return time_wall(fn, samples)
+        if capturable:
+            try:
+                return time_cuda_graph(fn, samples)
+            except RuntimeError as e:  # something in fn syncs with the host: time it eagerly
+                print(f"  (CUDA graph capture failed, timing eagerly: {str(e).splitlines()[0]})")
+                torch.cuda.synchronize()
+        return time_cuda_eager(fn, samples)
+
+
+# ---- the problem ----------------------------------------------------------------------------
+
+def make_problem(T, E, H, I, dtype, device, dist, seed=0):
+    """Activations, router and expert stacks, scaled so every stage's values are O(1).
+    dist "skewed": a bias column gives expert popularity about Zipf(1.2)."""
+    g = torch.Generator(device=device).manual_seed(seed)
+
+    def randn(*shape, scale):
+        return (torch.randn(*shape, generator=g, device=device, dtype=torch.float32)
+                * scale).to(dtype)
+
+    x = randn(T, H, scale=1.0)
+    router = randn(E, H, scale=H ** -0.5)
+    if dist == "skewed":
+        zipf = torch.arange(1, E + 1, device=device, dtype=torch.float32) ** -1.2
+        x[:, 0] = 1
+        router[:, 0] = (zipf / zipf.sum()).log().to(dtype)
+    elif dist != "uniform":
+        raise ValueError(f"dist must be uniform or skewed, got {dist!r}")
+    w_gate_up = randn(E, 2 * I, H, scale=H ** -0.5)
+    w_down = randn(E, H, I, scale=I ** -0.5)
+    return x, router, w_gate_up, w_down
+
+
+def rel_err(a, b):
+    return ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
+
+
+def bench_one(args, timer, ops, T, dist, tile_ms):
+    """Records for one (T, dist): the layer against both baselines, then every stage."""
+    E, K, H, I, dtype = args.E, args.K, args.hidden, args.inter, DTYPES[args.dtype]
+    x, router, w_gate_up, w_down = make_problem(T, E, H, I, dtype, args.device, dist)
+    common = dict(backend=args.backend, T=T, E=E, K=K, dist=dist, dtype=args.dtype, H=H, I=I)
+
+    def argon_layer(tm):
+        return moe_layer(x, router, w_gate_up, w_down, K, tile_m=tm, ops=ops)
+
+    # The layer, at the best of the tile sizes asked for (a backend may refuse some).
+    layer_us = {}
+    for tm in tile_ms:
+        try:
+            layer_us[tm] = timer(lambda: argon_layer(tm))
+        except RuntimeError as e:
+            print(f"  tile_m={tm} failed: {str(e).splitlines()[0]}")
+    if not layer_us:
+        raise SystemExit(f"the argon layer failed at every tile_m in {tile_ms}")
+    if len(layer_us) > 1:
+        print("  layer by tile_m: " + ", ".join(f"{t}: {u:.1f} us" for t, (u, _) in
+                                                 layer_us.items()))
+    tm = min(layer_us, key=lambda t: layer_us[t][0])
+    us, how = layer_us[tm]
+    common["tm"] = tm
+    out = argon_layer(tm)
+
+    records = []
+    layer_baselines = [("layer_per_expert_loop", baselines.layer_per_expert_loop,
+                        args.loop_samples)]
+    if hasattr(torch, "_grouped_mm"):
+        layer_baselines.append(("layer_argsort_grouped_mm", baselines.layer_argsort_grouped_mm,
+                                None))
+    for name, fn, samples in layer_baselines:
+        call = lambda: fn(x, router, w_gate_up, w_down, K)  # noqa: E731
+        try:
+            base_us, base_how = timer(call, capturable=False, samples=samples)
+            err = rel_err(out, call())
+        except RuntimeError as e:  # e.g. _grouped_mm without kernels for this device / dtype
+            print(f"  baseline {name} failed: {str(e).splitlines()[0]}")
+            continue
+        records.append(dict(op="moe_layer", **common, median_us=us, timing=how, baseline=name,
+                            baseline_median_us=base_us, baseline_timing=base_how,
+                            max_rel_err_vs_baseline=err))
+    if not records:
+        records.append(dict(op="moe_layer", **common, median_us=us, timing=how, baseline=None,
+                            baseline_median_us=None))
+    weight_bytes = (w_gate_up.numel() + w_down.numel()) * w_gate_up.element_size()
+    for r in records:
+        r["weight_bytes"] = weight_bytes
+        if args.device.type == "cuda":
+            r["weight_read_floor_us"] = weight_bytes / (args.hbm_tbps * 1e12) * 1e6
+            r["floor_over_layer"] = r["weight_read_floor_us"] / us  # 1.0 = at the floor
+
+    # Each stage on its own, on the intermediates of one layer call.
+    ids, weights = route(x, router, K)
+    plan = ops.moe_plan(ids, weights, E, tm)
+    xs = ops.moe_gather(x, plan)
+    gu = ops.moe_mm(xs, w_gate_up, plan)
+    h = ops.swiglu(gu)
+    y = ops.moe_mm(h, w_down, plan)
+    ends = plan.offsets[1:]  # padded group ends: grouped_mm over the same padded rows
+
+    def grouped_mm(a, w):
+        return torch._grouped_mm(a, w.transpose(1, 2), offs=ends)
+
+    has_grouped_mm = hasattr(torch, "_grouped_mm")
+    stages = {  # stage: (argon call, (baseline name, call, capturable) or None)
+        "route": (lambda: route(x, router, K), None),
+        "plan": (lambda: ops.moe_plan(ids, weights, E, tm),
+                 ("torch_argsort", lambda: baselines.plan_argsort(ids, weights, E, tm), False)),
+        "gather": (lambda: ops.moe_gather(x, plan),
+                   ("torch_index_select",
+                    lambda: baselines.gather_index_select(x, plan.sorted_token), True)),
+        "gate_up_mm": (lambda: ops.moe_mm(xs, w_gate_up, plan),
+                       ("torch_grouped_mm", lambda: grouped_mm(xs, w_gate_up), True)
+                       if has_grouped_mm else None),
+        "swiglu": (lambda: ops.swiglu(gu), ("torch_silu_mul", lambda: baselines.swiglu_torch(gu),
+                                            True)),
+        "down_mm": (lambda: ops.moe_mm(h, w_down, plan),
+                    ("torch_grouped_mm", lambda: grouped_mm(h, w_down), True)
+                    if has_grouped_mm else None),
+        "combine": (lambda: ops.moe_combine(y, plan, weights, out_dtype=x.dtype),
+                    ("torch_gather_sum", lambda: baselines.combine_torch(y, plan.pos, weights),
+                     True)),
+    }
+    for stage, (argon_call, base) in stages.items():
+        stage_us, stage_how = timer(argon_call)
+        rec = dict(op=f"moe_layer/{stage}", **common, median_us=stage_us, timing=stage_how,
+                   share_of_layer=stage_us / us, baseline=None, baseline_median_us=None)
+        if base is not None:
+            name, call, capturable = base
+            try:
+                rec["baseline_median_us"], rec["baseline_timing"] = timer(call, capturable)
+                rec["baseline"] = name
+            except RuntimeError as e:
+                print(f"  baseline {name} for {stage} failed: {str(e).splitlines()[0]}")
+        records.append(rec)
+    return records
+
+
+# ---- output ---------------------------------------------------------------------------------
+
+def key(r):
+    return (r["op"], r["backend"], r["T"], r["baseline"], r.get("dist"))
+
+
+def merge_into(path, records):
+    """Replace the records with the same key, keep every other one; a JSON list, or a dict
+    holding one under "records"."""
+    data = []
+    if os.path.exists(path):
+        with open(path) as f:
+            data = json.load(f)
+    old = data["records"] if isinstance(data, dict) else data
+    new_keys = {key(r) for r in records}
+    merged = [r for r in old if not (isinstance(r, dict) and "op" in r and "backend" in r
+                                     and key(r) in new_keys)] + records
+    if isinstance(data, dict):
+        data["records"] = merged
+    else:
+        data = merged
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1)
+    os.replace(tmp, path)
+
+
+def report(records, device):
+    layer = [r for r in records if r["op"] == "moe_layer"][0]
+    print(f"T={layer['T']} dist={layer['dist']} tm={layer['tm']}: argon layer "
+          f"{layer['median_us']:.1f} us ({layer['timing']})")
+    for r in records:
+        if r["op"] == "moe_layer" and r["baseline"]:
+            print(f"  vs {r['baseline']:<25} {r['baseline_median_us']:10.1f} us "
+                  f"({r['baseline_timing']}): {r['baseline_median_us'] / r['median_us']:.2f}x, "
+                  f"max rel err {r['max_rel_err_vs_baseline']:.2e}")
+    if device.type == "cuda":
+        floor = layer["weight_read_floor_us"]
+        print(f"  weight-read floor {floor:.0f} us: layer at {floor / layer['median_us']:.0%} "
+              f"of it ({layer['median_us'] / floor:.2f}x the floor)")
+    for r in records:
+        if r["op"].startswith("moe_layer/"):
+            base = (f"   {r['baseline']} {r['baseline_median_us']:.1f} us"
+                    if r["baseline"] else "")
+            print(f"  {r['op'][10:]:<11} {r['median_us']:9.1f} us  {r['share_of_layer']:6.1%}"
+                  f"{base}")
+    stage_sum = sum(r["median_us"] for r in records if r["op"].startswith("moe_layer/"))
+    print(f"  sum of stages {stage_sum:.1f} us")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--device", default="auto", help="auto (cuda when present), cuda or cpu")
+    p.add_argument("--backend", default=None,
+                   help="torch_argon backend name (default: cuda on CUDA, cpu on the CPU)")
+    p.add_argument("--T", default="128,512,2048,8192", help="token counts, comma separated")
+    p.add_argument("--E", type=int, default=512)
+    p.add_argument("--K", type=int, default=10)
+    p.add_argument("--hidden", type=int, default=2048)
+    p.add_argument("--inter", type=int, default=512, help="expert width I")
+    p.add_argument("--dtype", default="bf16", choices=DTYPES)
+    p.add_argument("--tile-m", default="16,32,64,128",
+                   help="tile_m values, comma separated: the layer is timed at each, and the "
+                        "fastest is recorded (with its stages)")
+    p.add_argument("--dist", default="uniform", help="uniform and/or skewed, comma separated")
+    p.add_argument("--samples", type=int, default=20, help="timing samples per measurement")
+    p.add_argument("--loop-samples", type=int, default=3,
+                   help="samples for the (slow) per-expert loop baseline")
+    p.add_argument("--hbm-tbps", type=float, default=4.3,
+                   help="memory bandwidth for the weight-read floor (H200: 4.3 TB/s)")
+    p.add_argument("--json", default=None, help="merge the records into this JSON file")
+    args = p.parse_args()
+
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    args.device = torch.device(args.device)
+    args.backend = args.backend or ("cuda" if args.device.type == "cuda" else "cpu")
+    backend = backends.get(args.backend)
+    if not backend.available:
+        sys.exit(f"backend {args.backend} is unavailable: {backend.reason}")
+    if torch.device(backend.device).type != args.device.type:
+        sys.exit(f"backend {args.backend} runs on {backend.device}, not {args.device}")
+    name = torch.cuda.get_device_name() if args.device.type == "cuda" else "CPU"
+    print(f"{name}, backend {args.backend}, {args.dtype}, E={args.E} K={args.K} "
+          f"H={args.hidden} I={args.inter}")
+
+    timer = Timer(args.device, args.samples)
+    tile_ms = [int(t) for t in args.tile_m.split(",")]
+    records = []
+    with torch.inference_mode():
+        for dist in args.dist.split(","):
+            for T in (int(t) for t in args.T.split(",")):
+                recs = bench_one(args, timer, backend.ops, T, dist, tile_ms)
+                report(recs, args.device)
+                records += recs
+                if args.device.type == "cuda":
+                    torch.cuda.empty_cache()
+    if args.json:
+        merge_into(args.json, records)
+        print(f"{len(records)} records merged into {args.json}")
+
+
+if __name__ == "__main__":
+    main()

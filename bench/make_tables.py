@@ -1,0 +1,108 @@
+"""Turn benchmark results into the README's tables.
+
+    python bench/make_tables.py [--raw bench/results/cpu_ops_raw.json]
+
+Reads the pytest-benchmark JSON of bench/bench_ops.py, writes bench/results/cpu.json (records
+{"op", "backend", "T", "E", "K", "tm", "dist", "median_us", "baseline", "baseline_median_us"}),
+then regenerates every table of README.md between its `<!-- table:NAME -->` markers from
+bench/results/*.json. Tables are never typed by hand.
+"""
+import argparse
+import json
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+
+
+def records_from_pytest_benchmark(raw):
+    """One record per (op, device, baseline): argon's median against that baseline's."""
+    by_key = {}
+    for b in raw["benchmarks"]:
+        info = b["extra_info"]
+        by_key.setdefault((info["op"], info["device"]), {})[info["impl"]] = (b["stats"]["median"], info)
+    records = []
+    for (op, dev), impls in sorted(by_key.items()):
+        if "argon" not in impls:
+            continue
+        argon_s, info = impls["argon"]
+        for impl, (s, _) in sorted(impls.items()):
+            if impl == "argon":
+                continue
+            records.append(dict(op=op, backend=dev, T=info["T"], E=info["E"], K=info["K"],
+                                tm=info["tm"], dist=info["dist"], median_us=round(argon_s * 1e6, 2),
+                                baseline=impl, baseline_median_us=round(s * 1e6, 2)))
+    return records
+
+
+def ops_table(records):
+    rows = ["| op | backend | T | E | K | argon (us) | baseline | baseline (us) | speedup |",
+            "|---|---|---:|---:|---:|---:|---|---:|---:|"]
+    for r in records:
+        if r["op"].startswith("moe_layer"):
+            continue
+        rows.append(f"| {r['op']} | {r['backend']} | {r['T']} | {r['E']} | {r['K']} | "
+                    f"{r['median_us']:.1f} | {r['baseline']} | {r['baseline_median_us']:.1f} | "
+                    f"{r['baseline_median_us'] / r['median_us']:.1f}x |")
+    return "\n".join(rows)
+
+
+def cuda_ops_table(records):
+    rows = ["| op | T | dist | argon (us) | baseline | baseline (us) | speedup |",
+            "|---|---:|---|---:|---|---:|---:|"]
+    for r in records:
+        if r["op"].startswith("moe_layer"):
+            continue
+        base = r.get("baseline_median_us")
+        rows.append(f"| {r['op']} | {r['T']} | {r['dist']} | {r['median_us']:.1f} | "
+                    f"{r.get('baseline') or '-'} | {base:.1f} | {base / r['median_us']:.1f}x |"
+                    if base else f"| {r['op']} | {r['T']} | {r['dist']} | {r['median_us']:.1f} "
+                    f"| - | - | - |")
+    return "\n".join(rows)
+
+
+def layer_table(records):
+    rows = ["| T | argon layer (us) | baseline | baseline (us) | speedup |",
+            "|---:|---:|---|---:|---:|"]
+    for r in records:
+        if r["op"] != "moe_layer":
+            continue
+        base = r.get("baseline_median_us")
+        rows.append(f"| {r['T']} | {r['median_us']:.1f} | {r.get('baseline') or '-'} | "
+                    + (f"{base:.1f} | {base / r['median_us']:.1f}x |" if base else "- | - |"))
+    return "\n".join(rows)
+
+
+def fill(readme, name, table):
+    pattern = re.compile(rf"(<!-- table:{name} -->\n).*?(<!-- /table:{name} -->)", re.S)
+    if not pattern.search(readme):
+        return readme
+    return pattern.sub(lambda m: m.group(1) + table + "\n" + m.group(2), readme)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--raw", default=str(RESULTS / "cpu_ops_raw.json"))
+    args = p.parse_args()
+    raw_path = Path(args.raw)
+    if raw_path.exists():
+        records = records_from_pytest_benchmark(json.loads(raw_path.read_text()))
+        machine = json.loads(raw_path.read_text()).get("machine_info", {})
+        (RESULTS / "cpu.json").write_text(json.dumps(records, indent=1) + "\n")
+        print(f"wrote {RESULTS / 'cpu.json'} ({len(records)} records) from {raw_path}"
+              f" on {machine.get('cpu', {}).get('brand_raw', 'unknown cpu')}")
+    readme_path = ROOT / "README.md"
+    readme = readme_path.read_text()
+    sources = {"cpu": (RESULTS / "cpu.json", ops_table),
+               "h200": (RESULTS / "h200.json", cuda_ops_table),
+               "h200-layer": (RESULTS / "h200.json", layer_table)}
+    for name, (path, make) in sources.items():
+        if path.exists():
+            readme = fill(readme, name, make(json.loads(path.read_text())))
+    readme_path.write_text(readme)
+    print(f"updated {readme_path}")
+
+
+if __name__ == "__main__":
+    main()

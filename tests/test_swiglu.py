@@ -1,0 +1,43 @@
+"""swiglu against the reference: silu(g) * u in fp32, rounded once. The exp of each backend
+may differ by an ulp, so the comparison allows a few ulps of the output dtype."""
+import pytest
+import torch
+
+from routing_cases import garbage_like
+
+# Absolute and relative tolerances per output dtype: a few ulps of each.
+TOL = {torch.float32: (1e-6, 1e-5), torch.float16: (1e-3, 2e-3), torch.bfloat16: (1e-2, 1.6e-2)}
+DTYPES = list(TOL)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("fused", [False, True], ids=["two_tensors", "fused_gate_up"])
+@pytest.mark.parametrize("R,I", [(0, 8), (1, 1), (37, 100), (256, 512)])
+def test_swiglu_matches_reference(backend, ref, dtype, fused, R, I):
+    g = (torch.randn(R, 2 * I) * 4).to(dtype)
+    d = backend.device
+    out = garbage_like(torch.empty(R, I, dtype=dtype)).to(d)
+    if fused:
+        got = backend.ops.swiglu(g.to(d), out=out)
+        want = ref.swiglu(g)
+    else:
+        gate, up = g[:, :I].contiguous(), g[:, I:].contiguous()
+        got = backend.ops.swiglu(gate.to(d), up.to(d), out=out)
+        want = ref.swiglu(gate, up)
+    atol, rtol = TOL[dtype]
+    torch.testing.assert_close(got.cpu(), want, atol=atol, rtol=rtol)
+
+
+@pytest.mark.parametrize("out_dtype", DTYPES)
+def test_swiglu_out_dtype(backend, ref, out_dtype):
+    g = torch.randn(20, 64, dtype=torch.bfloat16)
+    got = backend.ops.swiglu(g.to(backend.device), out_dtype=out_dtype)
+    atol, rtol = TOL[out_dtype]
+    torch.testing.assert_close(got.cpu(), ref.swiglu(g, out_dtype=out_dtype), atol=atol, rtol=rtol)
+
+
+def test_swiglu_large_magnitudes(backend, ref):
+    """Large |g| saturates silu to g or 0 without NaN."""
+    g = torch.tensor([[-1e4, -100.0, 100.0, 1e4, 2.0, 3.0, 4.0, 5.0]])
+    got = backend.ops.swiglu(g.to(backend.device))
+    torch.testing.assert_close(got.cpu(), ref.swiglu(g), atol=1e-6, rtol=1e-5)

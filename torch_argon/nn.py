@@ -1,0 +1,185 @@
+"""torch_argon.nn.MoE: a sparse MoE block (router, SwiGLU experts, optional gated shared expert)
+that runs on the argon ops, with parameter names and layouts of transformers' MoE blocks, so a
+block's state_dict loads as is and integrations can wrap a model's own modules without copies.
+
+Forward only: the argon ops have no autograd formulas (inference / prefill).
+"""
+from typing import Optional
+
+import torch
+from torch import nn
+
+from .layer import check_expert_weights, moe_experts, shared_expert
+from .ops import argon_ops, OpSet
+from .routing import SCORINGS, route
+
+
+class TopKRouter(nn.Module):
+    """logits = x @ weight^T; scores by softmax or sigmoid (fp32); top-k; optional
+    renormalisation. forward returns (logits, weights, ids), as transformers' routers do."""
+
+    def __init__(self, hidden_size, n_experts, top_k, *, scoring="softmax", renormalize=False,
+                 device=None, dtype=None):
+        super().__init__()
+        if scoring not in SCORINGS:
+            raise ValueError(f"scoring must be one of {SCORINGS}, got {scoring!r}")
+        self.top_k, self.scoring, self.renormalize = top_k, scoring, renormalize
+        self.weight = nn.Parameter(torch.empty(n_experts, hidden_size, device=device, dtype=dtype))
+        nn.init.normal_(self.weight, std=hidden_size ** -0.5)
+
+    def forward(self, x):
+        ids, weights, logits = route(x, self.weight, self.top_k, scoring=self.scoring,
+                                     renormalize=self.renormalize, return_logits=True)
+        return logits, weights, ids
+
+    def extra_repr(self):
+        return f"top_k={self.top_k}, scoring={self.scoring}, renormalize={self.renormalize}"
+
+
+class Experts(nn.Module):
+    """E SwiGLU experts stored as two stacks, with transformers' names:
+    gate_up_proj [E, 2I, H] (each expert's gate rows, then its up rows) and down_proj [E, H, I].
+    With is_transposed=True they are stored [E, H, 2I] and [E, I, H] instead (checkpoints that
+    keep x @ W layouts) and handed to moe_mm as transposed views, never copied.
+    """
+
+    def __init__(self, n_experts, hidden_size, intermediate_size, *, is_transposed=False,
+                 device=None, dtype=None):
+        super().__init__()
+        E, H, I = n_experts, hidden_size, intermediate_size
+        self.is_transposed = is_transposed
+        gate_up, down = ((E, H, 2 * I), (E, I, H)) if is_transposed else ((E, 2 * I, H), (E, H, I))
+        kw = dict(device=device, dtype=dtype)
+        self.gate_up_proj = nn.Parameter(torch.empty(gate_up, **kw))
+        self.down_proj = nn.Parameter(torch.empty(down, **kw))
+        nn.init.normal_(self.gate_up_proj, std=H ** -0.5)
+        nn.init.normal_(self.down_proj, std=I ** -0.5)
+
+    @classmethod
+    def from_per_expert(cls, modules, names=None):
+        """Stacks per-expert MLP modules (nn.Linear gate, up, down: Mixtral's w1/w3/w2, or
+        gate_proj/up_proj/down_proj) ONCE, then points each module's weight at its view of the
+        stacks: the model keeps working through its modules, any later load_state_dict into
+        them writes into the stacks, and the memory is not doubled once the old per-expert
+        tensors are freed. (To never hold both, patch before loading the checkpoint.)
+
+        names: (gate, up, down) attribute names; found automatically for the two usual sets.
+        """
+        modules = list(modules)
+        if names is None:
+            names = next((n for n in (("w1", "w3", "w2"), ("gate_proj", "up_proj", "down_proj"))
+                          if all(hasattr(modules[0], a) for a in n)), None)
+            if names is None:
+                raise ValueError("per-expert modules need w1/w3/w2 or gate_proj/up_proj/down_proj "
+                                 "linears; pass names=(gate, up, down)")
+        first_gate, _, first_down = (getattr(modules[0], n).weight for n in names)
+        I, H = first_gate.shape
+        self = cls(len(modules), H, I, device="meta")
+        kw = dict(device=first_gate.device, dtype=first_gate.dtype)
+        gate_up = torch.empty(len(modules), 2 * I, H, **kw)
+        down = torch.empty(len(modules), H, I, **kw)
+        with torch.no_grad():
+            for e, module in enumerate(modules):
+                gate, up, dn = (getattr(module, n) for n in names)
+                for linear, view in ((gate, gate_up[e, :I]), (up, gate_up[e, I:]), (dn, down[e])):
+                    has_bias = getattr(linear, "bias", None) is not None
+                    if linear.weight.shape != view.shape or has_bias:
+                        raise ValueError(f"expert {e}: {linear} does not fit a bias-free "
+                                         f"[{view.shape[0]}, {view.shape[1]}] projection")
+                    view.copy_(linear.weight)
+                    linear.weight = nn.Parameter(view, requires_grad=linear.weight.requires_grad)
+        self.gate_up_proj = nn.Parameter(gate_up, requires_grad=first_gate.requires_grad)
+        self.down_proj = nn.Parameter(down, requires_grad=first_down.requires_grad)
+        return self
+
+    def extra_repr(self):
+        return f"gate_up_proj={tuple(self.gate_up_proj.shape)}, is_transposed={self.is_transposed}"
+
+
+def expert_stacks(experts):
+    """(w_gate_up [E, 2I, H], w_down [E, H, I]) views of an experts module's stacks: ours, or
+    any module with gate_up_proj / down_proj and optionally is_transposed (transformers')."""
+    if getattr(experts, "is_transposed", False):
+        return experts.gate_up_proj.transpose(1, 2), experts.down_proj.transpose(1, 2)
+    return experts.gate_up_proj, experts.down_proj
+
+
+class SwiGLUMLP(nn.Module):
+    """A dense SwiGLU MLP (the shared expert): down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, hidden_size, intermediate_size, *, device=None, dtype=None):
+        super().__init__()
+        kw = dict(bias=False, device=device, dtype=dtype)
+        self.gate_proj = nn.Linear(hidden_size, intermediate_size, **kw)
+        self.up_proj = nn.Linear(hidden_size, intermediate_size, **kw)
+        self.down_proj = nn.Linear(intermediate_size, hidden_size, **kw)
+
+    def forward(self, x):
+        return shared_expert(x, self.gate_proj.weight, self.up_proj.weight, self.down_proj.weight)
+
+
+class MoE(nn.Module):
+    """A sparse MoE block on x [..., H]: router -> top-k -> plan -> gather -> gate/up moe_mm ->
+    SwiGLU -> down moe_mm -> combine (+ sigmoid-gated shared expert) (+ residual).
+
+    Submodules carry transformers' names (gate, experts, shared_expert, shared_expert_gate), so
+    a Qwen3-MoE / Qwen3-Next / Mixtral / OLMoE block's state_dict loads into it unchanged.
+    """
+
+    def __init__(self, hidden_size, intermediate_size, n_experts, top_k, *, scoring="softmax",
+                 renormalize=False, shared_intermediate_size=None, shared_expert_gate=True,
+                 is_transposed=False, tile_m=None, ops: Optional[OpSet] = None, device=None,
+                 dtype=None):
+        super().__init__()
+        kw = dict(device=device, dtype=dtype)
+        self.tile_m = tile_m
+        self.ops = ops or argon_ops
+        self.gate = TopKRouter(hidden_size, n_experts, top_k, scoring=scoring,
+                               renormalize=renormalize, **kw)
+        self.experts = Experts(n_experts, hidden_size, intermediate_size,
+                               is_transposed=is_transposed, **kw)
+        self.shared_expert = self.shared_expert_gate = None
+        if shared_intermediate_size:
+            self.shared_expert = SwiGLUMLP(hidden_size, shared_intermediate_size, **kw)
+            if shared_expert_gate:
+                self.shared_expert_gate = nn.Linear(hidden_size, 1, bias=False, **kw)
+
+    @classmethod
+    def from_modules(cls, gate, experts, shared_expert=None, shared_expert_gate=None, *,
+                     tile_m=None, ops: Optional[OpSet] = None):
+        """Wraps existing modules, sharing their parameters (nothing is copied).
+
+        gate: a router whose forward(x [T, H]) returns (logits, weights [T, K], ids [T, K]).
+        experts: a module with gate_up_proj / down_proj stacks (see expert_stacks).
+        shared_expert: a module with gate_proj / up_proj / down_proj linears, or None.
+        shared_expert_gate: an nn.Linear(H, 1) whose sigmoid scales the shared expert, or None.
+        """
+        self = cls.__new__(cls)
+        nn.Module.__init__(self)
+        self.tile_m = tile_m
+        self.ops = ops or argon_ops
+        self.gate, self.experts = gate, experts
+        self.shared_expert, self.shared_expert_gate = shared_expert, shared_expert_gate
+        return self
+
+    def forward(self, x, residual=None):
+        shape = x.shape
+        x = x.reshape(-1, shape[-1])
+        _, weights, ids = self.gate(x)
+        w_gate_up, w_down = expert_stacks(self.experts)
+        check_expert_weights(x, w_gate_up, w_down)
+        shared = None
+        if self.shared_expert is not None:
+            s = self.shared_expert
+            gate = self.shared_expert_gate
+            gate_weight = None if gate is None else gate.weight
+            shared = shared_expert(x, s.gate_proj.weight, s.up_proj.weight, s.down_proj.weight,
+                                   gate_weight, ops=self.ops)
+        if residual is not None:
+            residual = residual.reshape(x.shape)
+        out = moe_experts(x, ids, weights, w_gate_up, w_down, tile_m=self.tile_m, shared=shared,
+                          residual=residual, ops=self.ops)
+        return out.reshape(shape)
+
+    def extra_repr(self):
+        return f"tile_m={self.tile_m}"
