@@ -36,12 +36,41 @@ using Ops = OutOps<host_target>;
 
 void set_schedule(const std::string& name) { argon_host::set_schedule_override(name.c_str()); }
 
+// Runs one threadgroup of `threads` lanes of a lane_selftest.metal kernel; returns its output.
+at::Tensor lane_selftest(const std::string& kernel, int64_t threads) {
+  TORCH_CHECK(threads >= 1 && threads <= 1024, "threads must be in [1, 1024]");
+  at::Tensor out = at::full({threads}, -1, at::kInt);
+  host_target().encode([&](Encoder& enc) {
+    enc.set_kernel(kernel.c_str());
+    enc.set_buffer(0, host_target().bind(out));
+    enc.dispatch({1, 1, 1}, {static_cast<uint32_t>(threads), 1, 1});
+  });
+  return out;
+}
+
+// The kernel the recipe picks for a gather of these dtypes, width and storage offsets.
+std::string gather_kernel_for(at::ScalarType src, at::ScalarType dst, int64_t cols,
+                              int64_t x_offset_bytes, int64_t out_offset_bytes) {
+  ArgonGatherParams p{};
+  p.cols = static_cast<uint32_t>(cols);
+  p.src_dtype = argon_dtype(src);
+  p.dst_dtype = argon_dtype(dst);
+  GatherBuffers b;
+  b.x.offset = static_cast<uint64_t>(x_offset_bytes);
+  b.out.offset = static_cast<uint64_t>(out_offset_bytes);
+  return gather_kernel(p, b);
+}
+
 }  // namespace
 
-// Host-only helper for the Metal tests: pick the lane schedule ("free", "forward", "reverse";
-// "" goes back to ARGON_HOST_SCHEDULE).
+// Host-only helpers for tests/test_metal_host.py: the lane schedule ("auto", "free", "forward",
+// "reverse"; "" goes back to ARGON_HOST_SCHEDULE), the runner's self-test kernels, and the
+// recipe's gather kernel choice.
 TORCH_LIBRARY_FRAGMENT(argon_host, m) {
   m.def("set_lane_schedule(str name) -> ()", TORCH_FN(set_schedule));
+  m.def("lane_selftest(str kernel, int threads) -> Tensor", TORCH_FN(lane_selftest));
+  m.def("gather_kernel_for(ScalarType src, ScalarType dst, int cols, int x_offset_bytes, "
+        "int out_offset_bytes) -> str", TORCH_FN(gather_kernel_for));
 }
 
 TORCH_LIBRARY_IMPL(argon_host, CPU, m) {
