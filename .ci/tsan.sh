@@ -38,10 +38,10 @@ echo "== running plan and gather kernels, lanes as concurrent threads"
 "$OUT/tsan_check"
 echo "== ThreadSanitizer: no race reported"
 
-echo "== negative control: mm_place without its second barrier"
+echo "== negative control: mm_place without its first barrier (block_ids written, then read by other lanes)"
 mkdir -p "$OUT/mutant"
 awk '/^kernel void mm_place/ {inside=1}
-     inside && /threadgroup_barrier/ {n++; if (n == 2) {print "  // barrier deleted (control)"; next}}
+     inside && /threadgroup_barrier/ {n++; if (n == 1) {print "  // barrier deleted (control)"; next}}
      {print}' torch_argon/metal/plan.metal > "$OUT/mutant/plan.metal"
 grep -q "barrier deleted (control)" "$OUT/mutant/plan.metal"
 # kernels_plan.cpp includes "plan.metal": the mutant's directory comes first on the path.

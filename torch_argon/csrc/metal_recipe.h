@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "argon_params.h"
 
@@ -71,5 +72,39 @@ struct MoeMmBuffers {
 };
 const char* moe_mm_kernel(const ArgonMoeMmParams& p);
 void encode_moe_mm(Encoder& enc, const ArgonMoeMmParams& p, const MoeMmBuffers& b);
+
+}  // namespace argon::metal
+
+namespace argon::metal {
+
+// An encoder that only records: the MPS path runs the recipe into it before entering the
+// stream's dispatch block (so every check, allocation and pipeline lookup happens outside), then
+// replays the commands into the stream's encoder.
+class CommandRecorder final : public Encoder {
+ public:
+  enum class Kind { Kernel, Buffer, Bytes, Dispatch };
+  struct Command {
+    Kind kind;
+    std::string kernel;           // Kernel
+    uint32_t index = 0;           // Buffer, Bytes
+    BufArg buf;                   // Buffer
+    std::string bytes;            // Bytes
+    Size3 groups, threads;        // Dispatch
+  };
+  void set_kernel(const char* name) override { commands_.push_back({Kind::Kernel, name}); }
+  void set_buffer(uint32_t index, const BufArg& buf) override {
+    commands_.push_back({Kind::Buffer, {}, index, buf});
+  }
+  void set_bytes(uint32_t index, const void* data, size_t size) override {
+    commands_.push_back({Kind::Bytes, {}, index, {}, std::string(static_cast<const char*>(data), size)});
+  }
+  void dispatch(Size3 groups, Size3 threads) override {
+    commands_.push_back({Kind::Dispatch, {}, 0, {}, {}, groups, threads});
+  }
+  const std::vector<Command>& commands() const { return commands_; }
+
+ private:
+  std::vector<Command> commands_;
+};
 
 }  // namespace argon::metal

@@ -6,11 +6,14 @@
 //    resumes the runnable lanes in schedule order, each until its next barrier, collective or
 //    return. Deterministic, and a lane switch costs far less than an OS thread switch.
 // Both paths share the bookkeeping of arrivals (note_arrival / note_exit), so divergence is
-// diagnosed the same way.
+// diagnosed the same way. macOS has only deprecated ucontext: there every schedule uses threads.
 #include "lane_runner.h"
 
 #include <pthread.h>
+#if !defined(__APPLE__)
 #include <ucontext.h>
+#define ARGON_LANE_FIBERS 1
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -59,8 +62,9 @@ struct ThreadGroupRun {
   // free schedule
   std::mutex m;
   std::condition_variable done_cv;
-  // forward / reverse schedule
-  ucontext_t scheduler{};
+#ifdef ARGON_LANE_FIBERS
+  ucontext_t scheduler{};  // forward / reverse schedule
+#endif
 
   SyncGroup& simd_of(uint32_t lane) { return simd[lane / kSimdWidth]; }
   uint32_t n_simd() const { return (n + kSimdWidth - 1) / kSimdWidth; }
@@ -267,6 +271,7 @@ void run_threads(ThreadGroupRun& r) {
   r.done_cv.wait(lock, [&] { return r.finished == r.n; });
 }
 
+#ifdef ARGON_LANE_FIBERS
 // ---- forward / reverse schedule: lanes as fibers ---------------------------------------------
 struct Fiber {
   ucontext_t ctx{};
@@ -322,6 +327,10 @@ void run_fibers(ThreadGroupRun& r) {
 void fiber_yield(ThreadGroupRun& r, uint32_t me) {
   swapcontext(&(*g_fibers)[me]->ctx, &r.scheduler);
 }
+#else
+void fiber_yield(ThreadGroupRun&, uint32_t) {}
+void run_fibers(ThreadGroupRun& r) { run_threads(r); }
+#endif
 
 std::mutex g_dispatch_mutex;  // one synchronising threadgroup in flight in the whole process
 std::string g_schedule_override;
@@ -455,7 +464,10 @@ void run_dispatch(const char* kernel, Dim3 groups, Dim3 threads, bool synchronis
   }
   if (threads.count() > 1024) throw LaneError(std::string(kernel) + ": more than 1024 lanes");
   std::lock_guard<std::mutex> lock(g_dispatch_mutex);
-  const Schedule schedule = schedule_from_env(groups.count() * threads.count());
+  Schedule schedule = schedule_from_env(groups.count() * threads.count());
+#ifndef ARGON_LANE_FIBERS
+  schedule = Schedule::Free;  // no fibers on this platform
+#endif
   for (uint32_t z = 0; z < groups.z; ++z)
     for (uint32_t y = 0; y < groups.y; ++y)
       for (uint32_t x = 0; x < groups.x; ++x)

@@ -13,6 +13,7 @@
 //   reverse  the same in descending lane order;
 //   auto     (default) free for dispatches of up to kAutoThreadLanes lanes, forward beyond, so
 //            large parity cases stay fast.
+// On macOS (no usable ucontext) every schedule runs lane threads.
 // A missing barrier shows up deterministically under forward (a lane reads what a higher lane
 // has not yet written) or reverse (what a lower lane has not yet written).
 // A barrier that not every lane reaches, or lanes at different barriers, raises LaneError.
