@@ -275,7 +275,8 @@ void run_threads(ThreadGroupRun& r) {
 // ---- forward / reverse schedule: lanes as fibers ---------------------------------------------
 struct Fiber {
   ucontext_t ctx{};
-  std::unique_ptr<char[]> stack = std::make_unique<char[]>(kFiberStackBytes);
+  // Not value-initialised: untouched stack pages are never committed.
+  std::unique_ptr<char[]> stack{new char[kFiberStackBytes]};
   LanePosition pos{};
 };
 std::vector<std::unique_ptr<Fiber>>* g_fibers = new std::vector<std::unique_ptr<Fiber>>();
