@@ -77,33 +77,58 @@ void encode_moe_mm(Encoder& enc, const ArgonMoeMmParams& p, const MoeMmBuffers& 
 
 namespace argon::metal {
 
-// An encoder that only records: the MPS path runs the recipe into it before entering the
-// stream's dispatch block (so every check, allocation and pipeline lookup happens outside), then
-// replays the commands into the stream's encoder.
+// An encoder that only records: both targets run the recipe into it first, then replay it into
+// their real encoder (the MPS path does so inside the stream's dispatch block, after every check,
+// allocation and pipeline lookup), so the host run exercises the same record-then-replay path.
 class CommandRecorder final : public Encoder {
  public:
   enum class Kind { Kernel, Buffer, Bytes, Dispatch };
   struct Command {
-    Kind kind;
-    std::string kernel;           // Kernel
-    uint32_t index = 0;           // Buffer, Bytes
-    BufArg buf;                   // Buffer
-    std::string bytes;            // Bytes
-    Size3 groups, threads;        // Dispatch
+    Kind kind = Kind::Kernel;
+    std::string kernel;      // Kernel
+    uint32_t index = 0;      // Buffer, Bytes
+    BufArg buf;              // Buffer
+    std::string bytes;       // Bytes
+    Size3 groups, threads;   // Dispatch
   };
-  void set_kernel(const char* name) override { commands_.push_back({Kind::Kernel, name}); }
+  void set_kernel(const char* name) override {
+    Command& c = add(Kind::Kernel);
+    c.kernel = name;
+  }
   void set_buffer(uint32_t index, const BufArg& buf) override {
-    commands_.push_back({Kind::Buffer, {}, index, buf});
+    Command& c = add(Kind::Buffer);
+    c.index = index;
+    c.buf = buf;
   }
   void set_bytes(uint32_t index, const void* data, size_t size) override {
-    commands_.push_back({Kind::Bytes, {}, index, {}, std::string(static_cast<const char*>(data), size)});
+    Command& c = add(Kind::Bytes);
+    c.index = index;
+    c.bytes.assign(static_cast<const char*>(data), size);
   }
   void dispatch(Size3 groups, Size3 threads) override {
-    commands_.push_back({Kind::Dispatch, {}, 0, {}, {}, groups, threads});
+    Command& c = add(Kind::Dispatch);
+    c.groups = groups;
+    c.threads = threads;
   }
   const std::vector<Command>& commands() const { return commands_; }
+  // Issues the recorded commands, in order, to another encoder.
+  void replay(Encoder& into) const {
+    for (const Command& c : commands_) {
+      switch (c.kind) {
+        case Kind::Kernel: into.set_kernel(c.kernel.c_str()); break;
+        case Kind::Buffer: into.set_buffer(c.index, c.buf); break;
+        case Kind::Bytes: into.set_bytes(c.index, c.bytes.data(), c.bytes.size()); break;
+        case Kind::Dispatch: into.dispatch(c.groups, c.threads); break;
+      }
+    }
+  }
 
  private:
+  Command& add(Kind kind) {
+    commands_.emplace_back();
+    commands_.back().kind = kind;
+    return commands_.back();
+  }
   std::vector<Command> commands_;
 };
 

@@ -18,9 +18,11 @@ class HostTarget final : public Target {
     return BufArg{data - offset, offset};
   }
   void encode(const std::function<void(Encoder&)>& body) override {
+    CommandRecorder recorder;
+    body(recorder);
     argon_host::HostEncoder enc;
     try {
-      body(enc);
+      recorder.replay(enc);
     } catch (const argon_host::LaneError& e) {
       TORCH_CHECK(false, "argon_host: ", e.what());
     }

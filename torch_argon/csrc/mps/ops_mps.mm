@@ -2,17 +2,45 @@
 // encodes into the current MPS stream. The recipe runs first into a CommandRecorder, and
 // pipelines are fetched, outside the dispatch block; inside it (dispatch_sync on the stream's
 // queue) the commands are replayed into the stream's shared compute encoder. No second encoder,
-// no commit, no wait: PyTorch commits the stream when it needs to.
+// no commit, no wait: PyTorch commits the stream when it needs to. The host target replays the
+// same recorder into the host runner, so only StreamEncoder's four calls are Mac-only code.
 #include <ATen/mps/MPSStream.h>
 #include <torch/library.h>
 
-#include <vector>
+#include <string>
+#include <unordered_map>
 
 #include "../metal_recipe_ops.h"
 #include "metal_library.h"
 
 namespace argon::metal {
 namespace {
+
+// The stream's compute encoder behind the recipe's Encoder interface. Pipelines come from a
+// table filled before the dispatch block, so nothing inside it compiles, allocates or throws.
+class StreamEncoder final : public Encoder {
+ public:
+  StreamEncoder(id<MTLComputeCommandEncoder> enc,
+                const std::unordered_map<std::string, id<MTLComputePipelineState>>* pipelines)
+      : enc_(enc), pipelines_(pipelines) {}
+  void set_kernel(const char* name) override {
+    [enc_ setComputePipelineState:pipelines_->at(name)];
+  }
+  void set_buffer(uint32_t index, const BufArg& buf) override {
+    [enc_ setBuffer:(__bridge id<MTLBuffer>)buf.handle offset:buf.offset atIndex:index];
+  }
+  void set_bytes(uint32_t index, const void* data, size_t size) override {
+    [enc_ setBytes:data length:size atIndex:index];
+  }
+  void dispatch(Size3 groups, Size3 threads) override {
+    [enc_ dispatchThreadgroups:MTLSizeMake(groups.x, groups.y, groups.z)
+         threadsPerThreadgroup:MTLSizeMake(threads.x, threads.y, threads.z)];
+  }
+
+ private:
+  id<MTLComputeCommandEncoder> enc_;
+  const std::unordered_map<std::string, id<MTLComputePipelineState>>* pipelines_;
+};
 
 class MpsTarget final : public Target {
  public:
@@ -25,13 +53,14 @@ class MpsTarget final : public Target {
   void encode(const std::function<void(Encoder&)>& body) override {
     CommandRecorder recorder;
     body(recorder);
-    const std::vector<CommandRecorder::Command>& commands = recorder.commands();
-    std::vector<id<MTLComputePipelineState>> pipelines;
+    if (recorder.commands().empty()) return;
+    // Pipelines (compiled on first use) and the threadgroup-size check, before the block.
+    std::unordered_map<std::string, id<MTLComputePipelineState>> pipelines;
     id<MTLComputePipelineState> current = nil;
-    for (const auto& c : commands) {
+    for (const auto& c : recorder.commands()) {
       if (c.kind == CommandRecorder::Kind::Kernel) {
         current = argon::mps::pipeline(c.kernel);
-        pipelines.push_back(current);
+        pipelines.emplace(c.kernel, current);
       } else if (c.kind == CommandRecorder::Kind::Dispatch) {
         const uint64_t threads = uint64_t(c.threads.x) * c.threads.y * c.threads.z;
         TORCH_CHECK(current && threads <= [current maxTotalThreadsPerThreadgroup],
@@ -39,31 +68,13 @@ class MpsTarget final : public Target {
                     "allows ", current ? [current maxTotalThreadsPerThreadgroup] : 0);
       }
     }
-    if (commands.empty()) return;
-    const auto* cmds = &commands;
-    const auto* psos = &pipelines;
+    const CommandRecorder* commands = &recorder;
+    const auto* table = &pipelines;
     at::mps::MPSStream* stream = at::mps::getCurrentMPSStream();
     dispatch_sync(stream->queue(), ^() {
       @autoreleasepool {
-        id<MTLComputeCommandEncoder> enc = stream->commandEncoder();
-        size_t next_pipeline = 0;
-        for (const auto& c : *cmds) {
-          switch (c.kind) {
-            case CommandRecorder::Kind::Kernel:
-              [enc setComputePipelineState:(*psos)[next_pipeline++]];
-              break;
-            case CommandRecorder::Kind::Buffer:
-              [enc setBuffer:(__bridge id<MTLBuffer>)c.buf.handle offset:c.buf.offset atIndex:c.index];
-              break;
-            case CommandRecorder::Kind::Bytes:
-              [enc setBytes:c.bytes.data() length:c.bytes.size() atIndex:c.index];
-              break;
-            case CommandRecorder::Kind::Dispatch:
-              [enc dispatchThreadgroups:MTLSizeMake(c.groups.x, c.groups.y, c.groups.z)
-                  threadsPerThreadgroup:MTLSizeMake(c.threads.x, c.threads.y, c.threads.z)];
-              break;
-          }
-        }
+        StreamEncoder enc(stream->commandEncoder(), table);
+        commands->replay(enc);
       }
     });
   }
