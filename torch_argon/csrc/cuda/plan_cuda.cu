@@ -1,0 +1,407 @@
+// moe_plan on CUDA: deterministic, no global atomics, no host sync.
+//
+// Algorithm. The n = T*K entries are cut into segments: each block of 1024 threads (32 warps)
+// owns `cpl * 1024` consecutive entries, each warp `cpl * 32` of those, each lane one entry of
+// every 32 ("chunk" c of warp w holds entries w_begin + 32c + lane). The stable row of an entry
+// is offsets[e] + (entries of e in earlier blocks) + (in earlier warps of its block)
+// + (in earlier chunks of its warp) + (in earlier lanes of its chunk). Each term is computed
+// without atomics whose order could vary:
+//   - lanes: __match_any_sync groups the lanes of a chunk by expert; rank = popc(peers & lt);
+//   - chunks: a per-warp row of uint16 counters in shared memory [32 warps][E], updated by one
+//     leader lane per expert group, chunk after chunk (only its own warp touches the row);
+//   - warps: an exclusive scan of that table over warps, one thread per expert;
+//   - blocks: per-block histograms [n_blocks][E] in global memory, scanned over blocks.
+//
+// Kernels (launch shape: blocks of 1024 threads).
+//   Small n (n <= single_max, default 16384 entries = T 1638 at K 10): ONE kernel, one block,
+//   which counts, scans over warps and experts, places, and writes padding, tail and tile map.
+//   Larger n: three kernels, the seed's hist / scan / place structure:
+//     plan_hist   [n_blocks]  per-block expert counts (shared atomics: integer sums are
+//                             order-independent) and out-of-range id counts;
+//     plan_scan   [1]         per expert, an exclusive scan over blocks (in place: the table
+//                             becomes each block's first row relative to the expert's start),
+//                             counts, padded offsets (block scan over experts), meta;
+//     plan_place  [n_blocks]  per-warp counts and ranks as above, placement, then padding rows,
+//                             tail rows and tile map (one warp per expert, grid-strided).
+//   Under CUDA graph replay a launch costs ~0.9 us, so the small path saves ~2 us of overhead;
+//   the split point is where one block's serial work outgrows two launches (tunable, see
+//   argon_cuda::plan_tuning, for benchmarking).
+//
+// Every output element is written on every call: valid rows by placement, padding rows
+// [offsets[e] + counts[e], offsets[e+1]) and the tile map by expert, the tail [n_rows, R_max)
+// and its tiles grid-strided. Out-of-range ids (>= E or < -1) are treated as -1 and counted in
+// meta[ARGON_META_N_BAD_IDS].
+//
+// Limits: shared memory per block is 72 * E bytes (E <= ~3200 on sm_90); entries per block
+// stay <= 16384, so the uint16 counters cannot overflow; rows fit int32 (checked on the host).
+#include <torch/library.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "../checks.h"
+#include "../op_signatures.h"
+#include "block_scan.cuh"
+#include "cuda_common.cuh"
+
+namespace argon::cuda {
+namespace {
+
+constexpr int kWarps = 32;
+constexpr int kThreads = kWarps * 32;
+constexpr int kMaxChunks = 16;  // chunks of 32 entries per warp held in registers
+constexpr int kRankBits = 10;   // a rank inside one warp's entries is < 32 * kMaxChunks = 512
+static_assert(32 * kMaxChunks <= (1 << kRankBits), "ranks must fit in kRankBits");
+
+// Tuning knobs (entries up to which the one-kernel path runs; chunks per warp on the
+// three-kernel path). Process-wide; set only by the benchmark through argon_cuda::plan_tuning.
+int g_single_max_entries = kThreads * kMaxChunks;
+int g_multi_chunks = 4;
+
+struct PlanParams {
+  const void* ids;
+  const void* weights;
+  int n, K, E, tm, cpl, r_max, n_tiles;
+  int* counts;
+  int* offsets;
+  int* sorted_token;
+  float* sorted_weight;
+  int* pos;
+  int* tile_expert;
+  int* meta;
+  int* block_hist;  // [n_blocks, E] (three-kernel path)
+  int* block_bad;   // [n_blocks]
+};
+
+// The expert of entry i, or -1; `bad` counts ids that are neither -1 nor in [0, E).
+template <typename id_t>
+__device__ __forceinline__ int expert_of(const id_t* ids, int64_t i, int E, int& bad) {
+  const int64_t v = static_cast<int64_t>(ids[i]);
+  if (v >= 0 && v < E) return static_cast<int>(v);
+  bad += (v != -1);
+  return -1;
+}
+
+__device__ __forceinline__ int round_up_pow2(int x, int m) { return (x + m - 1) & ~(m - 1); }
+
+// ---- three-kernel path: per-block histograms ----------------------------------------------
+template <typename id_t>
+__global__ void __launch_bounds__(kThreads) plan_hist_kernel(PlanParams p) {
+  extern __shared__ int s_hist[];  // [E]
+  __shared__ int s_bad;
+  const int tid = threadIdx.x;
+  for (int e = tid; e < p.E; e += kThreads) s_hist[e] = 0;
+  if (tid == 0) s_bad = 0;
+  __syncthreads();
+  const id_t* ids = static_cast<const id_t*>(p.ids);
+  const int64_t begin = int64_t{blockIdx.x} * kThreads * p.cpl;
+  const int64_t end = min(int64_t{p.n}, begin + int64_t{kThreads} * p.cpl);
+  int bad = 0;
+#pragma unroll 4
+  for (int64_t i = begin + tid; i < end; i += kThreads) {
+    const int e = expert_of(ids, i, p.E, bad);
+    if (e >= 0) atomicAdd(&s_hist[e], 1);
+  }
+  bad = warp_sum(bad);
+  if ((tid & 31) == 0 && bad) atomicAdd(&s_bad, bad);
+  __syncthreads();
+  int* row = p.block_hist + int64_t{blockIdx.x} * p.E;
+  for (int e = tid; e < p.E; e += kThreads) row[e] = s_hist[e];
+  if (tid == 0) p.block_bad[blockIdx.x] = s_bad;
+}
+
+// ---- three-kernel path: scan over blocks and experts ----------------------------------------
+__global__ void __launch_bounds__(kThreads) plan_scan_kernel(PlanParams p, int n_blocks) {
+  extern __shared__ int s_rows[];  // [E]: padded rows per expert, then their exclusive scan
+  __shared__ int s_warp[32];
+  __shared__ int s_sum[2];  // valid entries, bad ids
+  const int tid = threadIdx.x, E = p.E;
+  if (tid == 0) s_sum[0] = s_sum[1] = 0;
+  __syncthreads();
+  int valid = 0;
+  for (int e = tid; e < E; e += kThreads) {
+    // Column e of the block table, in batches of 8 loads in flight, replaced by its exclusive
+    // prefix: block b's first row of expert e, relative to offsets[e].
+    int* col = p.block_hist + e;
+    int run = 0;
+    for (int b0 = 0; b0 < n_blocks; b0 += 8) {
+      int c[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) c[j] = b0 + j < n_blocks ? col[int64_t(b0 + j) * E] : 0;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        if (b0 + j < n_blocks) col[int64_t(b0 + j) * E] = run;
+        run += c[j];
+      }
+    }
+    p.counts[e] = run;
+    valid += run;
+    s_rows[e] = round_up_pow2(run, p.tm);
+  }
+  int bad = 0;
+  for (int b = tid; b < n_blocks; b += kThreads) bad += p.block_bad[b];
+  valid = warp_sum(valid);
+  bad = warp_sum(bad);
+  if ((tid & 31) == 0) {
+    if (valid) atomicAdd(&s_sum[0], valid);
+    if (bad) atomicAdd(&s_sum[1], bad);
+  }
+  const int n_rows = block_exclusive_scan(s_rows, E, s_warp);
+  for (int e = tid; e < E; e += kThreads) p.offsets[e] = s_rows[e];
+  if (tid == 0) {
+    p.offsets[E] = n_rows;
+    p.meta[ARGON_META_N_ROWS] = n_rows;
+    p.meta[ARGON_META_N_TILES] = n_rows / p.tm;
+    p.meta[ARGON_META_N_VALID] = s_sum[0];
+    p.meta[ARGON_META_N_BAD_IDS] = s_sum[1];
+  }
+}
+
+// Padding rows and tile map of expert e, written by one warp.
+__device__ __forceinline__ void fill_expert(const PlanParams& p, int e, int start, int count,
+                                            int end, int lane) {
+  for (int r = start + count + lane; r < end; r += 32) {
+    p.sorted_token[r] = -1;
+    p.sorted_weight[r] = 0.f;
+  }
+  for (int j = start / p.tm + lane; j < end / p.tm; j += 32) p.tile_expert[j] = e;
+}
+
+// Rows [n_rows, R_max) and their tiles, grid-strided over every thread of the launch.
+__device__ __forceinline__ void fill_tail(const PlanParams& p, int n_rows) {
+  const int gtid = blockIdx.x * kThreads + threadIdx.x, stride = gridDim.x * kThreads;
+  for (int r = n_rows + gtid; r < p.r_max; r += stride) {
+    p.sorted_token[r] = -1;
+    p.sorted_weight[r] = 0.f;
+  }
+  for (int j = n_rows / p.tm + gtid; j < p.n_tiles; j += stride) p.tile_expert[j] = -1;
+}
+
+// ---- placement (both paths; kSingle: the whole plan in one block) ---------------------------
+template <typename id_t, typename w_t, bool kSingle>
+__global__ void __launch_bounds__(kThreads) plan_place_kernel(PlanParams p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int E = p.E;
+  int* s_base = reinterpret_cast<int*>(smem);  // [E] first row of this block's entries of e
+  int* s_cnt = s_base + E;                      // [E] entries of e (one-kernel path)
+  uint16_t* s_rank = reinterpret_cast<uint16_t*>(s_cnt + E);  // [32][E] per-warp counts
+  __shared__ int s_warp[32];
+  __shared__ int s_sum[2];  // valid entries, bad ids (one-kernel path)
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const unsigned lanes_before = (1u << lane) - 1u;
+  if (kSingle && tid == 0) s_sum[0] = s_sum[1] = 0;
+
+  // 1. This lane's entries: one per chunk. ent[c] holds the expert (or -1) until step 2
+  //    packs it with the entry's rank in its warp: ((e + 1) << kRankBits) | rank.
+  const id_t* ids = static_cast<const id_t*>(p.ids);
+  const int64_t warp_begin =
+      int64_t{blockIdx.x} * kThreads * p.cpl + int64_t{warp} * 32 * p.cpl + lane;
+  int ent[kMaxChunks];
+  int bad = 0;
+#pragma unroll
+  for (int c = 0; c < kMaxChunks; ++c) {
+    ent[c] = -1;
+    const int64_t i = warp_begin + 32 * c;
+    if (c < p.cpl && i < p.n) ent[c] = expert_of(ids, i, E, bad);
+  }
+
+  // 2. Rank of each entry among its warp's entries of the same expert, chunk by chunk.
+  uint16_t* mine = s_rank + warp * E;
+  for (int e = lane; e < E; e += 32) mine[e] = 0;
+  __syncwarp();
+#pragma unroll
+  for (int c = 0; c < kMaxChunks; ++c) {
+    if (c < p.cpl) {
+      const int e = ent[c];
+      const unsigned peers = __match_any_sync(0xffffffffu, e);
+      const int rank = __popc(peers & lanes_before);
+      const int prior = e >= 0 ? mine[e] : 0;
+      __syncwarp();
+      if (e >= 0 && rank == 0) mine[e] = static_cast<uint16_t>(prior + __popc(peers));
+      __syncwarp();
+      ent[c] = ((e + 1) << kRankBits) | (prior + rank);
+    }
+  }
+  __syncthreads();
+
+  // 3. Per expert: exclusive scan over warps (in place), and the block's first row.
+  int valid = 0;
+  for (int e = tid; e < E; e += kThreads) {
+    int run = 0;
+#pragma unroll
+    for (int w0 = 0; w0 < kWarps; w0 += 8) {
+      int c[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) c[j] = s_rank[(w0 + j) * E + e];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        s_rank[(w0 + j) * E + e] = static_cast<uint16_t>(run);
+        run += c[j];
+      }
+    }
+    if constexpr (kSingle) {
+      s_cnt[e] = run;
+      s_base[e] = round_up_pow2(run, p.tm);
+      valid += run;
+    } else {
+      s_base[e] = p.offsets[e] + p.block_hist[int64_t{blockIdx.x} * E + e];
+    }
+  }
+  int n_rows = 0;
+  if constexpr (kSingle) {
+    valid = warp_sum(valid);
+    bad = warp_sum(bad);
+    __syncthreads();  // s_sum was zeroed before step 1's barrier; now add to it
+    if (lane == 0) {
+      if (valid) atomicAdd(&s_sum[0], valid);
+      if (bad) atomicAdd(&s_sum[1], bad);
+    }
+    n_rows = block_exclusive_scan(s_base, E, s_warp);  // s_base: padded offsets
+    for (int e = tid; e < E; e += kThreads) {
+      p.counts[e] = s_cnt[e];
+      p.offsets[e] = s_base[e];
+    }
+    if (tid == 0) {
+      p.offsets[E] = n_rows;
+      p.meta[ARGON_META_N_ROWS] = n_rows;
+      p.meta[ARGON_META_N_TILES] = n_rows / p.tm;
+      p.meta[ARGON_META_N_VALID] = s_sum[0];
+      p.meta[ARGON_META_N_BAD_IDS] = s_sum[1];
+    }
+  } else {
+    n_rows = p.offsets[E];
+    __syncthreads();
+  }
+
+  // 4. Placement.
+  const w_t* weights = static_cast<const w_t*>(p.weights);
+#pragma unroll
+  for (int c = 0; c < kMaxChunks; ++c) {
+    const int64_t i = warp_begin + 32 * c;
+    if (c < p.cpl && i < p.n) {
+      const int e = (ent[c] >> kRankBits) - 1;
+      int row = -1;
+      if (e >= 0) {
+        row = s_base[e] + s_rank[warp * E + e] + (ent[c] & ((1 << kRankBits) - 1));
+        p.sorted_token[row] = static_cast<int>(static_cast<uint32_t>(i) / static_cast<uint32_t>(p.K));
+        p.sorted_weight[row] = to_float(weights[i]);
+      }
+      p.pos[i] = row;
+    }
+  }
+
+  // 5. Padding rows and tile map (one warp per expert), then the tail.
+  if constexpr (kSingle) {
+    for (int e = warp; e < E; e += kWarps) {
+      fill_expert(p, e, s_base[e], s_cnt[e], e + 1 < E ? s_base[e + 1] : n_rows, lane);
+    }
+  } else {
+    for (int e = blockIdx.x * kWarps + warp; e < E; e += gridDim.x * kWarps) {
+      fill_expert(p, e, p.offsets[e], p.counts[e], p.offsets[e + 1], lane);
+    }
+  }
+  fill_tail(p, n_rows);
+}
+
+template <typename Kernel>
+void allow_smem(Kernel kernel, size_t bytes) {
+  if (bytes > 48 * 1024) {
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(bytes)));
+  }
+}
+
+void moe_plan_out_cuda(const Tensor& topk_ids, const Tensor& topk_weights, int64_t n_expert,
+                       int64_t tile_m, const Tensor& counts, const Tensor& offsets,
+                       const Tensor& sorted_token, const Tensor& sorted_weight, const Tensor& pos,
+                       const Tensor& tile_expert, const Tensor& meta) {
+  const PlanDims d = check_plan_inputs(topk_ids, topk_weights, n_expert, tile_m);
+  check_plan_outputs(d, topk_ids, counts, offsets, sorted_token, sorted_weight, pos, tile_expert,
+                     meta);
+  const c10::cuda::CUDAGuard guard(topk_ids.device());
+  const Tensor ids = topk_ids.contiguous();
+  const Tensor w = topk_weights.contiguous();
+  const int E = static_cast<int>(d.E);
+  const size_t place_smem = size_t(E) * (2 * sizeof(int) + kWarps * sizeof(uint16_t));
+  const int max_smem = at::cuda::getCurrentDeviceProperties()->sharedMemPerBlockOptin;
+  TORCH_CHECK(place_smem <= size_t(max_smem), "moe_plan on CUDA supports n_expert up to ",
+              max_smem / (2 * sizeof(int) + kWarps * sizeof(uint16_t)), " on this device, got ",
+              E);
+
+  PlanParams p{};
+  p.ids = ids.const_data_ptr();
+  p.weights = w.const_data_ptr();
+  p.n = static_cast<int>(d.entries());
+  p.K = static_cast<int>(d.K);
+  p.E = E;
+  p.tm = static_cast<int>(d.tile_m);
+  p.r_max = static_cast<int>(d.r_max);
+  p.n_tiles = static_cast<int>(d.n_tiles);
+  p.counts = counts.data_ptr<int>();
+  p.offsets = offsets.data_ptr<int>();
+  p.sorted_token = sorted_token.data_ptr<int>();
+  p.sorted_weight = sorted_weight.data_ptr<float>();
+  p.pos = pos.data_ptr<int>();
+  p.tile_expert = tile_expert.data_ptr<int>();
+  p.meta = meta.data_ptr<int>();
+
+  const bool single = p.n <= std::min(g_single_max_entries, kThreads * kMaxChunks);
+  Tensor workspace;
+  int n_blocks = 1;
+  if (single) {
+    p.cpl = static_cast<int>(ceil_div(p.n, kThreads));
+  } else {
+    p.cpl = std::clamp(g_multi_chunks, 1, kMaxChunks);
+    n_blocks = static_cast<int>(ceil_div(p.n, int64_t{kThreads} * p.cpl));
+    workspace = at::empty({int64_t{n_blocks} * (E + 1)}, ids.options().dtype(at::kInt));
+    p.block_hist = workspace.data_ptr<int>();
+    p.block_bad = p.block_hist + int64_t{n_blocks} * E;
+  }
+  const cudaStream_t s = stream();
+
+  AT_DISPATCH_INDEX_TYPES(ids.scalar_type(), "moe_plan_cuda_ids", [&] {
+    using id_t = index_t;
+    ARGON_CUDA_DISPATCH_FLOAT(w.scalar_type(), "moe_plan_cuda_w", [&] {
+      using w_t = scalar_t;
+      if (single) {
+        auto kernel = plan_place_kernel<id_t, w_t, true>;
+        allow_smem(kernel, place_smem);
+        kernel<<<1, kThreads, place_smem, s>>>(p);
+        ARGON_CUDA_CHECK_LAUNCH();
+        return;
+      }
+      auto hist = plan_hist_kernel<id_t>;
+      allow_smem(hist, size_t(E) * sizeof(int));
+      hist<<<n_blocks, kThreads, size_t(E) * sizeof(int), s>>>(p);
+      ARGON_CUDA_CHECK_LAUNCH();
+      allow_smem(plan_scan_kernel, size_t(E) * sizeof(int));
+      plan_scan_kernel<<<1, kThreads, size_t(E) * sizeof(int), s>>>(p, n_blocks);
+      ARGON_CUDA_CHECK_LAUNCH();
+      auto place = plan_place_kernel<id_t, w_t, false>;
+      allow_smem(place, place_smem);
+      place<<<n_blocks, kThreads, place_smem, s>>>(p);
+      ARGON_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+// Benchmark hook: set the plan's path split; non-positive values leave a knob unchanged.
+// Returns the previous (single_max_entries, multi_chunks).
+std::vector<int64_t> plan_tuning(int64_t single_max_entries, int64_t multi_chunks) {
+  std::vector<int64_t> previous{g_single_max_entries, g_multi_chunks};
+  if (single_max_entries >= 0) g_single_max_entries = static_cast<int>(single_max_entries);
+  if (multi_chunks > 0) g_multi_chunks = static_cast<int>(std::min<int64_t>(multi_chunks, kMaxChunks));
+  return previous;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(argon, CUDA, m) { m.impl("moe_plan_out", TORCH_FN(moe_plan_out_cuda)); }
+
+// Internal knobs of the CUDA backend, for the benchmark (not part of the public API).
+TORCH_LIBRARY(argon_cuda, m) {
+  m.def("plan_tuning(int single_max_entries, int multi_chunks) -> int[]", TORCH_FN(plan_tuning));
+}
+
+}  // namespace argon::cuda
