@@ -45,8 +45,27 @@ def routing(T, dist, seed=0):
     return ids, w  # int64 ids, as torch.topk returns them
 
 
+def heat(ms=60):
+    """Keep the GPU busy with matrix products for a moment, so its clocks are up (an idle H200
+    here sits at 345 MHz and tiny kernels alone do not always raise it)."""
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    t0 = time.perf_counter()
+    while (time.perf_counter() - t0) * 1e3 < ms:
+        for _ in range(10):
+            a @ a
+        torch.cuda.synchronize()
+
+
+def sm_clock():
+    try:
+        return int(torch.cuda.clock_rate())
+    except Exception:  # noqa: BLE001 (pynvml missing)
+        return None
+
+
 def graph_us(fn, inner=20, reps=30):
-    """Median GPU time of one call under CUDA graph replay."""
+    """Median GPU time of one call under CUDA graph replay. The replays are queued back to
+    back (events between them, one sync at the end), so the GPU never idles while timed."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -58,16 +77,15 @@ def graph_us(fn, inner=20, reps=30):
     with torch.cuda.graph(graph):
         for _ in range(inner):
             fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(reps):
-        start.record()
+    for _ in range(5):
         graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / inner)
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(reps + 1)]
+    events[0].record()
+    for i in range(reps):
+        graph.replay()
+        events[i + 1].record()
+    events[-1].synchronize()
+    times = [events[i].elapsed_time(events[i + 1]) * 1e3 / inner for i in range(reps)]
     del graph
     return statistics.median(times)
 
@@ -87,6 +105,13 @@ def eager_us(fn, inner=20, reps=30):
         end.synchronize()
         times.append(start.elapsed_time(end) * 1e3 / inner)
     return statistics.median(times)
+
+
+def tiny_kernel_graph_us():
+    """One tiny kernel under graph replay in this run: the per-launch floor."""
+    x = torch.zeros(1, device="cuda")
+    heat()
+    return graph_us(lambda: x.add_(1), inner=50, reps=30)
 
 
 def timed(fn, **kw):
@@ -145,12 +170,17 @@ def bench_plan(records):
             ids, w = routing(T, dist, seed=T)
             out = ops.moe_plan(ids, w, E, TM)
             exact = plan_bits_equal(out, ids, w)
+            heat()
             us, how = timed(lambda: ops.moe_plan(ids, w, E, TM, out=out))
+            clock = sm_clock()
             base, bhow = eager_us(lambda: baselines.plan_argsort(ids, w, E, TM)), "eager"
+            single_max = torch.ops.argon_cuda.plan_tuning(-1, -1)[0]
             records.append(rec("plan", T, dist, us, "plan_argsort", base, timing=how,
                                baseline_timing=bhow, bit_exact=exact, n_entries=T * K,
-                               path="one_kernel" if T * K <= 16384 else "three_kernels"))
-            print(f"plan   {dist:8s} T={T:6d} {us:8.2f} us  argsort {base:8.2f} us  exact={exact}")
+                               path="one_kernel" if T * K <= single_max else "three_kernels",
+                               sm_clock_mhz=clock))
+            print(f"plan   {dist:8s} T={T:6d} {us:8.2f} us  argsort {base:8.2f} us  exact={exact}"
+                  f"  (SM clock {clock} MHz after)")
 
 
 def bench_plan_variants(records):
@@ -160,17 +190,18 @@ def bench_plan_variants(records):
     default = tune(-1, -1)
     try:
         for dist in DISTS:
-            for T in [512, 1024, 1638, 2048, 3072, 4096, 8192, 16384]:
+            for T in [128, 204, 512, 1024, 2048, 4096, 8192, 16384]:
                 ids, w = routing(T, dist, seed=T + 1)
                 out = ops.moe_plan(ids, w, E, TM)
                 variants = [("one_kernel", 1 << 30, default[1])] if T * K <= 16384 else []
-                variants += [(f"three_kernels_cpl{c}", 0, c) for c in (1, 2, 4, 8, 16)]
+                variants += [(f"three_kernels_cpl{c}" if c else "three_kernels_auto", 0, c) for c in (0, 1, 2, 4)]
                 for name, single_max, cpl in variants:
                     tune(single_max, cpl)
                     ok = plan_bits_equal(ops.moe_plan(ids, w, E, TM), ids, w)
+                    heat(30)
                     us, how = timed(lambda: ops.moe_plan(ids, w, E, TM, out=out))
                     records.append(rec("plan_variant", T, dist, us, None, None, variant=name,
-                                       timing=how, bit_exact=ok))
+                                       timing=how, bit_exact=ok, sm_clock_mhz=sm_clock()))
                     print(f"plan_variant {dist:8s} T={T:6d} {name:22s} {us:8.2f} us exact={ok}")
     finally:
         tune(*default)
@@ -179,6 +210,7 @@ def bench_plan_variants(records):
 def bench_plan_eager(records):
     ops = torch_argon.argon_ops
     tiny = torch.zeros(1, device="cuda")
+    heat()
     base = host_us(lambda: tiny.add_(1))
     for T in (128, 2048):
         ids, w = routing(T, "uniform")
@@ -207,6 +239,7 @@ def bench_gather(records):
             st = plan.sorted_token
             idx = st.clamp(min=0)
             buf = torch.empty_like(out)
+            heat(30)
             us, how = timed(lambda: ops.moe_gather(x, plan, out=out))
             ok = torch.equal(out, torch_argon.reference.moe_gather(x, st))
             base, bhow = timed(lambda: torch.index_select(x, 0, idx, out=buf))
@@ -230,6 +263,7 @@ def bench_combine(records, bw):
             R = plan.sorted_token.shape[0]
             y = torch.randn(R, H, device="cuda", dtype=torch.float16)
             out = torch.empty(T, H, device="cuda", dtype=torch.float16)
+            heat(30)
             us, how = timed(lambda: ops.moe_combine(y, plan, w, out=out))
             base, bhow = timed(lambda: baselines.combine_torch(y, plan.pos, w))
             n_valid = int(plan.meta[2])
@@ -238,7 +272,7 @@ def bench_combine(records, bw):
             records.append(rec("combine", T, dist, us, "combine_torch", base, H=H, dtype="float16",
                                timing=how, baseline_timing=bhow, floor_us=round(floor, 3),
                                floor_bytes=floor_bytes, ratio_to_floor=round(us / floor, 3),
-                               copy_bw_tb_per_s=round(bw / 1e12, 3)))
+                               copy_bw_tb_per_s=round(bw / 1e12, 3), sm_clock_mhz=sm_clock()))
             print(f"combine {dist:8s} T={T:6d} {us:8.2f} us  torch {base:8.2f} us  "
                   f"({base / us:5.1f}x)  floor {floor:7.2f} us ({us / floor:4.2f}x)")
     # Bit-exactness of the combine at one benchmark size, against the CPU backend.
@@ -297,6 +331,12 @@ def main():
     records = []
     bw = copy_bandwidth()
     print(f"copy bandwidth: {bw / 1e12:.2f} TB/s (read + write)")
+    tiny = tiny_kernel_graph_us()
+    records.append(dict(op="tiny_kernel_graph", backend="cuda", T=None, E=None, K=None, tm=None,
+                        dist=None, median_us=round(tiny, 3), baseline=None,
+                        baseline_median_us=None, sm_clock_mhz=sm_clock(),
+                        note="x.add_(1) on one element, 50 per graph, per-launch floor"))
+    print(f"tiny kernel under graph replay: {tiny:.2f} us (SM clock {sm_clock()} MHz)")
     sections = {
         "plan": lambda: bench_plan(records),
         "plan_eager": lambda: bench_plan_eager(records),

@@ -6,14 +6,15 @@
 // is offsets[e] + (entries of e in earlier blocks) + (in earlier warps of its block)
 // + (in earlier chunks of its warp) + (in earlier lanes of its chunk). Each term is computed
 // without atomics whose order could vary:
-//   - lanes: __match_any_sync groups the lanes of a chunk by expert; rank = popc(peers & lt);
+//   - lanes: one ballot per bit of (e + 1) groups the lanes of a chunk by expert (cheaper than
+//     __match_any_sync under contention); rank = popc(peers & lanes below);
 //   - chunks: a per-warp row of uint16 counters in shared memory [32 warps][E], updated by one
 //     leader lane per expert group, chunk after chunk (only its own warp touches the row);
 //   - warps: an exclusive scan of that table over warps, one thread per expert;
 //   - blocks: per-block histograms [n_blocks][E] in global memory, scanned over blocks.
 //
 // Kernels (launch shape: blocks of 1024 threads).
-//   Small n (n <= single_max, default 16384 entries = T 1638 at K 10): ONE kernel, one block,
+//   Small n (n <= single_max, default 2048 entries = T 204 at K 10): ONE kernel, one block,
 //   which counts, scans over warps and experts, places, and writes padding, tail and tile map.
 //   Larger n: three kernels, the seed's hist / scan / place structure:
 //     plan_hist   [n_blocks]  per-block expert counts (shared atomics: integer sums are
@@ -22,7 +23,7 @@
 //                             becomes each block's first row relative to the expert's start),
 //                             counts, padded offsets (block scan over experts), meta;
 //     plan_place  [n_blocks]  per-warp counts and ranks as above, placement, then padding rows,
-//                             tail rows and tile map (one warp per expert, grid-strided).
+//                             tail rows and tile map (one warp per 32 experts, grid-strided).
 //   Under CUDA graph replay a launch costs ~0.9 us, so the small path saves ~2 us of overhead;
 //   the split point is where one block's serial work outgrows two launches (tunable, see
 //   argon_cuda::plan_tuning, for benchmarking).
@@ -55,13 +56,18 @@ static_assert(32 * kMaxChunks <= (1 << kRankBits), "ranks must fit in kRankBits"
 
 // Tuning knobs (entries up to which the one-kernel path runs; chunks per warp on the
 // three-kernel path). Process-wide; set only by the benchmark through argon_cuda::plan_tuning.
-int g_single_max_entries = kThreads * kMaxChunks;
-int g_multi_chunks = 4;
+// Measured on an H200 (bench/results/h200.json, op "plan_variant"): the one-block path's
+// serial chunk loop loses to three launches above ~2 chunks per warp, and the three-kernel
+// path is fastest with the fewest chunks per warp that keep all blocks in one wave (a block
+// of 1024 threads at 64 registers fills an SM). multi_chunks 0 = that automatic choice.
+int g_single_max_entries = 2 * kThreads;
+int g_multi_chunks = 0;
 
 struct PlanParams {
   const void* ids;
   const void* weights;
   int n, K, E, tm, cpl, r_max, n_tiles;
+  int id_bits;  // bits of E (ids + 1 lie in [0, E])
   int* counts;
   int* offsets;
   int* sorted_token;
@@ -83,6 +89,20 @@ __device__ __forceinline__ int expert_of(const id_t* ids, int64_t i, int E, int&
 }
 
 __device__ __forceinline__ int round_up_pow2(int x, int m) { return (x + m - 1) & ~(m - 1); }
+
+// The lanes of this warp holding the same expert as this lane (-1 counts as an expert too).
+// One ballot per bit of (e + 1) (10 for E = 512): full-rate instructions, where
+// __match_any_sync measured slow with 32 warps per SM using it (first H200 run).
+__device__ __forceinline__ unsigned same_expert_lanes(int e, int n_bits) {
+  const unsigned v = static_cast<unsigned>(e + 1);
+  unsigned peers = 0xffffffffu;
+  for (int b = 0; b < n_bits; ++b) {
+    const bool bit = (v >> b) & 1u;
+    const unsigned set = __ballot_sync(0xffffffffu, bit);
+    peers &= bit ? set : ~set;
+  }
+  return peers;
+}
 
 // ---- three-kernel path: per-block histograms ----------------------------------------------
 template <typename id_t>
@@ -157,14 +177,29 @@ __global__ void __launch_bounds__(kThreads) plan_scan_kernel(PlanParams p, int n
   }
 }
 
-// Padding rows and tile map of expert e, written by one warp.
-__device__ __forceinline__ void fill_expert(const PlanParams& p, int e, int start, int count,
-                                            int end, int lane) {
-  for (int r = start + count + lane; r < end; r += 32) {
-    p.sorted_token[r] = -1;
-    p.sorted_weight[r] = 0.f;
+// Padding rows and tile map of experts [first, first + 32), written by one warp: each lane
+// fetches one expert's (start, count, end) (one round of loads, not 32 dependent ones), then
+// the warp writes the experts one after another, broadcasting their ranges by shuffle.
+__device__ __forceinline__ void fill_experts(const PlanParams& p, int first, const int* offsets,
+                                             const int* counts, int n_rows, int lane) {
+  const int mine = first + lane;
+  int start = 0, count = 0, end = 0;
+  if (mine < p.E) {
+    start = offsets[mine];
+    count = counts[mine];
+    end = mine + 1 < p.E ? offsets[mine + 1] : n_rows;
   }
-  for (int j = start / p.tm + lane; j < end / p.tm; j += 32) p.tile_expert[j] = e;
+  const int n = min(32, p.E - first);
+  for (int i = 0; i < n; ++i) {
+    const int s0 = __shfl_sync(0xffffffffu, start, i);
+    const int c0 = __shfl_sync(0xffffffffu, count, i);
+    const int e0 = __shfl_sync(0xffffffffu, end, i);
+    for (int r = s0 + c0 + lane; r < e0; r += 32) {
+      p.sorted_token[r] = -1;
+      p.sorted_weight[r] = 0.f;
+    }
+    for (int j = s0 / p.tm + lane; j < e0 / p.tm; j += 32) p.tile_expert[j] = first + i;
+  }
 }
 
 // Rows [n_rows, R_max) and their tiles, grid-strided over every thread of the launch.
@@ -214,7 +249,7 @@ __global__ void __launch_bounds__(kThreads) plan_place_kernel(PlanParams p) {
   for (int c = 0; c < kMaxChunks; ++c) {
     if (c < p.cpl) {
       const int e = ent[c];
-      const unsigned peers = __match_any_sync(0xffffffffu, e);
+      const unsigned peers = same_expert_lanes(e, p.id_bits);
       const int rank = __popc(peers & lanes_before);
       const int prior = e >= 0 ? mine[e] : 0;
       __syncwarp();
@@ -293,12 +328,12 @@ __global__ void __launch_bounds__(kThreads) plan_place_kernel(PlanParams p) {
 
   // 5. Padding rows and tile map (one warp per expert), then the tail.
   if constexpr (kSingle) {
-    for (int e = warp; e < E; e += kWarps) {
-      fill_expert(p, e, s_base[e], s_cnt[e], e + 1 < E ? s_base[e + 1] : n_rows, lane);
+    for (int first = warp * 32; first < E; first += kWarps * 32) {
+      fill_experts(p, first, s_base, s_cnt, n_rows, lane);
     }
   } else {
-    for (int e = blockIdx.x * kWarps + warp; e < E; e += gridDim.x * kWarps) {
-      fill_expert(p, e, p.offsets[e], p.counts[e], p.offsets[e + 1], lane);
+    for (int first = (blockIdx.x * kWarps + warp) * 32; first < E; first += gridDim.x * kWarps * 32) {
+      fill_experts(p, first, p.offsets, p.counts, n_rows, lane);
     }
   }
   fill_tail(p, n_rows);
@@ -338,6 +373,7 @@ void moe_plan_out_cuda(const Tensor& topk_ids, const Tensor& topk_weights, int64
   p.tm = static_cast<int>(d.tile_m);
   p.r_max = static_cast<int>(d.r_max);
   p.n_tiles = static_cast<int>(d.n_tiles);
+  p.id_bits = 32 - __builtin_clz(static_cast<unsigned>(E));
   p.counts = counts.data_ptr<int>();
   p.offsets = offsets.data_ptr<int>();
   p.sorted_token = sorted_token.data_ptr<int>();
@@ -352,7 +388,9 @@ void moe_plan_out_cuda(const Tensor& topk_ids, const Tensor& topk_weights, int64
   if (single) {
     p.cpl = static_cast<int>(ceil_div(p.n, kThreads));
   } else {
-    p.cpl = std::clamp(g_multi_chunks, 1, kMaxChunks);
+    const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+    const int auto_chunks = static_cast<int>(ceil_div(p.n, int64_t{kThreads} * sms));
+    p.cpl = std::clamp(g_multi_chunks > 0 ? g_multi_chunks : auto_chunks, 1, kMaxChunks);
     n_blocks = static_cast<int>(ceil_div(p.n, int64_t{kThreads} * p.cpl));
     workspace = at::empty({int64_t{n_blocks} * (E + 1)}, ids.options().dtype(at::kInt));
     p.block_hist = workspace.data_ptr<int>();
@@ -386,12 +424,13 @@ void moe_plan_out_cuda(const Tensor& topk_ids, const Tensor& topk_weights, int64
   });
 }
 
-// Benchmark hook: set the plan's path split; non-positive values leave a knob unchanged.
+// Benchmark hook: set the plan's path split (entries up to which one kernel runs) and the
+// chunks per warp of the three-kernel path (0: automatic); negative values leave a knob as is.
 // Returns the previous (single_max_entries, multi_chunks).
 std::vector<int64_t> plan_tuning(int64_t single_max_entries, int64_t multi_chunks) {
   std::vector<int64_t> previous{g_single_max_entries, g_multi_chunks};
   if (single_max_entries >= 0) g_single_max_entries = static_cast<int>(single_max_entries);
-  if (multi_chunks > 0) g_multi_chunks = static_cast<int>(std::min<int64_t>(multi_chunks, kMaxChunks));
+  if (multi_chunks >= 0) g_multi_chunks = static_cast<int>(std::min<int64_t>(multi_chunks, kMaxChunks));
   return previous;
 }
 
