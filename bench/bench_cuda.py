@@ -207,6 +207,40 @@ def bench_plan_variants(records):
         tune(*default)
 
 
+PLAN_STAGES = {  # argon_cuda::plan_debug_skip bits (csrc/cuda/plan_cuda.cu)
+    "ranks": 1, "warp_scan": 2, "place": 4, "fill_experts": 8, "fill_tail": 16,
+    "hist_launch": 32, "scan_launch": 64, "place_launch": 128,
+}
+
+
+def bench_plan_ablation(records):
+    """The plan with stages left out (results wrong), to see where its time goes."""
+    ops = torch_argon.argon_ops
+    st = PLAN_STAGES
+    cases = {
+        128: ["", "ranks", "warp_scan", "place", "fill_experts", "fill_tail",
+              "ranks+warp_scan+fill_experts+fill_tail"],
+        4096: ["", "scan_launch+place_launch", "place_launch", "ranks", "place", "fill_experts",
+               "fill_tail", "place+fill_experts+fill_tail"],
+        16384: ["", "scan_launch+place_launch", "place_launch", "place+fill_experts+fill_tail"],
+    }
+    try:
+        for T, masks in cases.items():
+            ids, w = routing(T, "uniform", seed=3)
+            out = ops.moe_plan(ids, w, E, TM)
+            for name in masks:
+                mask = sum(st[k] for k in name.split("+") if k)
+                torch.ops.argon_cuda.plan_debug_skip(mask)
+                heat(30)
+                us, how = timed(lambda: ops.moe_plan(ids, w, E, TM, out=out))
+                torch.ops.argon_cuda.plan_debug_skip(0)
+                records.append(rec("plan_ablation", T, "uniform", us, None, None,
+                                   skipped=name or "nothing", timing=how))
+                print(f"plan_ablation T={T:6d} skip {name or 'nothing':40s} {us:8.2f} us")
+    finally:
+        torch.ops.argon_cuda.plan_debug_skip(0)
+
+
 def bench_plan_eager(records):
     ops = torch_argon.argon_ops
     tiny = torch.zeros(1, device="cuda")
@@ -263,6 +297,10 @@ def bench_combine(records, bw):
             R = plan.sorted_token.shape[0]
             y = torch.randn(R, H, device="cuda", dtype=torch.float16)
             out = torch.empty(T, H, device="cuda", dtype=torch.float16)
+            prev = torch.ops.argon_cuda.combine_min_blocks(1)
+            heat(30)
+            us_128regs, _ = timed(lambda: ops.moe_combine(y, plan, w, out=out))
+            torch.ops.argon_cuda.combine_min_blocks(prev)
             heat(30)
             us, how = timed(lambda: ops.moe_combine(y, plan, w, out=out))
             base, bhow = timed(lambda: baselines.combine_torch(y, plan.pos, w))
@@ -272,9 +310,11 @@ def bench_combine(records, bw):
             records.append(rec("combine", T, dist, us, "combine_torch", base, H=H, dtype="float16",
                                timing=how, baseline_timing=bhow, floor_us=round(floor, 3),
                                floor_bytes=floor_bytes, ratio_to_floor=round(us / floor, 3),
-                               copy_bw_tb_per_s=round(bw / 1e12, 3), sm_clock_mhz=sm_clock()))
+                               copy_bw_tb_per_s=round(bw / 1e12, 3), sm_clock_mhz=sm_clock(),
+                               us_without_register_bound=round(us_128regs, 3)))
             print(f"combine {dist:8s} T={T:6d} {us:8.2f} us  torch {base:8.2f} us  "
-                  f"({base / us:5.1f}x)  floor {floor:7.2f} us ({us / floor:4.2f}x)")
+                  f"({base / us:5.1f}x)  floor {floor:7.2f} us ({us / floor:4.2f}x)  "
+                  f"[no register bound: {us_128regs:7.2f} us]")
     # Bit-exactness of the combine at one benchmark size, against the CPU backend.
     ids, w = routing(2048, "zipf", seed=9)
     plan = ops.moe_plan(ids, w, E, TM)
@@ -345,8 +385,9 @@ def main():
         "swiglu": lambda: bench_swiglu(records),
         "moe_mm": lambda: bench_moe_mm(records),
         "plan_variants": lambda: bench_plan_variants(records),
+        "plan_ablation": lambda: bench_plan_ablation(records),
     }
-    wanted = [s for s in args.only.split(",") if s] or list(sections)
+    wanted = [s for s in args.only.split(",") if s] or [s for s in sections if s != "plan_ablation"]
     failed = []
     for name in wanted:
         try:

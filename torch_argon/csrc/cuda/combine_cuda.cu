@@ -37,8 +37,11 @@ struct CombineParams {
   int64_t T, K, H, R;
 };
 
-template <typename y_t, typename out_t, int V>
-__global__ void __launch_bounds__(512) combine_kernel(CombineParams p) {
+// At most 64 registers (2 x 512 threads per SM): at 128 registers (the compiler's choice
+// without the bound) only one 320-thread block fit per SM, so too few rows were in flight and
+// the combine ran at half of HBM speed (first H200 runs: 54 us at T = 2048 against a 27 us floor).
+template <typename y_t, typename out_t, int V, int kMinBlocks>
+__global__ void __launch_bounds__(512, kMinBlocks) combine_kernel(CombineParams p) {
   const int64_t nvec = p.H / V;
   const int64_t v = threadIdx.x;
   const y_t* y = static_cast<const y_t*>(p.y);
@@ -50,7 +53,6 @@ __global__ void __launch_bounds__(512) combine_kernel(CombineParams p) {
       for (int e = 0; e < V; ++e) acc[e] = 0.f;
       for (int64_t k0 = 0; k0 < p.K; k0 += kGroup) {
         int row[kGroup];
-        float wk[kGroup];
         Vec<y_t, V> yv[kGroup];
 #pragma unroll
         for (int j = 0; j < kGroup; ++j) {
@@ -61,16 +63,16 @@ __global__ void __launch_bounds__(512) combine_kernel(CombineParams p) {
 #pragma unroll
         for (int j = 0; j < kGroup; ++j) {
           if (row[j] >= 0) {
-            wk[j] = load_kind_scalar(p.w, p.w_kind, t * p.K + k0 + j);
             yv[j] = *reinterpret_cast<const Vec<y_t, V>*>(y + row[j] * p.y_stride + c * V);
           }
         }
 #pragma unroll
         for (int j = 0; j < kGroup; ++j) {
           if (row[j] < 0) continue;
+          const float wk = load_kind_scalar(p.w, p.w_kind, t * p.K + k0 + j);
 #pragma unroll
           for (int e = 0; e < V; ++e) {
-            acc[e] = __fadd_rn(acc[e], __fmul_rn(wk[j], to_float(yv[j].v[e])));
+            acc[e] = __fadd_rn(acc[e], __fmul_rn(wk, to_float(yv[j].v[e])));
           }
         }
       }
@@ -95,14 +97,21 @@ __global__ void __launch_bounds__(512) combine_kernel(CombineParams p) {
   }
 }
 
+// Benchmark hook (argon_cuda::combine_min_blocks): 2 (default, <= 64 registers) or 1.
+int g_min_blocks = 2;
+
 template <typename y_t, typename out_t, int V>
 void launch_combine(const CombineParams& p) {
   const int64_t nvec = p.H / V;
   const int tx = static_cast<int>(std::min<int64_t>(512, ceil_div(nvec, 32) * 32));
   const int ty = std::max(1, 256 / tx);
   const dim3 block(tx, ty);
-  const int blocks = grid_for(ceil_div(p.T, ty), 1, 2048 / (tx * ty) * 4);
-  combine_kernel<y_t, out_t, V><<<blocks, block, 0, stream()>>>(p);
+  const int blocks = grid_for(ceil_div(p.T, ty), 1, 2048 / (tx * ty) * 2);
+  if (V > 1 && g_min_blocks == 1) {
+    combine_kernel<y_t, out_t, V, 1><<<blocks, block, 0, stream()>>>(p);
+  } else {
+    combine_kernel<y_t, out_t, V, 2><<<blocks, block, 0, stream()>>>(p);
+  }
   ARGON_CUDA_CHECK_LAUNCH();
 }
 
@@ -155,8 +164,18 @@ void moe_combine_out_cuda(const Tensor& y_in, const Tensor& pos_in, const Tensor
   });
 }
 
+int64_t combine_min_blocks(int64_t n) {
+  const int64_t previous = g_min_blocks;
+  if (n == 1 || n == 2) g_min_blocks = static_cast<int>(n);
+  return previous;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(argon, CUDA, m) { m.impl("moe_combine_out", TORCH_FN(moe_combine_out_cuda)); }
+
+TORCH_LIBRARY_FRAGMENT(argon_cuda, m) {
+  m.def("combine_min_blocks(int n) -> int", TORCH_FN(combine_min_blocks));
+}
 
 }  // namespace argon::cuda

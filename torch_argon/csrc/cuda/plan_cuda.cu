@@ -61,6 +61,12 @@ static_assert(32 * kMaxChunks <= (1 << kRankBits), "ranks must fit in kRankBits"
 // path is fastest with the fewest chunks per warp that keep all blocks in one wave (a block
 // of 1024 threads at 64 registers fills an SM). multi_chunks 0 = that automatic choice.
 int g_single_max_entries = 2 * kThreads;
+int g_skip_mask = 0;  // benchmark-only: leave stages out to time the others (wrong results)
+
+enum : int {
+  kSkipRanks = 1, kSkipWarpScan = 2, kSkipPlace = 4, kSkipFillExperts = 8, kSkipFillTail = 16,
+  kSkipHistLaunch = 32, kSkipScanLaunch = 64, kSkipPlaceLaunch = 128,
+};
 int g_multi_chunks = 0;
 
 struct PlanParams {
@@ -68,6 +74,7 @@ struct PlanParams {
   const void* weights;
   int n, K, E, tm, cpl, r_max, n_tiles;
   int id_bits;  // bits of E (ids + 1 lie in [0, E])
+  int skip;     // benchmark-only ablation mask (kSkip*); 0 in normal use
   int* counts;
   int* offsets;
   int* sorted_token;
@@ -247,7 +254,7 @@ __global__ void __launch_bounds__(kThreads) plan_place_kernel(PlanParams p) {
   __syncwarp();
 #pragma unroll
   for (int c = 0; c < kMaxChunks; ++c) {
-    if (c < p.cpl) {
+    if (c < p.cpl && !(p.skip & kSkipRanks)) {
       const int e = ent[c];
       const unsigned peers = same_expert_lanes(e, p.id_bits);
       const int rank = __popc(peers & lanes_before);
@@ -265,7 +272,7 @@ __global__ void __launch_bounds__(kThreads) plan_place_kernel(PlanParams p) {
   for (int e = tid; e < E; e += kThreads) {
     int run = 0;
 #pragma unroll
-    for (int w0 = 0; w0 < kWarps; w0 += 8) {
+    for (int w0 = 0; w0 < (p.skip & kSkipWarpScan ? 0 : kWarps); w0 += 8) {
       int c[8];
 #pragma unroll
       for (int j = 0; j < 8; ++j) c[j] = s_rank[(w0 + j) * E + e];
@@ -314,7 +321,7 @@ __global__ void __launch_bounds__(kThreads) plan_place_kernel(PlanParams p) {
 #pragma unroll
   for (int c = 0; c < kMaxChunks; ++c) {
     const int64_t i = warp_begin + 32 * c;
-    if (c < p.cpl && i < p.n) {
+    if (c < p.cpl && i < p.n && !(p.skip & kSkipPlace)) {
       const int e = (ent[c] >> kRankBits) - 1;
       int row = -1;
       if (e >= 0) {
@@ -327,7 +334,8 @@ __global__ void __launch_bounds__(kThreads) plan_place_kernel(PlanParams p) {
   }
 
   // 5. Padding rows and tile map (one warp per expert), then the tail.
-  if constexpr (kSingle) {
+  if (p.skip & kSkipFillExperts) {
+  } else if constexpr (kSingle) {
     for (int first = warp * 32; first < E; first += kWarps * 32) {
       fill_experts(p, first, s_base, s_cnt, n_rows, lane);
     }
@@ -336,7 +344,7 @@ __global__ void __launch_bounds__(kThreads) plan_place_kernel(PlanParams p) {
       fill_experts(p, first, p.offsets, p.counts, n_rows, lane);
     }
   }
-  fill_tail(p, n_rows);
+  if (!(p.skip & kSkipFillTail)) fill_tail(p, n_rows);
 }
 
 template <typename Kernel>
@@ -374,6 +382,11 @@ void moe_plan_out_cuda(const Tensor& topk_ids, const Tensor& topk_weights, int64
   p.r_max = static_cast<int>(d.r_max);
   p.n_tiles = static_cast<int>(d.n_tiles);
   p.id_bits = 32 - __builtin_clz(static_cast<unsigned>(E));
+  p.skip = g_skip_mask;
+  // Keep ablations in bounds: rows computed without the warp scan, or from a block table
+  // nothing wrote, must not be used as addresses.
+  if (p.skip & kSkipWarpScan) p.skip |= kSkipPlace;
+  if (p.skip & kSkipHistLaunch) p.skip |= kSkipPlaceLaunch;
   p.counts = counts.data_ptr<int>();
   p.offsets = offsets.data_ptr<int>();
   p.sorted_token = sorted_token.data_ptr<int>();
@@ -411,15 +424,21 @@ void moe_plan_out_cuda(const Tensor& topk_ids, const Tensor& topk_weights, int64
       }
       auto hist = plan_hist_kernel<id_t>;
       allow_smem(hist, size_t(E) * sizeof(int));
-      hist<<<n_blocks, kThreads, size_t(E) * sizeof(int), s>>>(p);
-      ARGON_CUDA_CHECK_LAUNCH();
+      if (!(p.skip & kSkipHistLaunch)) {
+        hist<<<n_blocks, kThreads, size_t(E) * sizeof(int), s>>>(p);
+        ARGON_CUDA_CHECK_LAUNCH();
+      }
       allow_smem(plan_scan_kernel, size_t(E) * sizeof(int));
-      plan_scan_kernel<<<1, kThreads, size_t(E) * sizeof(int), s>>>(p, n_blocks);
-      ARGON_CUDA_CHECK_LAUNCH();
+      if (!(p.skip & kSkipScanLaunch)) {
+        plan_scan_kernel<<<1, kThreads, size_t(E) * sizeof(int), s>>>(p, n_blocks);
+        ARGON_CUDA_CHECK_LAUNCH();
+      }
       auto place = plan_place_kernel<id_t, w_t, false>;
       allow_smem(place, place_smem);
-      place<<<n_blocks, kThreads, place_smem, s>>>(p);
-      ARGON_CUDA_CHECK_LAUNCH();
+      if (!(p.skip & kSkipPlaceLaunch)) {
+        place<<<n_blocks, kThreads, place_smem, s>>>(p);
+        ARGON_CUDA_CHECK_LAUNCH();
+      }
     });
   });
 }
@@ -434,6 +453,14 @@ std::vector<int64_t> plan_tuning(int64_t single_max_entries, int64_t multi_chunk
   return previous;
 }
 
+// Benchmark hook: stages to leave out (kSkip* bits), to attribute the plan's time. Returns the
+// previous mask. The plan's outputs are wrong while a mask is set.
+int64_t plan_debug_skip(int64_t mask) {
+  const int64_t previous = g_skip_mask;
+  g_skip_mask = static_cast<int>(mask);
+  return previous;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(argon, CUDA, m) { m.impl("moe_plan_out", TORCH_FN(moe_plan_out_cuda)); }
@@ -441,6 +468,7 @@ TORCH_LIBRARY_IMPL(argon, CUDA, m) { m.impl("moe_plan_out", TORCH_FN(moe_plan_ou
 // Internal knobs of the CUDA backend, for the benchmark (not part of the public API).
 TORCH_LIBRARY(argon_cuda, m) {
   m.def("plan_tuning(int single_max_entries, int multi_chunks) -> int[]", TORCH_FN(plan_tuning));
+  m.def("plan_debug_skip(int mask) -> int", TORCH_FN(plan_debug_skip));
 }
 
 }  // namespace argon::cuda
