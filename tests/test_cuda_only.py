@@ -44,22 +44,23 @@ def test_three_kernel_path_matches_reference(three_kernel_plan, T, K, E, tm, dis
     assert_plan_equal(got, reference.moe_plan(ids, w, E, tm))
 
 
-@pytest.mark.parametrize("n_entries", [16383, 16384, 16385, 40960])
-@pytest.mark.parametrize("chunks", [1, 4, 16])
-def test_plan_paths_agree_around_the_split(n_entries, chunks):
-    """The same routing through both paths and several segment sizes gives the same bytes."""
+@pytest.mark.parametrize("n_entries", [2047, 2048, 2049, 16383, 16384, 16385, 40960])
+@pytest.mark.parametrize("chunks", [0, 1, 4, 16])
+def test_plan_paths_agree(n_entries, chunks):
+    """The same routing through the one-kernel path (where n allows it) and the three-kernel
+    path with several segment sizes (0: automatic) gives the reference's bytes."""
     K, E = 8, 512
     T = n_entries // K
     ids, w = make_ids(T, K, E, "zipf", seed=n_entries).cuda(), make_weights(T, K).cuda()
-    prev = plan_tuning(-1, chunks)
+    prev = plan_tuning(1 << 20, chunks)
     try:
-        default = ops.moe_plan(ids, w, E, 16)
+        one = ops.moe_plan(ids, w, E, 16)
         plan_tuning(0, chunks)
-        forced = ops.moe_plan(ids, w, E, 16)
+        three = ops.moe_plan(ids, w, E, 16)
     finally:
         plan_tuning(*prev)
-    assert_plan_equal(forced, default)
-    assert_plan_equal(default, reference.moe_plan(ids.cpu(), w.cpu(), E, 16))
+    assert_plan_equal(one, three)
+    assert_plan_equal(three, reference.moe_plan(ids.cpu(), w.cpu(), E, 16))
 
 
 @pytest.mark.parametrize("path", ["one_kernel", "three_kernels"])

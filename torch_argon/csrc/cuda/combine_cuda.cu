@@ -37,9 +37,10 @@ struct CombineParams {
   int64_t T, K, H, R;
 };
 
-// At most 64 registers (2 x 512 threads per SM): at 128 registers (the compiler's choice
-// without the bound) only one 320-thread block fit per SM, so too few rows were in flight and
-// the combine ran at half of HBM speed (first H200 runs: 54 us at T = 2048 against a 27 us floor).
+// Registers decide how many tokens are in flight per SM. The weights are loaded where they are
+// used (not held in an array next to the rows), which took the H200 combine at T = 2048 from
+// 54 us to 38 us; capping registers at 64 (kMinBlocks = 2) spills and measured slower (45 us),
+// so the default is kMinBlocks = 1; the other stays for the benchmark.
 template <typename y_t, typename out_t, int V, int kMinBlocks>
 __global__ void __launch_bounds__(512, kMinBlocks) combine_kernel(CombineParams p) {
   const int64_t nvec = p.H / V;
@@ -97,8 +98,8 @@ __global__ void __launch_bounds__(512, kMinBlocks) combine_kernel(CombineParams 
   }
 }
 
-// Benchmark hook (argon_cuda::combine_min_blocks): 2 (default, <= 64 registers) or 1.
-int g_min_blocks = 2;
+// Benchmark hook (argon_cuda::combine_min_blocks): 1 (default) or 2 (<= 64 registers).
+int g_min_blocks = 1;
 
 template <typename y_t, typename out_t, int V>
 void launch_combine(const CombineParams& p) {
@@ -107,10 +108,10 @@ void launch_combine(const CombineParams& p) {
   const int ty = std::max(1, 256 / tx);
   const dim3 block(tx, ty);
   const int blocks = grid_for(ceil_div(p.T, ty), 1, 2048 / (tx * ty) * 2);
-  if (V > 1 && g_min_blocks == 1) {
-    combine_kernel<y_t, out_t, V, 1><<<blocks, block, 0, stream()>>>(p);
-  } else {
+  if (V > 1 && g_min_blocks == 2) {
     combine_kernel<y_t, out_t, V, 2><<<blocks, block, 0, stream()>>>(p);
+  } else {
+    combine_kernel<y_t, out_t, V, 1><<<blocks, block, 0, stream()>>>(p);
   }
   ARGON_CUDA_CHECK_LAUNCH();
 }

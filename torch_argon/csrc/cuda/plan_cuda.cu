@@ -8,9 +8,9 @@
 // without atomics whose order could vary:
 //   - lanes: one ballot per bit of (e + 1) groups the lanes of a chunk by expert (cheaper than
 //     __match_any_sync under contention); rank = popc(peers & lanes below);
-//   - chunks: a per-warp row of uint16 counters in shared memory [32 warps][E], updated by one
-//     leader lane per expert group, chunk after chunk (only its own warp touches the row);
-//   - warps: an exclusive scan of that table over warps, one thread per expert;
+//   - chunks: per-warp uint16 counters in shared memory [E][32 warps (+pad)], updated by one
+//     leader lane per expert group, chunk after chunk (only its own warp touches its column);
+//   - warps: an exclusive scan of that table over warps, one warp per expert (shuffles);
 //   - blocks: per-block histograms [n_blocks][E] in global memory, scanned over blocks.
 //
 // Kernels (launch shape: blocks of 1024 threads).
@@ -19,11 +19,12 @@
 //   Larger n: three kernels, the seed's hist / scan / place structure:
 //     plan_hist   [n_blocks]  per-block expert counts (shared atomics: integer sums are
 //                             order-independent) and out-of-range id counts;
-//     plan_scan   [1]         per expert, an exclusive scan over blocks (in place: the table
-//                             becomes each block's first row relative to the expert's start),
-//                             counts, padded offsets (block scan over experts), meta;
-//     plan_place  [n_blocks]  per-warp counts and ranks as above, placement, then padding rows,
-//                             tail rows and tile map (one warp per 32 experts, grid-strided).
+//     plan_scan   [1]         per expert, an exclusive scan over blocks (each block's first row
+//                             relative to the expert's start), counts, padded offsets (block
+//                             scan over experts), meta;
+//     plan_place  [n_blocks]  per-warp counts and ranks as above, placement, then the tile map
+//                             (binary search of each tile in the offsets), padding rows (one
+//                             thread per expert) and the tail, grid-strided.
 //   Under CUDA graph replay a launch costs ~0.9 us, so the small path saves ~2 us of overhead;
 //   the split point is where one block's serial work outgrows two launches (tunable, see
 //   argon_cuda::plan_tuning, for benchmarking).
@@ -33,12 +34,14 @@
 // and its tiles grid-strided. Out-of-range ids (>= E or < -1) are treated as -1 and counted in
 // meta[ARGON_META_N_BAD_IDS].
 //
-// Limits: shared memory per block is 72 * E bytes (E <= ~3200 on sm_90); entries per block
+// Limits: shared memory per block is ~80 * E bytes (E <= ~2900 on sm_90); entries per block
 // stay <= 16384, so the uint16 counters cannot overflow; rows fit int32 (checked on the host).
 #include <torch/library.h>
 
 #include <algorithm>
 #include <vector>
+
+#include <ATen/cuda/EmptyTensor.h>
 
 #include "../checks.h"
 #include "../op_signatures.h"
@@ -51,6 +54,7 @@ namespace {
 constexpr int kWarps = 32;
 constexpr int kThreads = kWarps * 32;
 constexpr int kMaxChunks = 16;  // chunks of 32 entries per warp held in registers
+constexpr int kRankStride = 34;  // uint16 per expert row of the per-warp counts (32 + pad)
 constexpr int kRankBits = 10;   // a rank inside one warp's entries is < 32 * kMaxChunks = 512
 static_assert(32 * kMaxChunks <= (1 << kRankBits), "ranks must fit in kRankBits");
 
@@ -82,7 +86,8 @@ struct PlanParams {
   int* pos;
   int* tile_expert;
   int* meta;
-  int* block_hist;  // [n_blocks, E] (three-kernel path)
+  int* block_hist;  // [n_blocks, E] per-block counts (three-kernel path)
+  int* block_base;  // [n_blocks, E] their exclusive scan over blocks
   int* block_bad;   // [n_blocks]
 };
 
@@ -147,17 +152,20 @@ __global__ void __launch_bounds__(kThreads) plan_scan_kernel(PlanParams p, int n
   __syncthreads();
   int valid = 0;
   for (int e = tid; e < E; e += kThreads) {
-    // Column e of the block table, in batches of 8 loads in flight, replaced by its exclusive
-    // prefix: block b's first row of expert e, relative to offsets[e].
-    int* col = p.block_hist + e;
+    // Column e of the block table, in batches of 8 loads, and its exclusive prefix: block b's
+    // first row of expert e, relative to offsets[e]. Input and output are different arrays, so
+    // the compiler may issue the next batch's loads before this batch's stores.
+    const int* __restrict__ col = p.block_hist + e;
+    int* __restrict__ base = p.block_base + e;
     int run = 0;
+#pragma unroll 2
     for (int b0 = 0; b0 < n_blocks; b0 += 8) {
       int c[8];
 #pragma unroll
-      for (int j = 0; j < 8; ++j) c[j] = b0 + j < n_blocks ? col[int64_t(b0 + j) * E] : 0;
+      for (int j = 0; j < 8; ++j) c[j] = b0 + j < n_blocks ? __ldcg(col + int64_t(b0 + j) * E) : 0;
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        if (b0 + j < n_blocks) col[int64_t(b0 + j) * E] = run;
+        if (b0 + j < n_blocks) base[int64_t(b0 + j) * E] = run;
         run += c[j];
       }
     }
@@ -184,28 +192,29 @@ __global__ void __launch_bounds__(kThreads) plan_scan_kernel(PlanParams p, int n
   }
 }
 
-// Padding rows and tile map of experts [first, first + 32), written by one warp: each lane
-// fetches one expert's (start, count, end) (one round of loads, not 32 dependent ones), then
-// the warp writes the experts one after another, broadcasting their ranges by shuffle.
-__device__ __forceinline__ void fill_experts(const PlanParams& p, int first, const int* offsets,
-                                             const int* counts, int n_rows, int lane) {
-  const int mine = first + lane;
-  int start = 0, count = 0, end = 0;
-  if (mine < p.E) {
-    start = offsets[mine];
-    count = counts[mine];
-    end = mine + 1 < p.E ? offsets[mine + 1] : n_rows;
+// Tile map and padding rows from the padded offsets s_off[0..E] (shared memory), spread over
+// every thread of the launch: tile j's expert is the last e with s_off[e] <= j * tile_m
+// (binary search; experts without rows have s_off[e] == s_off[e + 1] and are skipped by it);
+// expert e's padding rows [s_off[e] + count, s_off[e + 1]) (< tile_m of them) go to one thread.
+// (A first version gave each warp 32 experts in turn: ~13 us of the plan on an H200.)
+__device__ __forceinline__ void fill_tiles_and_padding(const PlanParams& p, const int* s_off,
+                                                       const int* s_cnt) {
+  const int gtid = blockIdx.x * kThreads + threadIdx.x, stride = gridDim.x * kThreads;
+  const int n_rows = s_off[p.E];
+  for (int j = gtid; j < n_rows / p.tm; j += stride) {
+    const int row = j * p.tm;
+    int lo = 0, hi = p.E - 1;  // invariant: s_off[lo] <= row < n_rows, answer in [lo, hi]
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) >> 1;
+      if (s_off[mid] <= row) lo = mid; else hi = mid - 1;
+    }
+    p.tile_expert[j] = lo;
   }
-  const int n = min(32, p.E - first);
-  for (int i = 0; i < n; ++i) {
-    const int s0 = __shfl_sync(0xffffffffu, start, i);
-    const int c0 = __shfl_sync(0xffffffffu, count, i);
-    const int e0 = __shfl_sync(0xffffffffu, end, i);
-    for (int r = s0 + c0 + lane; r < e0; r += 32) {
+  for (int e = gtid; e < p.E; e += stride) {
+    for (int r = s_off[e] + s_cnt[e]; r < s_off[e + 1]; ++r) {
       p.sorted_token[r] = -1;
       p.sorted_weight[r] = 0.f;
     }
-    for (int j = s0 / p.tm + lane; j < e0 / p.tm; j += 32) p.tile_expert[j] = first + i;
   }
 }
 
@@ -224,15 +233,28 @@ template <typename id_t, typename w_t, bool kSingle>
 __global__ void __launch_bounds__(kThreads) plan_place_kernel(PlanParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
   const int E = p.E;
-  int* s_base = reinterpret_cast<int*>(smem);  // [E] first row of this block's entries of e
-  int* s_cnt = s_base + E;                      // [E] entries of e (one-kernel path)
-  uint16_t* s_rank = reinterpret_cast<uint16_t*>(s_cnt + E);  // [32][E] per-warp counts
+  int* s_base = reinterpret_cast<int*>(smem);  // [E]   first row of this block's entries of e
+  int* s_off = s_base + E;                      // [E+1] padded offsets, s_off[E] = n_rows
+  int* s_cnt = s_off + E + 1;                   // [E]   entries of e
+  // [E][kRankStride] per-warp counts, expert-major so one warp scans an expert's 32 counts;
+  // the odd word stride spreads a warp's accesses to different experts over the banks.
+  uint16_t* s_rank = reinterpret_cast<uint16_t*>(s_cnt + E);
   __shared__ int s_warp[32];
   __shared__ int s_sum[2];  // valid entries, bad ids (one-kernel path)
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const unsigned lanes_before = (1u << lane) - 1u;
   if (kSingle && tid == 0) s_sum[0] = s_sum[1] = 0;
+  if constexpr (!kSingle) {
+    // The scan kernel's results, fetched first so their latency overlaps steps 1-2.
+    for (int e = tid; e <= E; e += kThreads) {
+      s_off[e] = p.offsets[e];
+      if (e < E) {
+        s_cnt[e] = p.counts[e];
+        s_base[e] = s_off[e] + p.block_base[int64_t{blockIdx.x} * E + e];
+      }
+    }
+  }
 
   // 1. This lane's entries: one per chunk. ent[c] holds the expert (or -1) until step 2
   //    packs it with the entry's rank in its warp: ((e + 1) << kRankBits) | rank.
@@ -249,8 +271,7 @@ __global__ void __launch_bounds__(kThreads) plan_place_kernel(PlanParams p) {
   }
 
   // 2. Rank of each entry among its warp's entries of the same expert, chunk by chunk.
-  uint16_t* mine = s_rank + warp * E;
-  for (int e = lane; e < E; e += 32) mine[e] = 0;
+  for (int e = lane; e < E; e += 32) s_rank[e * kRankStride + warp] = 0;
   __syncwarp();
 #pragma unroll
   for (int c = 0; c < kMaxChunks; ++c) {
@@ -258,63 +279,58 @@ __global__ void __launch_bounds__(kThreads) plan_place_kernel(PlanParams p) {
       const int e = ent[c];
       const unsigned peers = same_expert_lanes(e, p.id_bits);
       const int rank = __popc(peers & lanes_before);
-      const int prior = e >= 0 ? mine[e] : 0;
+      uint16_t* mine = s_rank + (e >= 0 ? e : 0) * kRankStride + warp;
+      const int prior = e >= 0 ? *mine : 0;
       __syncwarp();
-      if (e >= 0 && rank == 0) mine[e] = static_cast<uint16_t>(prior + __popc(peers));
+      if (e >= 0 && rank == 0) *mine = static_cast<uint16_t>(prior + __popc(peers));
       __syncwarp();
       ent[c] = ((e + 1) << kRankBits) | (prior + rank);
     }
   }
   __syncthreads();
 
-  // 3. Per expert: exclusive scan over warps (in place), and the block's first row.
+  // 3. Per expert, one warp: exclusive scan of the 32 warps' counts (lane = warp index).
   int valid = 0;
-  for (int e = tid; e < E; e += kThreads) {
-    int run = 0;
-#pragma unroll
-    for (int w0 = 0; w0 < (p.skip & kSkipWarpScan ? 0 : kWarps); w0 += 8) {
-      int c[8];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) c[j] = s_rank[(w0 + j) * E + e];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        s_rank[(w0 + j) * E + e] = static_cast<uint16_t>(run);
-        run += c[j];
+  if (!(p.skip & kSkipWarpScan)) {
+#pragma unroll 4
+    for (int e = warp; e < E; e += kWarps) {
+      uint16_t* counts = s_rank + e * kRankStride;
+      const int v = counts[lane];
+      const int incl = warp_inclusive_scan(v);
+      counts[lane] = static_cast<uint16_t>(incl - v);
+      if constexpr (kSingle) {
+        if (lane == 31) {
+          s_cnt[e] = incl;
+          s_base[e] = round_up_pow2(incl, p.tm);
+          valid += incl;
+        }
       }
     }
-    if constexpr (kSingle) {
-      s_cnt[e] = run;
-      s_base[e] = round_up_pow2(run, p.tm);
-      valid += run;
-    } else {
-      s_base[e] = p.offsets[e] + p.block_hist[int64_t{blockIdx.x} * E + e];
-    }
   }
-  int n_rows = 0;
   if constexpr (kSingle) {
     valid = warp_sum(valid);
     bad = warp_sum(bad);
-    __syncthreads();  // s_sum was zeroed before step 1's barrier; now add to it
+    __syncthreads();  // s_sum was zeroed before step 2's barrier; now add to it
     if (lane == 0) {
       if (valid) atomicAdd(&s_sum[0], valid);
       if (bad) atomicAdd(&s_sum[1], bad);
     }
-    n_rows = block_exclusive_scan(s_base, E, s_warp);  // s_base: padded offsets
+    const int n_rows = block_exclusive_scan(s_base, E, s_warp);  // s_base: padded offsets
     for (int e = tid; e < E; e += kThreads) {
+      s_off[e] = s_base[e];
       p.counts[e] = s_cnt[e];
       p.offsets[e] = s_base[e];
     }
     if (tid == 0) {
+      s_off[E] = n_rows;
       p.offsets[E] = n_rows;
       p.meta[ARGON_META_N_ROWS] = n_rows;
       p.meta[ARGON_META_N_TILES] = n_rows / p.tm;
       p.meta[ARGON_META_N_VALID] = s_sum[0];
       p.meta[ARGON_META_N_BAD_IDS] = s_sum[1];
     }
-  } else {
-    n_rows = p.offsets[E];
-    __syncthreads();
   }
+  __syncthreads();
 
   // 4. Placement.
   const w_t* weights = static_cast<const w_t*>(p.weights);
@@ -325,7 +341,7 @@ __global__ void __launch_bounds__(kThreads) plan_place_kernel(PlanParams p) {
       const int e = (ent[c] >> kRankBits) - 1;
       int row = -1;
       if (e >= 0) {
-        row = s_base[e] + s_rank[warp * E + e] + (ent[c] & ((1 << kRankBits) - 1));
+        row = s_base[e] + s_rank[e * kRankStride + warp] + (ent[c] & ((1 << kRankBits) - 1));
         p.sorted_token[row] = static_cast<int>(static_cast<uint32_t>(i) / static_cast<uint32_t>(p.K));
         p.sorted_weight[row] = to_float(weights[i]);
       }
@@ -333,18 +349,9 @@ __global__ void __launch_bounds__(kThreads) plan_place_kernel(PlanParams p) {
     }
   }
 
-  // 5. Padding rows and tile map (one warp per expert), then the tail.
-  if (p.skip & kSkipFillExperts) {
-  } else if constexpr (kSingle) {
-    for (int first = warp * 32; first < E; first += kWarps * 32) {
-      fill_experts(p, first, s_base, s_cnt, n_rows, lane);
-    }
-  } else {
-    for (int first = (blockIdx.x * kWarps + warp) * 32; first < E; first += gridDim.x * kWarps * 32) {
-      fill_experts(p, first, p.offsets, p.counts, n_rows, lane);
-    }
-  }
-  if (!(p.skip & kSkipFillTail)) fill_tail(p, n_rows);
+  // 5. Tile map and padding rows, then the tail.
+  if (!(p.skip & kSkipFillExperts)) fill_tiles_and_padding(p, s_off, s_cnt);
+  if (!(p.skip & kSkipFillTail)) fill_tail(p, s_off[E]);
 }
 
 template <typename Kernel>
@@ -366,11 +373,11 @@ void moe_plan_out_cuda(const Tensor& topk_ids, const Tensor& topk_weights, int64
   const Tensor ids = topk_ids.contiguous();
   const Tensor w = topk_weights.contiguous();
   const int E = static_cast<int>(d.E);
-  const size_t place_smem = size_t(E) * (2 * sizeof(int) + kWarps * sizeof(uint16_t));
+  const size_t per_expert = 3 * sizeof(int) + kRankStride * sizeof(uint16_t);
+  const size_t place_smem = size_t(E) * per_expert + sizeof(int);
   const int max_smem = at::cuda::getCurrentDeviceProperties()->sharedMemPerBlockOptin;
   TORCH_CHECK(place_smem <= size_t(max_smem), "moe_plan on CUDA supports n_expert up to ",
-              max_smem / (2 * sizeof(int) + kWarps * sizeof(uint16_t)), " on this device, got ",
-              E);
+              (max_smem - sizeof(int)) / per_expert, " on this device, got ", E);
 
   PlanParams p{};
   p.ids = ids.const_data_ptr();
@@ -405,9 +412,10 @@ void moe_plan_out_cuda(const Tensor& topk_ids, const Tensor& topk_weights, int64
     const int auto_chunks = static_cast<int>(ceil_div(p.n, int64_t{kThreads} * sms));
     p.cpl = std::clamp(g_multi_chunks > 0 ? g_multi_chunks : auto_chunks, 1, kMaxChunks);
     n_blocks = static_cast<int>(ceil_div(p.n, int64_t{kThreads} * p.cpl));
-    workspace = at::empty({int64_t{n_blocks} * (E + 1)}, ids.options().dtype(at::kInt));
+    workspace = at::empty({int64_t{n_blocks} * (2 * E + 1)}, ids.options().dtype(at::kInt));
     p.block_hist = workspace.data_ptr<int>();
-    p.block_bad = p.block_hist + int64_t{n_blocks} * E;
+    p.block_base = p.block_hist + int64_t{n_blocks} * E;
+    p.block_bad = p.block_base + int64_t{n_blocks} * E;
   }
   const cudaStream_t s = stream();
 
@@ -443,6 +451,25 @@ void moe_plan_out_cuda(const Tensor& topk_ids, const Tensor& topk_weights, int64
   });
 }
 
+// The functional form, registered for CUDA to cut eager overhead: its seven outputs come
+// straight from the CUDA allocator (at::detail::empty_cuda, no dispatcher round trip each) and
+// the _out kernel is called directly. Same outputs as the composite form in functional.cpp.
+std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> moe_plan_cuda(
+    const Tensor& topk_ids, const Tensor& topk_weights, int64_t n_expert, int64_t tile_m) {
+  const PlanDims d = check_plan_inputs(topk_ids, topk_weights, n_expert, tile_m);
+  const auto dev = topk_ids.device();
+  auto make = [&](std::initializer_list<int64_t> size, at::ScalarType t) {
+    return Tensor(at::detail::empty_cuda(size, t, dev, std::nullopt));
+  };
+  Tensor counts = make({d.E}, at::kInt), offsets = make({d.E + 1}, at::kInt),
+         sorted_token = make({d.r_max}, at::kInt), sorted_weight = make({d.r_max}, at::kFloat),
+         pos = make({d.T, d.K}, at::kInt), tile_expert = make({d.n_tiles}, at::kInt),
+         meta = make({ARGON_META_SIZE}, at::kInt);
+  moe_plan_out_cuda(topk_ids, topk_weights, n_expert, tile_m, counts, offsets, sorted_token,
+                    sorted_weight, pos, tile_expert, meta);
+  return {counts, offsets, sorted_token, sorted_weight, pos, tile_expert, meta};
+}
+
 // Benchmark hook: set the plan's path split (entries up to which one kernel runs) and the
 // chunks per warp of the three-kernel path (0: automatic); negative values leave a knob as is.
 // Returns the previous (single_max_entries, multi_chunks).
@@ -463,7 +490,10 @@ int64_t plan_debug_skip(int64_t mask) {
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(argon, CUDA, m) { m.impl("moe_plan_out", TORCH_FN(moe_plan_out_cuda)); }
+TORCH_LIBRARY_IMPL(argon, CUDA, m) {
+  m.impl("moe_plan_out", TORCH_FN(moe_plan_out_cuda));
+  m.impl("moe_plan", TORCH_FN(moe_plan_cuda));
+}
 
 // Internal knobs of the CUDA backend, for the benchmark (not part of the public API).
 TORCH_LIBRARY(argon_cuda, m) {
