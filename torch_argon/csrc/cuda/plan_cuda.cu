@@ -390,10 +390,10 @@ void moe_plan_out_cuda(const Tensor& topk_ids, const Tensor& topk_weights, int64
   p.n_tiles = static_cast<int>(d.n_tiles);
   p.id_bits = 32 - __builtin_clz(static_cast<unsigned>(E));
   p.skip = g_skip_mask;
-  // Keep ablations in bounds: rows computed without the warp scan, or from a block table
-  // nothing wrote, must not be used as addresses.
-  if (p.skip & kSkipWarpScan) p.skip |= kSkipPlace;
-  if (p.skip & kSkipHistLaunch) p.skip |= kSkipPlaceLaunch;
+  // Keep ablations in bounds: rows and offsets computed without the warp scan, or from a
+  // block table that nothing wrote this call, must not be used as addresses.
+  if (p.skip & kSkipWarpScan) p.skip |= kSkipPlace | kSkipFillExperts | kSkipFillTail;
+  if (p.skip & (kSkipHistLaunch | kSkipScanLaunch)) p.skip |= kSkipPlaceLaunch;
   p.counts = counts.data_ptr<int>();
   p.offsets = offsets.data_ptr<int>();
   p.sorted_token = sorted_token.data_ptr<int>();
