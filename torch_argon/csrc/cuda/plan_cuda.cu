@@ -34,6 +34,12 @@
 // and its tiles grid-strided. Out-of-range ids (>= E or < -1) are treated as -1 and counted in
 // meta[ARGON_META_N_BAD_IDS].
 //
+// Status (H200, bench/results/h200.json): 12.6-40 us per plan under graph replay, against
+// targets of 6 us (T <= 4096) and 15 us (T = 16384). ncu on the one-block kernel at T = 128:
+// ~42K active cycles on its one SM at ~2 instructions per cycle, so the kernels are bound by
+// the instructions of the few blocks that do the per-expert work (warp scan, fills), not by
+// memory. Ablations (bench section plan_ablation) attribute the time; see the report of issue 4.
+//
 // Limits: shared memory per block is ~80 * E bytes (E <= ~2900 on sm_90); entries per block
 // stay <= 16384, so the uint16 counters cannot overflow; rows fit int32 (checked on the host).
 #include <torch/library.h>
@@ -196,7 +202,8 @@ __global__ void __launch_bounds__(kThreads) plan_scan_kernel(PlanParams p, int n
 // every thread of the launch: tile j's expert is the last e with s_off[e] <= j * tile_m
 // (binary search; experts without rows have s_off[e] == s_off[e + 1] and are skipped by it);
 // expert e's padding rows [s_off[e] + count, s_off[e + 1]) (< tile_m of them) go to one thread.
-// (A first version gave each warp 32 experts in turn: ~13 us of the plan on an H200.)
+// (A first version gave each warp 32 experts in turn; leaving it out saved ~13 us of the plan
+// on an H200. This version's share has not been measured separately yet.)
 __device__ __forceinline__ void fill_tiles_and_padding(const PlanParams& p, const int* s_off,
                                                        const int* s_cnt) {
   const int gtid = blockIdx.x * kThreads + threadIdx.x, stride = gridDim.x * kThreads;
