@@ -26,6 +26,7 @@ import torch
 import torch_argon
 from torch_argon import baselines
 from torch_argon._shapes import plan_rows
+from torch_argon.timing import cuda_events_us, cuda_graph_us
 
 E, K, TM, H = 512, 10, 16, 2560
 PLAN_T = [1, 16, 128, 512, 1024, 2048, 4096, 8192, 16384]
@@ -64,30 +65,8 @@ def sm_clock():
 
 
 def graph_us(fn, inner=20, reps=30):
-    """Median GPU time of one call under CUDA graph replay. The replays are queued back to
-    back (events between them, one sync at the end), so the GPU never idles while timed."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(inner):
-            fn()
-    for _ in range(5):
-        graph.replay()
-    events = [torch.cuda.Event(enable_timing=True) for _ in range(reps + 1)]
-    events[0].record()
-    for i in range(reps):
-        graph.replay()
-        events[i + 1].record()
-    events[-1].synchronize()
-    times = [events[i].elapsed_time(events[i + 1]) * 1e3 / inner for i in range(reps)]
-    del graph
-    return statistics.median(times)
+    """Median GPU time of one call under CUDA graph replay (replays back to back)."""
+    return cuda_graph_us(fn, inner=inner, samples=reps)
 
 
 def eager_us(fn, inner=20, reps=30):
@@ -95,16 +74,7 @@ def eager_us(fn, inner=20, reps=30):
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(reps):
-        start.record()
-        for _ in range(inner):
-            fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / inner)
-    return statistics.median(times)
+    return cuda_events_us(fn, inner=inner, samples=reps)
 
 
 def tiny_kernel_graph_us():
