@@ -29,6 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from torch_argon import backends, baselines  # noqa: E402
 from torch_argon.layer import moe_layer  # noqa: E402
 from torch_argon.routing import route  # noqa: E402
+from torch_argon.timing import cuda_events_us  # noqa: E402
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 STAGES = ("route", "plan", "gather", "gate_up_mm", "swiglu", "down_mm", "combine")
@@ -46,23 +47,10 @@ def time_wall(fn, samples):
     return statistics.median(times), "wall"
 
 
-def _events_us(run, inner, samples):
-    times = []
-    for _ in range(samples):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(inner):
-            run()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / inner)
-    return statistics.median(times)
-
-
 def time_cuda_eager(fn, samples):
     fn()
     torch.cuda.synchronize()
-    return _events_us(fn, 1, samples), "events"
+    return cuda_events_us(fn, samples=samples), "events"
 
 
 def time_cuda_graph(fn, samples):
@@ -76,9 +64,9 @@ def time_cuda_graph(fn, samples):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         fn()
-    one = _events_us(graph.replay, 1, 3)
+    one = cuda_events_us(graph.replay, samples=3)
     inner = max(1, min(100, int(1000 / max(one, 1.0))))  # about 1 ms per sample
-    us = _events_us(graph.replay, inner, samples)
+    us = cuda_events_us(graph.replay, inner=inner, samples=samples)
     del graph
     return us, "graph"
 

@@ -48,29 +48,61 @@ def ops_table(records):
     return "\n".join(rows)
 
 
+CUDA_OPS = ("plan", "plan_eager", "gather", "combine", "swiglu", "moe_mm")
+
+
 def cuda_ops_table(records):
-    rows = ["| op | T | dist | argon (us) | baseline | baseline (us) | speedup |",
-            "|---|---:|---|---:|---|---:|---:|"]
-    for r in records:
-        if r["op"].startswith("moe_layer"):
-            continue
+    """The H200 op records (bench/bench_cuda.py): each op against its plain-torch baseline."""
+    rows = ["| op | T | routing | argon (us) | baseline | baseline (us) | speedup | timing |",
+            "|---|---:|---|---:|---|---:|---:|---|"]
+    for r in sorted((r for r in records if r["op"] in CUDA_OPS),
+                    key=lambda r: (CUDA_OPS.index(r["op"]), r["T"], r["dist"])):
         base = r.get("baseline_median_us")
-        rows.append(f"| {r['op']} | {r['T']} | {r['dist']} | {r['median_us']:.1f} | "
-                    f"{r.get('baseline') or '-'} | {base:.1f} | {base / r['median_us']:.1f}x |"
-                    if base else f"| {r['op']} | {r['T']} | {r['dist']} | {r['median_us']:.1f} "
-                    f"| - | - | - |")
+        timing = r.get("timing", "eager")
+        if r.get("baseline_timing", timing) != timing:
+            timing += f" (baseline {r['baseline_timing']})"
+        label = r["op"] + "".join(f" {r[k]}" for k in ("dtype", "api") if r.get(k))
+        vs = f"{base:.1f} | {base / r['median_us']:.2f}x" if base else "- | -"
+        rows.append(f"| {label} | {r['T']} | {r['dist']} | {r['median_us']:.1f} | "
+                    f"{r.get('baseline') or '-'} | {vs} | {timing} |")
     return "\n".join(rows)
 
 
 def layer_table(records):
-    rows = ["| T | argon layer (us) | baseline | baseline (us) | speedup |",
-            "|---:|---:|---|---:|---:|"]
+    """The whole layer (bench/bench_layer.py) against each baseline and the weight-read floor."""
+    rows = ["| T | argon layer (us) | vs argsort + grouped_mm (us) | vs per-expert loop (us) | "
+            "weight-read floor (us) | layer / floor |",
+            "|---:|---:|---:|---:|---:|---:|"]
+    layer = {}
     for r in records:
-        if r["op"] != "moe_layer":
-            continue
-        base = r.get("baseline_median_us")
-        rows.append(f"| {r['T']} | {r['median_us']:.1f} | {r.get('baseline') or '-'} | "
-                    + (f"{base:.1f} | {base / r['median_us']:.1f}x |" if base else "- | - |"))
+        if r["op"] == "moe_layer":
+            layer.setdefault(r["T"], {})[r["baseline"]] = r
+    for T, by_base in sorted(layer.items()):
+        any_r = next(iter(by_base.values()))
+        cells = []
+        for name in ("layer_argsort_grouped_mm", "layer_per_expert_loop"):
+            b = by_base.get(name)
+            cells.append(f"{b['baseline_median_us']:.0f} ({b['baseline_median_us'] / b['median_us']:.1f}x)"
+                         if b else "-")
+        floor = any_r.get("weight_read_floor_us")
+        rows.append(f"| {T} | {any_r['median_us']:.0f} | {cells[0]} | {cells[1]} | "
+                    f"{floor:.0f} | {any_r['median_us'] / floor:.2f} |")
+    return "\n".join(rows)
+
+
+def stage_table(records):
+    """Each stage's time and share of the layer, with its baseline."""
+    stages = [r for r in records if r["op"].startswith("moe_layer/")]
+    Ts = sorted({r["T"] for r in stages})
+    rows = ["| stage | " + " | ".join(f"T={T}: argon us (share) / baseline us" for T in Ts) + " |",
+            "|---|" + "---:|" * len(Ts)]
+    for name in dict.fromkeys(r["op"].split("/", 1)[1] for r in stages):
+        cells = []
+        for T in Ts:
+            r = next((r for r in stages if r["op"] == f"moe_layer/{name}" and r["T"] == T), None)
+            base = f" / {r['baseline_median_us']:.1f}" if r and r.get("baseline_median_us") else ""
+            cells.append(f"{r['median_us']:.1f} ({r['share_of_layer'] * 100:.0f}%){base}" if r else "-")
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
 
@@ -96,7 +128,8 @@ def main():
     readme = readme_path.read_text()
     sources = {"cpu": (RESULTS / "cpu.json", ops_table),
                "h200": (RESULTS / "h200.json", cuda_ops_table),
-               "h200-layer": (RESULTS / "h200.json", layer_table)}
+               "h200-layer": (RESULTS / "h200.json", layer_table),
+               "h200-stages": (RESULTS / "h200.json", stage_table)}
     for name, (path, make) in sources.items():
         if path.exists():
             readme = fill(readme, name, make(json.loads(path.read_text())))

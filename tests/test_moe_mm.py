@@ -48,11 +48,11 @@ def test_moe_mm_transposed_weight_stack(backend, ref):
     w_t = w.transpose(1, 2).contiguous().transpose(1, 2)
     assert not w_t.is_contiguous()
     d = backend.device
-    got = backend.ops.moe_mm(xs.to(d), w_t.to(d), plan)
+    got = backend.ops.moe_mm(xs.to(d), w_t.to(d), plan.to(d))
     assert rel_err(got, ref.moe_mm(xs, w, plan.tile_expert, 16)) < REL_TOL[torch.float32]
 
 
 def test_moe_mm_empty(backend, ref):
     plan, xs, w = setup(0, 4, 8, 16, "uniform", 32, 16, torch.float32)
-    got = backend.ops.moe_mm(xs.to(backend.device), w.to(backend.device), plan)
+    got = backend.ops.moe_mm(xs.to(backend.device), w.to(backend.device), plan.to(backend.device))
     assert got.shape == (0, 16)

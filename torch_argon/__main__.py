@@ -128,7 +128,7 @@ def render(args, device_name, argon, torch_path, loop, plan_ok, rel):
         f"parity: plan bit-exact vs reference: {'yes' if plan_ok else 'NO'}; "
         f"layer rel. error vs float64 reference: {rel:.2e}",
         "",
-        f"| stage | argon (us) | argsort + grouped_mm (us) | speedup |",
+        "| stage | argon (us) | argsort + grouped_mm (us) | speedup |",
         "|---|---:|---:|---:|",
     ]
     for stage, us in argon.items():

@@ -42,4 +42,9 @@ class MoEPlan(NamedTuple):
         return int(self.meta[META_N_BAD_IDS])
 
     def tensors(self):
+        """The seven tensors, in contract order (what the moe_plan op returns)."""
         return tuple(self)[:7]
+
+    def to(self, device):
+        """The same plan with its tensors on `device`."""
+        return MoEPlan(*(t.to(device) for t in self.tensors()), self.tile_m)

@@ -1,6 +1,11 @@
-"""Timing helpers shared by the main job and the bench scripts: median wall time of a callable
-on a device, synchronising the device around each call (events on CUDA), and CUDA-graph replay
-timing for small ops where launch overhead would otherwise dominate."""
+"""Timing helpers shared by the main job and the bench scripts. All return the median
+microseconds of one call.
+
+- median_us: any device; CUDA events on CUDA, the wall clock around a device sync elsewhere.
+- cuda_events_us: CUDA events around `inner` back-to-back calls, `samples` times.
+- cuda_graph_us: `inner` calls captured into one CUDA graph, replays queued back to back, so
+  launch overhead and GPU idle time stay out of the figure (for small ops).
+"""
 import statistics
 import time
 
@@ -15,53 +20,55 @@ def synchronize(device):
         torch.mps.synchronize()
 
 
-def median_us(fn, device, *, warmup=3, repeat=20, min_seconds=0.0):
-    """Median microseconds of fn() over `repeat` calls (more if min_seconds asks for it)."""
+def cuda_events_us(fn, *, inner=1, samples=20):
+    times = []
+    for _ in range(samples):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(inner):
+            fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / inner)
+    return statistics.median(times)
+
+
+def median_us(fn, device, *, warmup=3, repeat=20):
     device = torch.device(device)
     for _ in range(warmup):
         fn()
     synchronize(device)
+    if device.type == "cuda":
+        return cuda_events_us(fn, samples=repeat)
     times = []
-    start_all = time.perf_counter()
-    while len(times) < repeat or time.perf_counter() - start_all < min_seconds:
-        if device.type == "cuda":
-            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            begin.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(begin.elapsed_time(end) * 1e3)
-        else:
-            t0 = time.perf_counter()
-            fn()
-            synchronize(device)
-            times.append((time.perf_counter() - t0) * 1e6)
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        synchronize(device)
+        times.append((time.perf_counter() - t0) * 1e6)
     return statistics.median(times)
 
 
-def graph_median_us(fn, *, calls_per_graph=20, warmup=3, repeat=30):
-    """Median GPU time of one fn() call under CUDA graph replay: fn is captured
-    calls_per_graph times into one graph, and each replay is timed with events."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
+def cuda_graph_us(fn, *, inner=20, samples=30, warmup=3):
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up outside the graph (allocator, lazy init)
         for _ in range(warmup):
             fn()
-    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for _ in range(calls_per_graph):
+        for _ in range(inner):
             fn()
-    for _ in range(warmup):
+    for _ in range(5):
         graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeat):
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        begin.record()
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(samples + 1)]
+    events[0].record()
+    for i in range(samples):
         graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(begin.elapsed_time(end) * 1e3 / calls_per_graph)
+        events[i + 1].record()
+    events[-1].synchronize()
+    times = [events[i].elapsed_time(events[i + 1]) * 1e3 / inner for i in range(samples)]
+    del graph
     return statistics.median(times)

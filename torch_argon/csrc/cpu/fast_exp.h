@@ -4,8 +4,8 @@
 // the exponent bits. Within 2 ulp of expf over the clamped range [-87, 88]: beyond it the
 // result saturates (exp(-87) ~ 1.6e-38, exp(88) ~ 1.7e38), which silu and the like absorb.
 #pragma once
-#include <bit>
 #include <cstdint>
+#include <cstring>
 
 namespace argon {
 
@@ -23,7 +23,9 @@ inline float exp_no_libm(float x) {
   p = p * r + 1.f;
   p = p * r + 1.f;
   const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  return p * std::bit_cast<float>(bits);
+  float scale;  // 2^n (memcpy, not std::bit_cast: torch 2.11 builds extensions as C++17)
+  std::memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
 }
 
 }  // namespace argon

@@ -1,0 +1,376 @@
+"""CUDA benchmark of torch_argon's plan, gather, combine (and swiglu, moe_mm) against the
+plain-torch baselines (torch_argon/baselines.py), all measured in the same run.
+
+    python bench/bench_cuda.py --out bench/results/h200.json
+
+Method: GPU time per call under CUDA graph replay (a graph of `inner` calls, replayed `reps`
+times, timed with CUDA events; median over replays, divided by `inner`). Baselines that read
+the device back to the host (the argsort plan's bincount) cannot be captured: they are timed
+eagerly (events around `inner` back-to-back calls) and marked "timing": "eager".
+Routing: E = 512, K = 10, tile_m = 16; uniform = top-10 of random scores, zipf = Zipf(1.2)
+expert popularity (K distinct experts per token). Every plan is checked bit for bit against
+the CPU backend before it is timed. The eager-overhead rows time host wall clock per call of
+moe_plan against one tiny torch op (x.add_(1) on one element) in the same process.
+Writes a JSON list of records {op, backend, T, E, K, tm, dist, median_us, baseline,
+baseline_median_us, ...}; prints a table.
+"""
+import argparse
+import json
+import statistics
+import sys
+import time
+import traceback
+
+import torch
+
+import torch_argon
+from torch_argon import baselines
+from torch_argon._shapes import plan_rows
+from torch_argon.timing import cuda_events_us, cuda_graph_us
+
+E, K, TM, H = 512, 10, 16, 2560
+PLAN_T = [1, 16, 128, 512, 1024, 2048, 4096, 8192, 16384]
+ROW_T = [128, 512, 2048, 4096, 8192, 16384]
+DISTS = ["uniform", "zipf"]
+
+
+def routing(T, dist, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    if dist == "uniform":
+        ids = torch.rand(T, E, device="cuda", generator=g).topk(K, dim=1).indices
+    else:
+        p = 1.0 / torch.arange(1, E + 1, dtype=torch.float64, device="cuda") ** 1.2
+        p = p[torch.randperm(E, device="cuda", generator=g)].float()
+        ids = torch.multinomial(p.expand(T, E), K, replacement=False, generator=g)
+    w = torch.rand(T, K, device="cuda", generator=g)
+    return ids, w  # int64 ids, as torch.topk returns them
+
+
+def heat(ms=60):
+    """Keep the GPU busy with matrix products for a moment, so its clocks are up (an idle H200
+    here sits at 345 MHz and tiny kernels alone do not always raise it)."""
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    t0 = time.perf_counter()
+    while (time.perf_counter() - t0) * 1e3 < ms:
+        for _ in range(10):
+            a @ a
+        torch.cuda.synchronize()
+
+
+def sm_clock():
+    try:
+        return int(torch.cuda.clock_rate())
+    except Exception:  # noqa: BLE001 (pynvml missing)
+        return None
+
+
+def graph_us(fn, inner=20, reps=30):
+    """Median GPU time of one call under CUDA graph replay (replays back to back)."""
+    return cuda_graph_us(fn, inner=inner, samples=reps)
+
+
+def eager_us(fn, inner=20, reps=30):
+    """Median time of one call launched eagerly, back to back, timed with events."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    return cuda_events_us(fn, inner=inner, samples=reps)
+
+
+def tiny_kernel_graph_us():
+    """One tiny kernel under graph replay in this run: the per-launch floor."""
+    x = torch.zeros(1, device="cuda")
+    heat()
+    return graph_us(lambda: x.add_(1), inner=50, reps=30)
+
+
+def timed(fn, **kw):
+    """(us, how): graph replay if the function can be captured, else eager."""
+    try:
+        return graph_us(fn, **kw), "graph"
+    except Exception as e:  # noqa: BLE001 (a capture failure: time it eagerly instead)
+        torch.cuda.synchronize()
+        print(f"  (graph capture failed: {type(e).__name__}: {str(e)[:120]}; timing eagerly)")
+        return eager_us(fn, **kw), "eager"
+
+
+def host_us(fn, n=1000, trials=7):
+    """Host wall-clock per call in a loop of eager calls (launch overhead)."""
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    per = []
+    for _ in range(trials):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        torch.cuda.synchronize()
+        per.append((time.perf_counter() - t0) * 1e6 / n)
+    return statistics.median(per)
+
+
+def copy_bandwidth():
+    """Device-to-device copy bandwidth, bytes read plus written per second."""
+    n = 1 << 29  # 1 GiB of fp16
+    a = torch.empty(n, dtype=torch.float16, device="cuda")
+    b = torch.empty_like(a)
+    us = eager_us(lambda: b.copy_(a), inner=5, reps=10)
+    return 2 * a.numel() * 2 / (us * 1e-6)
+
+
+def plan_bits_equal(plan, ids, w):
+    cpu = torch.ops.argon.moe_plan(ids.cpu(), w.cpu(), E, TM)
+    return all(torch.equal(a.cpu().view(torch.int32), b.view(torch.int32))
+               for a, b in zip(plan.tensors(), cpu))
+
+
+def rec(op, T, dist, us, baseline, base_us, **extra):
+    r = dict(op=op, backend="cuda", T=T, E=E, K=K, tm=TM, dist=dist, median_us=round(us, 3),
+             baseline=baseline, baseline_median_us=None if base_us is None else round(base_us, 3))
+    if base_us:
+        r["speedup"] = round(base_us / us, 3)
+    r.update(extra)
+    return r
+
+
+def bench_plan(records):
+    ops = torch_argon.argon_ops
+    for dist in DISTS:
+        for T in PLAN_T:
+            ids, w = routing(T, dist, seed=T)
+            out = ops.moe_plan(ids, w, E, TM)
+            exact = plan_bits_equal(out, ids, w)
+            heat()
+            us, how = timed(lambda: ops.moe_plan(ids, w, E, TM, out=out))
+            clock = sm_clock()
+            base, bhow = eager_us(lambda: baselines.plan_argsort(ids, w, E, TM)), "eager"
+            single_max = torch.ops.argon_cuda.plan_tuning(-1, -1)[0]
+            records.append(rec("plan", T, dist, us, "plan_argsort", base, timing=how,
+                               baseline_timing=bhow, bit_exact=exact, n_entries=T * K,
+                               path="one_kernel" if T * K <= single_max else "three_kernels",
+                               sm_clock_mhz=clock))
+            print(f"plan   {dist:8s} T={T:6d} {us:8.2f} us  argsort {base:8.2f} us  exact={exact}"
+                  f"  (SM clock {clock} MHz after)")
+
+
+def bench_plan_variants(records):
+    """The plan's two paths and segment sizes around the split, for choosing the defaults."""
+    ops = torch_argon.argon_ops
+    tune = torch.ops.argon_cuda.plan_tuning
+    default = tune(-1, -1)
+    try:
+        for dist in DISTS:
+            for T in [128, 204, 512, 1024, 2048, 4096, 8192, 16384]:
+                ids, w = routing(T, dist, seed=T + 1)
+                out = ops.moe_plan(ids, w, E, TM)
+                variants = [("one_kernel", 1 << 30, default[1])] if T * K <= 16384 else []
+                variants += [(f"three_kernels_cpl{c}" if c else "three_kernels_auto", 0, c) for c in (0, 1, 2, 4)]
+                for name, single_max, cpl in variants:
+                    tune(single_max, cpl)
+                    ok = plan_bits_equal(ops.moe_plan(ids, w, E, TM), ids, w)
+                    heat(30)
+                    us, how = timed(lambda: ops.moe_plan(ids, w, E, TM, out=out))
+                    records.append(rec("plan_variant", T, dist, us, None, None, variant=name,
+                                       timing=how, bit_exact=ok, sm_clock_mhz=sm_clock()))
+                    print(f"plan_variant {dist:8s} T={T:6d} {name:22s} {us:8.2f} us exact={ok}")
+    finally:
+        tune(*default)
+
+
+PLAN_STAGES = {  # argon_cuda::plan_debug_skip bits (csrc/cuda/plan_cuda.cu)
+    "ranks": 1, "warp_scan": 2, "place": 4, "fill_experts": 8, "fill_tail": 16,
+    "hist_launch": 32, "scan_launch": 64, "place_launch": 128,
+}
+
+
+def bench_plan_ablation(records):
+    """The plan with stages left out (results wrong), to see where its time goes."""
+    ops = torch_argon.argon_ops
+    st = PLAN_STAGES
+    cases = {
+        128: ["", "ranks", "warp_scan", "place", "fill_experts", "fill_tail",
+              "ranks+warp_scan+fill_experts+fill_tail"],
+        4096: ["", "scan_launch+place_launch", "place_launch", "ranks", "place", "fill_experts",
+               "fill_tail", "place+fill_experts+fill_tail"],
+        16384: ["", "scan_launch+place_launch", "place_launch", "place+fill_experts+fill_tail"],
+    }
+    try:
+        for T, masks in cases.items():
+            ids, w = routing(T, "uniform", seed=3)
+            out = ops.moe_plan(ids, w, E, TM)
+            for name in masks:
+                mask = sum(st[k] for k in name.split("+") if k)
+                torch.ops.argon_cuda.plan_debug_skip(mask)
+                heat(30)
+                us, how = timed(lambda: ops.moe_plan(ids, w, E, TM, out=out))
+                torch.ops.argon_cuda.plan_debug_skip(0)
+                records.append(rec("plan_ablation", T, "uniform", us, None, None,
+                                   skipped=name or "nothing", timing=how))
+                print(f"plan_ablation T={T:6d} skip {name or 'nothing':40s} {us:8.2f} us")
+    finally:
+        torch.ops.argon_cuda.plan_debug_skip(0)
+
+
+def bench_plan_eager(records):
+    ops = torch_argon.argon_ops
+    tiny = torch.zeros(1, device="cuda")
+    heat()
+    base = host_us(lambda: tiny.add_(1))
+    for T in (128, 2048):
+        ids, w = routing(T, "uniform")
+        out = ops.moe_plan(ids, w, E, TM)
+        for name, fn in [
+            ("moe_plan", lambda: ops.moe_plan(ids, w, E, TM)),
+            ("moe_plan_out", lambda: ops.moe_plan(ids, w, E, TM, out=out)),
+            ("torch.ops.argon.moe_plan", lambda: torch.ops.argon.moe_plan(ids, w, E, TM)),
+        ]:
+            us = host_us(fn)
+            records.append(rec("plan_eager", T, "uniform", us, "tiny_torch_op(x.add_(1))", base,
+                               api=name, ratio_to_tiny_op=round(us / base, 3)))
+            print(f"plan_eager T={T} {name:26s} {us:7.2f} us/call  tiny op {base:6.2f} us  "
+                  f"ratio {us / base:.2f}")
+
+
+def bench_gather(records):
+    ops = torch_argon.argon_ops
+    for dist in DISTS:
+        for T in ROW_T:
+            ids, w = routing(T, dist, seed=T)
+            plan = ops.moe_plan(ids, w, E, TM)
+            x = torch.randn(T, H, device="cuda", dtype=torch.float16)
+            R = plan.sorted_token.shape[0]
+            out = torch.empty(R, H, device="cuda", dtype=torch.float16)
+            st = plan.sorted_token
+            idx = st.clamp(min=0)
+            buf = torch.empty_like(out)
+            heat(30)
+            us, how = timed(lambda: ops.moe_gather(x, plan, out=out))
+            ok = torch.equal(out, torch_argon.reference.moe_gather(x, st))
+            base, bhow = timed(lambda: torch.index_select(x, 0, idx, out=buf))
+            base2, _ = timed(lambda: baselines.gather_index_select(x, st))
+            n_valid = int(plan.meta[2])
+            moved = (n_valid * H * 2) + R * H * 2
+            records.append(rec("gather", T, dist, us, "index_select", base, H=H, dtype="float16",
+                               rows=R, timing=how, baseline_timing=bhow, bit_exact=ok,
+                               gather_index_select_us=round(base2, 3),
+                               bytes=moved, tb_per_s=round(moved / us / 1e6, 3)))
+            print(f"gather {dist:8s} T={T:6d} {us:8.2f} us  index_select {base:8.2f} us  "
+                  f"(clamp+index_select {base2:8.2f})  exact={ok}")
+
+
+def bench_combine(records, bw):
+    ops = torch_argon.argon_ops
+    for dist in DISTS:
+        for T in ROW_T:
+            ids, w = routing(T, dist, seed=T)
+            plan = ops.moe_plan(ids, w, E, TM)
+            R = plan.sorted_token.shape[0]
+            y = torch.randn(R, H, device="cuda", dtype=torch.float16)
+            out = torch.empty(T, H, device="cuda", dtype=torch.float16)
+            prev = torch.ops.argon_cuda.combine_min_blocks(2)
+            heat(30)
+            us_capped, _ = timed(lambda: ops.moe_combine(y, plan, w, out=out))
+            torch.ops.argon_cuda.combine_min_blocks(prev)
+            heat(30)
+            us, how = timed(lambda: ops.moe_combine(y, plan, w, out=out))
+            base, bhow = timed(lambda: baselines.combine_torch(y, plan.pos, w))
+            n_valid = int(plan.meta[2])
+            floor_bytes = n_valid * H * 2 + T * H * 2 + T * K * 8
+            floor = floor_bytes / bw * 1e6
+            records.append(rec("combine", T, dist, us, "combine_torch", base, H=H, dtype="float16",
+                               timing=how, baseline_timing=bhow, floor_us=round(floor, 3),
+                               floor_bytes=floor_bytes, ratio_to_floor=round(us / floor, 3),
+                               copy_bw_tb_per_s=round(bw / 1e12, 3), sm_clock_mhz=sm_clock(),
+                               us_with_64_register_cap=round(us_capped, 3)))
+            print(f"combine {dist:8s} T={T:6d} {us:8.2f} us  torch {base:8.2f} us  "
+                  f"({base / us:5.1f}x)  floor {floor:7.2f} us ({us / floor:4.2f}x)  "
+                  f"[64-register cap: {us_capped:7.2f} us]")
+    # Bit-exactness of the combine at one benchmark size, against the CPU backend.
+    ids, w = routing(2048, "zipf", seed=9)
+    plan = ops.moe_plan(ids, w, E, TM)
+    y = torch.randn(plan.sorted_token.shape[0], H, device="cuda", dtype=torch.float16)
+    got = ops.moe_combine(y, plan, w).cpu()
+    want = torch.ops.argon.moe_combine(y.cpu(), plan.pos.cpu(), w.cpu(), None, None, None)
+    print(f"combine bit-exact vs CPU at T=2048: {torch.equal(got.view(torch.int16), want.view(torch.int16))}")
+
+
+def bench_swiglu(records):
+    ops = torch_argon.argon_ops
+    for T in (2048, 16384):
+        R, inter = plan_rows(T, K, E, TM), 512
+        g = torch.randn(R, 2 * inter, device="cuda", dtype=torch.bfloat16)
+        out = torch.empty(R, inter, device="cuda", dtype=torch.bfloat16)
+        us, how = timed(lambda: ops.swiglu(g, out=out))
+        base, bhow = timed(lambda: baselines.swiglu_torch(g))
+        records.append(rec("swiglu", T, "uniform", us, "swiglu_torch", base, I=inter,
+                           dtype="bfloat16", rows=R, timing=how, baseline_timing=bhow))
+        print(f"swiglu T={T:6d} R={R} I={inter} {us:8.2f} us  torch {base:8.2f} us")
+
+
+def bench_moe_mm(records):
+    ops = torch_argon.argon_ops
+    T, Kd, N = 2048, 2048, 1024
+    ids, w = routing(T, "uniform")
+    plan = ops.moe_plan(ids, w, E, TM)
+    R = plan.sorted_token.shape[0]
+    for dtype in (torch.bfloat16, torch.float16):
+        xs = torch.randn(R, Kd, device="cuda", dtype=dtype)
+        W = torch.randn(E, N, Kd, device="cuda", dtype=dtype) / Kd ** 0.5
+        reps = dict(inner=5, reps=10) if dtype == torch.bfloat16 else dict(inner=1, reps=3)
+        us, how = timed(lambda: ops.moe_mm(xs, W, plan), **reps)
+        base = None
+        if dtype == torch.bfloat16:
+            offs = plan.offsets[1:].contiguous()
+            base, _ = timed(lambda: torch._grouped_mm(xs, W.transpose(1, 2), offs=offs), **reps)
+        tflops = 2 * R * N * Kd / (us * 1e-6) / 1e12
+        records.append(rec("moe_mm", T, "uniform", us, "torch._grouped_mm" if base else None, base,
+                           Kd=Kd, N=N, dtype=str(dtype).split(".")[1], rows=R, timing=how,
+                           tflops=round(tflops, 1)))
+        print(f"moe_mm {dtype} T={T} R={R} Kd={Kd} N={N} {us:9.2f} us ({tflops:.0f} TFLOP/s)"
+              + (f"  _grouped_mm {base:9.2f} us" if base else ""))
+        del xs, W
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="bench/results/h200.json")
+    ap.add_argument("--only", default="", help="comma-separated sections to run")
+    args = ap.parse_args()
+    assert torch.cuda.is_available(), "needs a CUDA device"
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    records = []
+    bw = copy_bandwidth()
+    print(f"copy bandwidth: {bw / 1e12:.2f} TB/s (read + write)")
+    tiny = tiny_kernel_graph_us()
+    records.append(dict(op="tiny_kernel_graph", backend="cuda", T=None, E=None, K=None, tm=None,
+                        dist=None, median_us=round(tiny, 3), baseline=None,
+                        baseline_median_us=None, sm_clock_mhz=sm_clock(),
+                        note="x.add_(1) on one element, 50 per graph, per-launch floor"))
+    print(f"tiny kernel under graph replay: {tiny:.2f} us (SM clock {sm_clock()} MHz)")
+    sections = {
+        "plan": lambda: bench_plan(records),
+        "plan_eager": lambda: bench_plan_eager(records),
+        "gather": lambda: bench_gather(records),
+        "combine": lambda: bench_combine(records, bw),
+        "swiglu": lambda: bench_swiglu(records),
+        "moe_mm": lambda: bench_moe_mm(records),
+        "plan_variants": lambda: bench_plan_variants(records),
+        "plan_ablation": lambda: bench_plan_ablation(records),
+    }
+    wanted = [s for s in args.only.split(",") if s] or [s for s in sections if s != "plan_ablation"]
+    failed = []
+    for name in wanted:
+        try:
+            sections[name]()
+        except Exception:  # noqa: BLE001 (keep the other sections' numbers)
+            traceback.print_exc()
+            failed.append(name)
+        torch.cuda.synchronize()
+        with open(args.out, "w") as f:
+            json.dump(records, f, indent=1)
+    print(f"wrote {len(records)} records to {args.out}" + (f"; FAILED: {failed}" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# What we run on the lent H200, in as few calls as possible (see bench/README.md):
+#   bash bench/h200_run.sh build tests main     # build, the whole test suite, the main job
+#   bash bench/h200_run.sh layer ops            # bench/bench_layer.py, bench/bench_cuda.py
+# Logs and results go to $OUT (the device tool's folder) or /tmp/argon_out.
+set -uo pipefail
+OUT="${OUT:-/tmp/argon_out}"
+mkdir -p "$OUT"
+# The H200 image's Python loads an older libstdc++ first; formatting a number in an error
+# message then crashes (seen in every build there). The system one fixes it.
+if [ -f /lib/x86_64-linux-gnu/libstdc++.so.6 ]; then
+  export LD_PRELOAD=/lib/x86_64-linux-gnu/libstdc++.so.6
+fi
+export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
+
+step() {  # step NAME COMMAND...: run it, log to $OUT/NAME.log, show the log's tail
+  local name=$1; shift
+  echo "== $name: $*"
+  "$@" > "$OUT/$name.log" 2>&1
+  echo "== $name rc=$?"
+  tail -n "${TAIL:-6}" "$OUT/$name.log"
+}
+
+for what in "$@"; do
+  case "$what" in
+    build)
+      nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
+      ARGON_CUDA_ARCH=90 MAX_JOBS=16 step build python3 setup.py build_ext --inplace ;;
+    tests)
+      TAIL=3 step tests python3 -m pytest -q -n 8 -p no:cacheprovider tests ;;
+    main)
+      TAIL=16 step main python3 -m torch_argon --device cuda --json "$OUT/main_cuda.json" \
+        --plot "$OUT/main_cuda.png" ;;
+    layer)
+      TAIL=30 step layer python3 bench/bench_layer.py --json bench/results/h200.json
+      cp bench/results/h200.json "$OUT/h200.json" ;;
+    ops)
+      TAIL=20 step ops python3 bench/bench_cuda.py --out bench/results/h200.json
+      cp bench/results/h200.json "$OUT/h200.json" ;;
+    *) echo "unknown step $what"; exit 2 ;;
+  esac
+done

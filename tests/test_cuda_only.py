@@ -1,0 +1,183 @@
+"""CUDA-only properties: every op inside CUDA graph capture, no host sync, out-of-range ids
+counted in meta, both plan paths (one kernel / three kernels) bit for bit, and moe_mm's
+grouped-GEMM path with a tile_expert that is not in the plan's layout. The parity suite
+(test_plan.py & co.) covers the values on every backend; these cover what only CUDA has."""
+import pytest
+import torch
+
+import torch_argon
+from torch_argon import backends, reference
+from conftest import assert_bits_equal
+from routing_cases import make_ids, make_weights
+
+CUDA = backends.get("cuda")
+pytestmark = pytest.mark.skipif(not CUDA.available, reason=f"cuda: {CUDA.reason}")
+ops = CUDA.ops
+FIELDS = ("counts", "offsets", "sorted_token", "sorted_weight", "pos", "tile_expert", "meta")
+
+
+def plan_tuning(single_max=-1, multi_chunks=-1):
+    return torch.ops.argon_cuda.plan_tuning(single_max, multi_chunks)
+
+
+@pytest.fixture
+def three_kernel_plan():
+    """Force the three-kernel plan path at every size (the one-kernel path handles small n)."""
+    prev = plan_tuning(0, 1)
+    yield
+    plan_tuning(*prev)
+
+
+def assert_plan_equal(got, want):
+    for f in FIELDS:
+        assert_bits_equal(getattr(got, f), getattr(want, f), f)
+
+
+@pytest.mark.parametrize("T,K,E,tm,dist", [
+    (1, 1, 1, 8, "uniform"), (257, 10, 512, 16, "zipf"), (300, 16, 128, 64, "neg_some"),
+    (129, 8, 1024, 128, "repeated"), (500, 6, 40, 16, "one_expert"), (3000, 10, 512, 16, "zipf"),
+    (4000, 8, 64, 1, "uniform"),
+])
+def test_three_kernel_path_matches_reference(three_kernel_plan, T, K, E, tm, dist):
+    ids, w = make_ids(T, K, E, dist, seed=T), make_weights(T, K)
+    got = ops.moe_plan(ids.cuda(), w.cuda(), E, tm)
+    assert_plan_equal(got, reference.moe_plan(ids, w, E, tm))
+
+
+@pytest.mark.parametrize("n_entries", [2047, 2048, 2049, 16383, 16384, 16385, 40960])
+@pytest.mark.parametrize("chunks", [0, 1, 4, 16])
+def test_plan_paths_agree(n_entries, chunks):
+    """The same routing through the one-kernel path (where n allows it) and the three-kernel
+    path with several segment sizes (0: automatic) gives the reference's bytes."""
+    K, E = 8, 512
+    T = n_entries // K
+    ids, w = make_ids(T, K, E, "zipf", seed=n_entries).cuda(), make_weights(T, K).cuda()
+    prev = plan_tuning(1 << 20, chunks)
+    try:
+        one = ops.moe_plan(ids, w, E, 16)
+        plan_tuning(0, chunks)
+        three = ops.moe_plan(ids, w, E, 16)
+    finally:
+        plan_tuning(*prev)
+    assert_plan_equal(one, three)
+    assert_plan_equal(three, reference.moe_plan(ids.cpu(), w.cpu(), E, 16))
+
+
+@pytest.mark.parametrize("path", ["one_kernel", "three_kernels"])
+def test_bad_ids_counted_in_meta(path):
+    T, K, E = 3000, 4, 32
+    ids = make_ids(T, K, E, "uniform", dtype=torch.int32)
+    bad_at = [(0, 0), (5, 3), (2999, 1), (1500, 2)]
+    for (t, k), v in zip(bad_at, [E, -2, 2**31 - 1, -(2**31)]):
+        ids[t, k] = v
+    w = make_weights(T, K)
+    prev = plan_tuning(0 if path == "three_kernels" else 1 << 20, -1)
+    try:
+        plan = ops.moe_plan(ids.cuda(), w.cuda(), E, 16)
+        with pytest.raises(ValueError, match="outside"):
+            ops.moe_plan(ids.cuda(), w.cuda(), E, 16, check_ids=True)
+    finally:
+        plan_tuning(*prev)
+    assert plan.n_bad_ids == len(bad_at)
+    masked = torch.where((ids >= E) | (ids < -1), -1, ids)
+    want = reference.moe_plan(masked, w, E, 16)
+    for f in FIELDS[:-1]:
+        assert_bits_equal(getattr(plan, f), getattr(want, f), f)
+    assert plan.n_valid == int(want.meta[2])
+
+
+def layer_inputs(T=300, H=64, I=32, E=16, K=4, dtype=torch.bfloat16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(T, H, generator=g).to(dtype)
+    wgu = (torch.randn(E, 2 * I, H, generator=g) / H ** 0.5).to(dtype)
+    wd = (torch.randn(E, H, I, generator=g) / I ** 0.5).to(dtype)
+    ids = make_ids(T, K, E, "neg_some", seed=seed)
+    w = make_weights(T, K)
+    return x, wgu, wd, ids, w
+
+
+def layer_steps(x, wgu, wd, ids, w, E, tm=16):
+    plan = ops.moe_plan(ids, w, E, tm)
+    xs = ops.moe_gather(x, plan)
+    h = ops.swiglu(ops.moe_mm(xs, wgu, plan))
+    y = ops.moe_mm(h, wd, plan)
+    return plan, ops.moe_combine(y, plan, w, residual=x)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("T", [300, 5000])  # the one-kernel and three-kernel plan paths
+def test_every_op_in_cuda_graph(dtype, T):
+    """Capture plan -> gather -> moe_mm -> swiglu -> moe_mm -> combine once, then replay it on
+    new routings copied into the captured inputs: each replay equals an eager run."""
+    E = 16
+    x, wgu, wd, ids, w = (t.cuda() for t in layer_inputs(T=T, dtype=dtype))
+    static_ids, static_w = ids.clone(), w.clone()
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        layer_steps(x, wgu, wd, static_ids, static_w, E)  # warm-up outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        g_plan, g_out = layer_steps(x, wgu, wd, static_ids, static_w, E)
+    for seed in (1, 2, 3):
+        _, _, _, ids2, w2 = layer_inputs(T=T, dtype=dtype, seed=seed)
+        static_ids.copy_(ids2.cuda())
+        static_w.copy_(w2.cuda())
+        graph.replay()
+        e_plan, e_out = layer_steps(x, wgu, wd, ids2.cuda(), w2.cuda(), E)
+        torch.cuda.synchronize()
+        assert_plan_equal(g_plan, e_plan)
+        assert_bits_equal(g_out, e_out, "layer output")
+
+
+def test_no_host_sync():
+    """No op reads anything back to the host (torch raises on a synchronizing call)."""
+    x, wgu, wd, ids, w = (t.cuda() for t in layer_inputs(T=5000))
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for single_max in (1 << 20, 0):
+            prev = plan_tuning(single_max, -1)
+            try:
+                plan, out = layer_steps(x, wgu, wd, ids, w, 16)
+                ops.moe_gather(x, plan, out_dtype=torch.float32)
+            finally:
+                plan_tuning(*prev)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    torch.cuda.synchronize()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_moe_mm_any_tile_expert_layout(dtype):
+    """tile_expert not in the plan's layout (shuffled, -1 in the middle): the grouped-GEMM
+    path detects it on the device and recomputes; rows of -1 tiles are zero either way."""
+    E, tm, Kd, N, n_tiles = 8, 16, 64, 48, 40
+    g = torch.Generator().manual_seed(0)
+    te = torch.randint(-1, E, (n_tiles,), generator=g, dtype=torch.int32)
+    xs = torch.randn(n_tiles * tm, Kd, generator=g).to(dtype)
+    w = (torch.randn(E, N, Kd, generator=g) / Kd ** 0.5).to(dtype)
+    want = reference.moe_mm(xs, w, te, tm)
+    for fn in (lambda: ops.moe_mm(xs.cuda(), w.cuda(), te.cuda(), tm),
+               lambda: ops.moe_mm(xs.cuda(), w.cuda(), te.cuda(), tm,
+                                  out=torch.full((n_tiles * tm, N), float("nan"), dtype=dtype,
+                                                 device="cuda"))):
+        got = fn().cpu()
+        err = float((got.double() - want.double()).norm() / want.double().norm())
+        assert err < {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 8e-3}[dtype]
+        rows = (te < 0).repeat_interleave(tm)
+        assert torch.all(got[rows] == 0)
+
+
+def test_combine_top10_wide_rows_bit_exact():
+    """The benchmark's shape class: K = 10, H = 2560, fp16, skewed routing."""
+    T, K, E, H = 257, 10, 512, 2560
+    ids, w = make_ids(T, K, E, "zipf", seed=5), make_weights(T, K)
+    plan = reference.moe_plan(ids, w, E, 16)
+    y = torch.randn(plan.sorted_token.shape[0], H, dtype=torch.float16)
+    got = ops.moe_combine(y.cuda(), plan.pos.cuda(), w.cuda())
+    assert_bits_equal(got, reference.moe_combine(y, plan.pos, w), "out")
+    xs = ops.moe_gather(y[:T].cuda(), plan.sorted_token.cuda())
+    assert_bits_equal(xs, reference.moe_gather(y[:T], plan.sorted_token), "xs")
