@@ -40,7 +40,7 @@ def want_mps():
 defines = []
 extra_link = []
 # -ffp-contract=off: no fused multiply-add, so the combine is bit-exact with the reference.
-# -fno-trapping-math: lets GCC vectorise branch-free clamps (we never read FP exception flags).
+# -fno-trapping-math: lets GCC vectorise loops with selects (we never read FP exception flags).
 # -std=c++20 explicitly: the .metal files compiled as C++ need it, and torch < 2.13 defaults to C++17.
 cxx_flags = ["-std=c++20", "-O3", "-ffp-contract=off", "-fno-trapping-math", "-fvisibility=hidden"]
 nvcc_flags = ["-O3", "--fmad=false", "-lineinfo"]

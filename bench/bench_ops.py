@@ -11,6 +11,7 @@ import torch
 
 import torch_argon
 from torch_argon import baselines, reference
+from torch_argon.layer import default_tile_m
 from torch_argon.timing import synchronize
 from routing_cases import make_ids, make_weights
 
@@ -34,10 +35,12 @@ def case(request):
     )
 
 
-def run(benchmark, case, op, impl, fn):
-    benchmark.group = f"{op} {case['dev']} T={T} E={E} K={K}"
-    benchmark.extra_info.update(op=op, impl=impl, device=case["dev"], T=T, E=E, K=K, tm=TM,
-                                H=H, dist="uniform")
+def run(benchmark, case, op, impl, fn, **shape):
+    """Time fn; `shape` overrides the record's default shape fields (E, tm, H)."""
+    info = dict(op=op, impl=impl, device=case["dev"], T=T, E=E, K=K, tm=TM, H=H, dist="uniform")
+    info.update(shape)
+    benchmark.group = f"{op} {case['dev']} T={T} E={info['E']} K={K}"
+    benchmark.extra_info.update(info)
 
     def call():
         fn()
@@ -83,13 +86,15 @@ def test_swiglu(benchmark, case, impl):
 
 @pytest.mark.parametrize("impl", ["argon", "torch_grouped_mm", "torch_per_expert_loop"])
 def test_moe_mm(benchmark, case, impl):
-    """A smaller layer for the GEMM (E=64, hidden 1024, width 512) so the CPU run stays short."""
+    """A smaller layer for the GEMM (E=64, hidden 1024, width 512) so the CPU run stays short;
+    tile_m is the device's default for the layer (1 on the CPU: no padding rows)."""
     e, hid, n = 64, 1024, 512
     g = torch.Generator().manual_seed(1)
     ids = make_ids(T, K, e, "uniform").to(case["dev"])
     dt = torch.float32 if case["dev"] == "cpu" else torch.bfloat16
     wts = (torch.randn(e, n, hid, generator=g) / hid ** 0.5).to(case["dev"], dt)
-    plan = torch_argon.moe_plan(ids, case["w"], e, TM)
+    tm = default_tile_m(case["dev"])
+    plan = torch_argon.moe_plan(ids, case["w"], e, tm)
     xs = torch.randn(plan.sorted_token.shape[0], hid, generator=g).to(case["dev"], dt)
     order, ends = baselines.argsort_plan(ids, e)
     xs_u = xs[: T * K]
@@ -104,4 +109,4 @@ def test_moe_mm(benchmark, case, impl):
     fn = {"argon": lambda: torch_argon.moe_mm(xs, wts, plan),
           "torch_grouped_mm": lambda: baselines.grouped_mm(xs_u, wts, ends),
           "torch_per_expert_loop": loop}[impl]
-    run(benchmark, case, "moe_mm", impl, fn)
+    run(benchmark, case, "moe_mm", impl, fn, E=e, tm=tm, H=hid)
