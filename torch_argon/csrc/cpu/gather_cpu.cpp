@@ -8,7 +8,7 @@
 
 #include "../checks.h"
 #include "../op_signatures.h"
-#include "float_dispatch.h"
+#include "../float_dispatch.h"
 
 namespace argon {
 namespace {

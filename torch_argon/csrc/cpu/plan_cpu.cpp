@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "../checks.h"
+#include "../float_dispatch.h"
 #include "../op_signatures.h"
 
 namespace argon {
@@ -74,7 +75,7 @@ void plan_kernel(const PlanDims& d, const id_t* ids, const at::Tensor& weights, 
   const int64_t n_rows = row;
 
   // (3) stable placement: each chunk in ascending flat index.
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, weights.scalar_type(), "moe_plan_w", [&] {
+  ARGON_DISPATCH_FLOAT(weights.scalar_type(), "moe_plan_w", [&] {
     const scalar_t* w = weights.const_data_ptr<scalar_t>();
     at::parallel_for(0, n_chunks, 1, [&](int64_t c0, int64_t c1) {
       for (int64_t c = c0; c < c1; ++c) {

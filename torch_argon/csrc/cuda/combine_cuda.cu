@@ -16,6 +16,7 @@
 
 #include "../checks.h"
 #include "../op_signatures.h"
+#include "../float_dispatch.h"
 #include "cuda_common.cuh"
 
 namespace argon::cuda {
@@ -147,7 +148,7 @@ void moe_combine_out_cuda(const Tensor& y_in, const Tensor& pos_in, const Tensor
   p.H = y.size(1);
   p.R = y.size(0);
 
-  ARGON_CUDA_DISPATCH_FLOAT_PAIR(y.scalar_type(), out.scalar_type(), "moe_combine_cuda", [&] {
+  ARGON_DISPATCH_FLOAT_PAIR(y.scalar_type(), out.scalar_type(), "moe_combine_cuda", [&] {
     constexpr int V = 16 / sizeof(in_t);
     auto extra_ok = [&](const Tensor& t) {
       return !t.defined() || rows_aligned(t.const_data_ptr(), p.H, t.element_size(),

@@ -14,6 +14,7 @@
 
 #include "../checks.h"
 #include "../op_signatures.h"
+#include "../float_dispatch.h"
 #include "cuda_common.cuh"
 
 namespace argon::cuda {
@@ -82,7 +83,7 @@ void moe_gather_out_cuda(const Tensor& x_in, const Tensor& sorted_token_in, cons
   const Tensor x = x_in.stride(1) == 1 ? x_in : x_in.contiguous();
   const Tensor tok = sorted_token_in.contiguous();
   const int64_t H = x.size(1);
-  ARGON_CUDA_DISPATCH_FLOAT_PAIR(x.scalar_type(), out.scalar_type(), "moe_gather_cuda", [&] {
+  ARGON_DISPATCH_FLOAT_PAIR(x.scalar_type(), out.scalar_type(), "moe_gather_cuda", [&] {
     constexpr int V = 16 / sizeof(in_t);
     const bool vec = H % V == 0 &&
                      rows_aligned(x.const_data_ptr(), x.stride(0), sizeof(in_t), V * sizeof(in_t)) &&

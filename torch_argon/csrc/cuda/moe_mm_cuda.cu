@@ -22,6 +22,7 @@
 #include "../checks.h"
 #include "../op_signatures.h"
 #include "block_scan.cuh"
+#include "../float_dispatch.h"
 #include "cuda_common.cuh"
 
 namespace argon::cuda {
@@ -199,7 +200,7 @@ void moe_mm_out_cuda(const Tensor& xs, const Tensor& w, const Tensor& tile_exper
     out.copy_(grouped_mm_path(xs, w, tile_expert, tile_m));
     return;
   }
-  ARGON_CUDA_DISPATCH_FLOAT(xs.scalar_type(), "moe_mm_cuda", [&] {
+  ARGON_DISPATCH_FLOAT(xs.scalar_type(), "moe_mm_cuda", [&] {
     launch_tiles(mm_params<scalar_t>(xs, w, tile_expert, tile_m, out));
   });
 }

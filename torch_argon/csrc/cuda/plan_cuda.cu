@@ -52,6 +52,7 @@
 #include "../checks.h"
 #include "../op_signatures.h"
 #include "block_scan.cuh"
+#include "../float_dispatch.h"
 #include "cuda_common.cuh"
 
 namespace argon::cuda {
@@ -428,7 +429,7 @@ void moe_plan_out_cuda(const Tensor& topk_ids, const Tensor& topk_weights, int64
 
   AT_DISPATCH_INDEX_TYPES(ids.scalar_type(), "moe_plan_cuda_ids", [&] {
     using id_t = index_t;
-    ARGON_CUDA_DISPATCH_FLOAT(w.scalar_type(), "moe_plan_cuda_w", [&] {
+    ARGON_DISPATCH_FLOAT(w.scalar_type(), "moe_plan_cuda_w", [&] {
       using w_t = scalar_t;
       if (single) {
         auto kernel = plan_place_kernel<id_t, w_t, true>;

@@ -9,6 +9,7 @@
 
 #include "../checks.h"
 #include "../op_signatures.h"
+#include "../float_dispatch.h"
 #include "cuda_common.cuh"
 
 namespace argon::cuda {
@@ -43,7 +44,7 @@ void swiglu_out_cuda(const Tensor& gate_in, const OptTensor& up_in, const Tensor
     up = up_in->stride(1) == 1 ? *up_in : up_in->contiguous();
   }
   const int64_t R = out.size(0), I = out.size(1);
-  ARGON_CUDA_DISPATCH_FLOAT_PAIR(gate.scalar_type(), out.scalar_type(), "swiglu_cuda", [&] {
+  ARGON_DISPATCH_FLOAT_PAIR(gate.scalar_type(), out.scalar_type(), "swiglu_cuda", [&] {
     const in_t* g = gate.const_data_ptr<in_t>();
     const in_t* u = up.defined() ? up.const_data_ptr<in_t>() : g + I;
     const int64_t g_stride = gate.stride(0), u_stride = up.defined() ? up.stride(0) : g_stride;
