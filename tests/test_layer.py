@@ -27,3 +27,22 @@ def test_layer_matches_reference(backend, dtype, T, H, E, I, K, renorm):
                                 residual=residual.to(d), ops=backend.ops).cpu()
     err = float((got.double() - want.double()).norm() / want.double().norm())
     assert err < REL_TOL[dtype], err
+
+
+@pytest.mark.parametrize("mode", ["inference_mode", "no_grad"])
+def test_layer_under_inference_mode(backend, mode):
+    """Serving code runs under torch.inference_mode(): every op must accept inference tensors
+    (kernels that call torch ops on worker threads must not trip over them)."""
+    torch.manual_seed(1)
+    d = backend.device
+    T, H, E, I, K = 300, 64, 16, 32, 4
+    x, rw = torch.randn(T, H), torch.randn(E, H)
+    wgu, wd = torch.randn(E, 2 * I, H) / H ** 0.5, torch.randn(E, H, I) / I ** 0.5
+    ids, w = torch_argon.route(x, rw, K)
+    want = reference.moe_layer(x, rw, wgu, wd, K, topk_ids=ids, topk_weights=w)
+    ctx = torch.inference_mode() if mode == "inference_mode" else torch.no_grad()
+    with ctx:
+        got = torch_argon.moe_layer(x.to(d), rw.to(d), wgu.to(d), wd.to(d), K,
+                                    ops=backend.ops).cpu()
+    err = float((got.double() - want.double()).norm() / want.double().norm())
+    assert err < REL_TOL[torch.float32], err

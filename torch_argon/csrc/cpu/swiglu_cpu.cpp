@@ -5,6 +5,7 @@
 // apply silu, multiply and round once into `out`. A hand loop here would be compiled for the
 // baseline ISA only.
 #include <ATen/Parallel.h>
+#include <c10/core/InferenceMode.h>
 #include <torch/library.h>
 
 #include "../checks.h"
@@ -23,10 +24,12 @@ void swiglu_out_cpu(const Tensor& gate, const OptTensor& up, const Tensor& out) 
   const Tensor u = up ? *up : gate.narrow(1, I, I);
   const int64_t block = std::max<int64_t>(1, kBlockElements / I);
   at::parallel_for(0, R, block, [&](int64_t r0, int64_t r1) {
+    // Inference mode is thread-local: the pool's threads do not inherit the caller's, and
+    // without it the in-place ops below would refuse the caller's inference tensors.
+    const c10::InferenceMode no_autograd;
     for (int64_t r = r0; r < r1; r += block) {
       const int64_t n = std::min(block, r1 - r);
-      Tensor h = g.narrow(0, r, n).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
-      at::silu_(h);
+      Tensor h = at::silu(g.narrow(0, r, n).to(at::kFloat));  // .to: no copy for fp32
       h.mul_(u.narrow(0, r, n).to(at::kFloat));
       out.narrow(0, r, n).copy_(h);
     }
