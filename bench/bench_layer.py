@@ -12,9 +12,15 @@ samples); what cannot be captured because it syncs with the host (the per-expert
 argsort plan's bincount) is timed eagerly with CUDA events. On the CPU, wall clock. Each
 record says which ("timing", "baseline_timing").
 
+Paths (--paths): "triton" is the layer as it runs by default on CUDA (Triton top-k; plan;
+gather + gate/up GEMM + SwiGLU in one Triton kernel; Triton down GEMM; combine), "ops" the
+argon ops one stage at a time with torch.topk (the layer before the Triton kernels). The first
+path is the "moe_layer" record and its "moe_layer/<stage>" records; each other path is a
+baseline of it ("layer_argon_<path>_path") with its stages under "moe_layer_<path>/<stage>".
+
 Records: {"op": "moe_layer" or "moe_layer/<stage>", "backend", "T", "E", "K", "tm", "dist",
-"median_us", "baseline", "baseline_median_us", ...}. A record replaces the one in the file
-with the same (op, backend, T, baseline, dist); the others are kept.
+"median_us", "baseline", "baseline_median_us", ...}. A run replaces every record of the file
+with the same (backend, T, dist) whose op starts with "moe_layer"; the others are kept.
 """
 import argparse
 import json
@@ -26,7 +32,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from torch_argon import backends, baselines  # noqa: E402
+from torch_argon import backends, baselines, triton_ops  # noqa: E402
 from torch_argon.layer import moe_layer  # noqa: E402
 from torch_argon.routing import route  # noqa: E402
 from torch_argon.timing import cuda_events_us  # noqa: E402
@@ -116,21 +122,26 @@ def rel_err(a, b):
     return ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
 
 
-def bench_one(args, timer, ops, T, dist, tile_ms):
-    """Records for one (T, dist): the layer against both baselines, then every stage."""
-    E, K, H, I, dtype = args.E, args.K, args.hidden, args.inter, DTYPES[args.dtype]
-    x, router, w_gate_up, w_down = make_problem(T, E, H, I, dtype, args.device, dist)
-    common = dict(backend=args.backend, T=T, E=E, K=K, dist=dist, dtype=args.dtype, H=H, I=I)
+def path_label(path):
+    return f"layer_argon_{path}_path"
 
-    def argon_layer(tm):
-        return moe_layer(x, router, w_gate_up, w_down, K, tile_m=tm, ops=ops)
 
-    # The layer, at the best of the tile sizes asked for (a backend may refuse some).
+def layer_fn(x, router, w_gate_up, w_down, K, ops, path):
+    """The layer along one path: "triton" (the CUDA default) or "ops" (as before the Triton
+    kernels: torch.topk and one argon op per stage)."""
+    def run(tm):
+        return moe_layer(x, router, w_gate_up, w_down, K, tile_m=tm, ops=ops, path=path,
+                         topk="auto" if path == "triton" else "torch")
+    return run
+
+
+def time_layer(timer, run, tile_ms):
+    """(best tm, us, how) over the tile sizes (a backend may refuse some)."""
     layer_us = {}
     for tm in tile_ms:
         try:
-            layer_us[tm] = timer(lambda: argon_layer(tm))
-        except RuntimeError as e:
+            layer_us[tm] = timer(lambda: run(tm))
+        except (RuntimeError, ValueError) as e:
             print(f"  tile_m={tm} failed: {str(e).splitlines()[0]}")
     if not layer_us:
         raise SystemExit(f"the argon layer failed at every tile_m in {tile_ms}")
@@ -138,9 +149,125 @@ def bench_one(args, timer, ops, T, dist, tile_ms):
         print("  layer by tile_m: " + ", ".join(f"{t}: {u:.1f} us" for t, (u, _) in
                                                  layer_us.items()))
     tm = min(layer_us, key=lambda t: layer_us[t][0])
-    us, how = layer_us[tm]
+    return (tm,) + layer_us[tm]
+
+
+def touched_weight_bytes(plan, w):
+    """Bytes of the experts' weight stack that a GEMM over this plan must read."""
+    return int((plan.counts > 0).sum()) * w[0].numel() * w.element_size()
+
+
+def stage_records(timer, stages, common, layer_us, op_prefix):
+    records = []
+    for stage, (argon_call, base, nbytes) in stages.items():
+        stage_us, stage_how = timer(argon_call)
+        rec = dict(op=f"{op_prefix}/{stage}", **common, median_us=stage_us, timing=stage_how,
+                   share_of_layer=stage_us / layer_us, baseline=None, baseline_median_us=None)
+        if nbytes:
+            rec["weight_tbps"] = nbytes / (stage_us * 1e-6) / 1e12
+        if base is not None:
+            name, call, capturable = base
+            try:
+                rec["baseline_median_us"], rec["baseline_timing"] = timer(call, capturable)
+                rec["baseline"] = name
+            except RuntimeError as e:
+                print(f"  baseline {name} for {stage} failed: {str(e).splitlines()[0]}")
+        records.append(rec)
+    return records
+
+
+def ops_stages(x, router, w_gate_up, w_down, K, E, tm, ops):
+    """The ops path's stages, each on the intermediates of one layer call."""
+    ids, weights = route(x, router, K, topk="torch")
+    plan = ops.moe_plan(ids, weights, E, tm)
+    xs = ops.moe_gather(x, plan)
+    gu = ops.moe_mm(xs, w_gate_up, plan)
+    h = ops.swiglu(gu)
+    y = ops.moe_mm(h, w_down, plan)
+    ends = plan.offsets[1:]  # padded group ends: grouped_mm over the same padded rows
+
+    def grouped_mm(a, w):
+        return torch._grouped_mm(a, w.transpose(1, 2), offs=ends)
+
+    has_grouped_mm = hasattr(torch, "_grouped_mm")
+    return {  # stage: (argon call, (baseline name, call, capturable) or None, weight bytes)
+        "route": (lambda: route(x, router, K, topk="torch"), None, 0),
+        "plan": (lambda: ops.moe_plan(ids, weights, E, tm),
+                 ("torch_argsort", lambda: baselines.plan_argsort(ids, weights, E, tm), False),
+                 0),
+        "gather": (lambda: ops.moe_gather(x, plan),
+                   ("torch_index_select",
+                    lambda: baselines.gather_index_select(x, plan.sorted_token), True), 0),
+        "gate_up_mm": (lambda: ops.moe_mm(xs, w_gate_up, plan),
+                       ("torch_grouped_mm", lambda: grouped_mm(xs, w_gate_up), True)
+                       if has_grouped_mm else None, touched_weight_bytes(plan, w_gate_up)),
+        "swiglu": (lambda: ops.swiglu(gu), ("torch_silu_mul", lambda: baselines.swiglu_torch(gu),
+                                            True), 0),
+        "down_mm": (lambda: ops.moe_mm(h, w_down, plan),
+                    ("torch_grouped_mm", lambda: grouped_mm(h, w_down), True)
+                    if has_grouped_mm else None, touched_weight_bytes(plan, w_down)),
+        "combine": (lambda: ops.moe_combine(y, plan, weights, out_dtype=x.dtype),
+                    ("torch_gather_sum", lambda: baselines.combine_torch(y, plan.pos, weights),
+                     True), 0),
+    }
+
+
+def triton_stages(x, router, w_gate_up, w_down, K, E, tm, ops):
+    """The Triton path's stages; each baseline is what the stage replaces, in plain torch."""
+    ids, weights = route(x, router, K)
+    plan = ops.moe_plan(ids, weights, E, tm)
+    tiles = (plan.tile_expert, plan.meta, tm)
+    h = triton_ops.moe_gate_up_swiglu_triton(x, w_gate_up, *tiles, plan.sorted_token,
+                                             zero_unused=False)
+    y = triton_ops.moe_mm_triton(h, w_down, *tiles, zero_unused=False)
+    ends = plan.offsets[1:]
+
+    def gather_gate_up_swiglu_torch():
+        xs = baselines.gather_index_select(x, plan.sorted_token)
+        return baselines.swiglu_torch(torch._grouped_mm(xs, w_gate_up.transpose(1, 2),
+                                                         offs=ends))
+
+    return {
+        "route": (lambda: route(x, router, K),
+                  ("torch_topk", lambda: route(x, router, K, topk="torch"), True), 0),
+        "plan": (lambda: ops.moe_plan(ids, weights, E, tm),
+                 ("torch_argsort", lambda: baselines.plan_argsort(ids, weights, E, tm), False),
+                 0),
+        "gate_up_swiglu": (
+            lambda: triton_ops.moe_gate_up_swiglu_triton(x, w_gate_up, *tiles,
+                                                         plan.sorted_token, zero_unused=False),
+            ("torch_gather_grouped_mm_silu_mul", gather_gate_up_swiglu_torch, True),
+            touched_weight_bytes(plan, w_gate_up)),
+        "down_mm": (lambda: triton_ops.moe_mm_triton(h, w_down, *tiles, zero_unused=False),
+                    ("torch_grouped_mm", lambda: torch._grouped_mm(
+                        h, w_down.transpose(1, 2), offs=ends), True),
+                    touched_weight_bytes(plan, w_down)),
+        "combine": (lambda: ops.moe_combine(y, plan, weights, out_dtype=x.dtype),
+                    ("torch_gather_sum", lambda: baselines.combine_torch(y, plan.pos, weights),
+                     True), 0),
+    }
+
+
+def bench_one(args, timer, ops, T, dist, tile_ms):
+    """Records for one (T, dist): the layer along each path against the baselines, then every
+    stage of each path."""
+    E, K, H, I, dtype = args.E, args.K, args.hidden, args.inter, DTYPES[args.dtype]
+    x, router, w_gate_up, w_down = make_problem(T, E, H, I, dtype, args.device, dist)
+    common = dict(backend=args.backend, T=T, E=E, K=K, dist=dist, dtype=args.dtype, H=H, I=I)
+
+    timed = {}  # path: (tm, us, how)
+    for path in args.paths:
+        run = layer_fn(x, router, w_gate_up, w_down, K, ops, path)
+        if path == "triton":  # the layer picks its tile_m from shapes
+            _, us, how = time_layer(timer, run, [None])
+            timed[path] = (triton_ops.configs.layer_tile_m(T * K, E), us, how)
+        else:
+            timed[path] = time_layer(timer, run, tile_ms)
+    main_path = args.paths[0]
+    tm, us, how = timed[main_path]
     common["tm"] = tm
-    out = argon_layer(tm)
+    out = layer_fn(x, router, w_gate_up, w_down, K, ops, main_path)(
+        None if main_path == "triton" else tm)
 
     records = []
     layer_baselines = [("layer_per_expert_loop", baselines.layer_per_expert_loop,
@@ -156,12 +283,19 @@ def bench_one(args, timer, ops, T, dist, tile_ms):
         except RuntimeError as e:  # e.g. _grouped_mm without kernels for this device / dtype
             print(f"  baseline {name} failed: {str(e).splitlines()[0]}")
             continue
-        records.append(dict(op="moe_layer", **common, median_us=us, timing=how, baseline=name,
-                            baseline_median_us=base_us, baseline_timing=base_how,
-                            max_rel_err_vs_baseline=err))
+        records.append(dict(op="moe_layer", **common, path=main_path, median_us=us, timing=how,
+                            baseline=name, baseline_median_us=base_us,
+                            baseline_timing=base_how, max_rel_err_vs_baseline=err))
+    for path in args.paths[1:]:
+        ptm, pus, phow = timed[path]
+        pout = layer_fn(x, router, w_gate_up, w_down, K, ops, path)(ptm)
+        records.append(dict(op="moe_layer", **common, path=main_path, median_us=us, timing=how,
+                            baseline=path_label(path), baseline_median_us=pus,
+                            baseline_timing=phow, baseline_tm=ptm,
+                            max_rel_err_vs_baseline=rel_err(out, pout)))
     if not records:
-        records.append(dict(op="moe_layer", **common, median_us=us, timing=how, baseline=None,
-                            baseline_median_us=None))
+        records.append(dict(op="moe_layer", **common, path=main_path, median_us=us, timing=how,
+                            baseline=None, baseline_median_us=None))
     weight_bytes = (w_gate_up.numel() + w_down.numel()) * w_gate_up.element_size()
     for r in records:
         r["weight_bytes"] = weight_bytes
@@ -169,50 +303,12 @@ def bench_one(args, timer, ops, T, dist, tile_ms):
             r["weight_read_floor_us"] = weight_bytes / (args.hbm_tbps * 1e12) * 1e6
             r["floor_over_layer"] = r["weight_read_floor_us"] / us  # 1.0 = at the floor
 
-    # Each stage on its own, on the intermediates of one layer call.
-    ids, weights = route(x, router, K)
-    plan = ops.moe_plan(ids, weights, E, tm)
-    xs = ops.moe_gather(x, plan)
-    gu = ops.moe_mm(xs, w_gate_up, plan)
-    h = ops.swiglu(gu)
-    y = ops.moe_mm(h, w_down, plan)
-    ends = plan.offsets[1:]  # padded group ends: grouped_mm over the same padded rows
-
-    def grouped_mm(a, w):
-        return torch._grouped_mm(a, w.transpose(1, 2), offs=ends)
-
-    has_grouped_mm = hasattr(torch, "_grouped_mm")
-    stages = {  # stage: (argon call, (baseline name, call, capturable) or None)
-        "route": (lambda: route(x, router, K), None),
-        "plan": (lambda: ops.moe_plan(ids, weights, E, tm),
-                 ("torch_argsort", lambda: baselines.plan_argsort(ids, weights, E, tm), False)),
-        "gather": (lambda: ops.moe_gather(x, plan),
-                   ("torch_index_select",
-                    lambda: baselines.gather_index_select(x, plan.sorted_token), True)),
-        "gate_up_mm": (lambda: ops.moe_mm(xs, w_gate_up, plan),
-                       ("torch_grouped_mm", lambda: grouped_mm(xs, w_gate_up), True)
-                       if has_grouped_mm else None),
-        "swiglu": (lambda: ops.swiglu(gu), ("torch_silu_mul", lambda: baselines.swiglu_torch(gu),
-                                            True)),
-        "down_mm": (lambda: ops.moe_mm(h, w_down, plan),
-                    ("torch_grouped_mm", lambda: grouped_mm(h, w_down), True)
-                    if has_grouped_mm else None),
-        "combine": (lambda: ops.moe_combine(y, plan, weights, out_dtype=x.dtype),
-                    ("torch_gather_sum", lambda: baselines.combine_torch(y, plan.pos, weights),
-                     True)),
-    }
-    for stage, (argon_call, base) in stages.items():
-        stage_us, stage_how = timer(argon_call)
-        rec = dict(op=f"moe_layer/{stage}", **common, median_us=stage_us, timing=stage_how,
-                   share_of_layer=stage_us / us, baseline=None, baseline_median_us=None)
-        if base is not None:
-            name, call, capturable = base
-            try:
-                rec["baseline_median_us"], rec["baseline_timing"] = timer(call, capturable)
-                rec["baseline"] = name
-            except RuntimeError as e:
-                print(f"  baseline {name} for {stage} failed: {str(e).splitlines()[0]}")
-        records.append(rec)
+    for path in args.paths:
+        ptm, pus, _ = timed[path]
+        make = triton_stages if path == "triton" else ops_stages
+        stages = make(x, router, w_gate_up, w_down, K, E, ptm, ops)
+        prefix = "moe_layer" if path == main_path else f"moe_layer_{path}"
+        records += stage_records(timer, stages, dict(common, tm=ptm), pus, prefix)
     return records
 
 
@@ -222,17 +318,24 @@ def key(r):
     return (r["op"], r["backend"], r["T"], r["baseline"], r.get("dist"))
 
 
+def group(r):
+    return (r["backend"], r["T"], r.get("dist")) if r["op"].startswith("moe_layer") else None
+
+
 def merge_into(path, records):
-    """Replace the records with the same key, keep every other one; a JSON list, or a dict
-    holding one under "records"."""
+    """Replace the records with the same key, and every moe_layer record of a (backend, T,
+    dist) this run measured (stages renamed or dropped since leave none behind); keep every
+    other one. A JSON list, or a dict holding one under "records"."""
     data = []
     if os.path.exists(path):
         with open(path) as f:
             data = json.load(f)
     old = data["records"] if isinstance(data, dict) else data
     new_keys = {key(r) for r in records}
+    new_groups = {group(r) for r in records} - {None}
     merged = [r for r in old if not (isinstance(r, dict) and "op" in r and "backend" in r
-                                     and key(r) in new_keys)] + records
+                                     and (key(r) in new_keys or group(r) in new_groups))]
+    merged += records
     if isinstance(data, dict):
         data["records"] = merged
     else:
@@ -247,24 +350,26 @@ def merge_into(path, records):
 def report(records, device):
     layer = [r for r in records if r["op"] == "moe_layer"][0]
     print(f"T={layer['T']} dist={layer['dist']} tm={layer['tm']}: argon layer "
-          f"{layer['median_us']:.1f} us ({layer['timing']})")
+          f"({layer.get('path', '-')} path) {layer['median_us']:.1f} us ({layer['timing']})")
     for r in records:
         if r["op"] == "moe_layer" and r["baseline"]:
-            print(f"  vs {r['baseline']:<25} {r['baseline_median_us']:10.1f} us "
+            print(f"  vs {r['baseline']:<28} {r['baseline_median_us']:10.1f} us "
                   f"({r['baseline_timing']}): {r['baseline_median_us'] / r['median_us']:.2f}x, "
                   f"max rel err {r['max_rel_err_vs_baseline']:.2e}")
     if device.type == "cuda":
         floor = layer["weight_read_floor_us"]
         print(f"  weight-read floor {floor:.0f} us: layer at {floor / layer['median_us']:.0%} "
               f"of it ({layer['median_us'] / floor:.2f}x the floor)")
-    for r in records:
-        if r["op"].startswith("moe_layer/"):
+    for prefix in dict.fromkeys(r["op"].split("/")[0] for r in records if "/" in r["op"]):
+        print(f"  {prefix} stages:")
+        stages = [r for r in records if r["op"].startswith(prefix + "/")]
+        for r in stages:
             base = (f"   {r['baseline']} {r['baseline_median_us']:.1f} us"
                     if r["baseline"] else "")
-            print(f"  {r['op'][10:]:<11} {r['median_us']:9.1f} us  {r['share_of_layer']:6.1%}"
-                  f"{base}")
-    stage_sum = sum(r["median_us"] for r in records if r["op"].startswith("moe_layer/"))
-    print(f"  sum of stages {stage_sum:.1f} us")
+            tbps = f"  {r['weight_tbps']:.2f} TB/s" if "weight_tbps" in r else ""
+            print(f"    {r['op'].split('/')[1]:<15} {r['median_us']:9.1f} us  "
+                  f"{r['share_of_layer']:6.1%}{tbps}{base}")
+        print(f"    sum of stages {sum(r['median_us'] for r in stages):.1f} us")
 
 
 def main():
@@ -282,6 +387,9 @@ def main():
                    help="tile_m values, comma separated: the layer is timed at each, and the "
                         "fastest is recorded (with its stages)")
     p.add_argument("--dist", default="uniform", help="uniform and/or skewed, comma separated")
+    p.add_argument("--paths", default=None,
+                   help="layer paths, comma separated, the first recorded as the layer: triton "
+                        "and/or ops (default: triton,ops on CUDA with Triton, else ops)")
     p.add_argument("--samples", type=int, default=20, help="timing samples per measurement")
     p.add_argument("--loop-samples", type=int, default=3,
                    help="samples for the (slow) per-expert loop baseline")
@@ -303,6 +411,10 @@ def main():
     print(f"{name}, backend {args.backend}, {args.dtype}, E={args.E} K={args.K} "
           f"H={args.hidden} I={args.inter}")
 
+    if args.paths is None:
+        args.paths = ("triton,ops" if args.device.type == "cuda" and triton_ops.AVAILABLE
+                      else "ops")
+    args.paths = args.paths.split(",")
     timer = Timer(args.device, args.samples)
     tile_ms = [int(t) for t in args.tile_m.split(",")]
     records = []

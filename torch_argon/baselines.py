@@ -56,7 +56,8 @@ def layer_per_expert_loop(x, router_weight, w_gate_up, w_down, top_k, *, scoring
     that received tokens (which needs the routing on the host)."""
     from .routing import route
 
-    ids, weights = route(x, router_weight, top_k, scoring=scoring, renormalize=renormalize)
+    ids, weights = route(x, router_weight, top_k, scoring=scoring, renormalize=renormalize,
+                         topk="torch")
     inter = w_down.shape[2]
     out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
     hit = torch.bincount(ids[ids >= 0].reshape(-1), minlength=w_gate_up.shape[0]).nonzero()
@@ -113,7 +114,8 @@ def layer_argsort_grouped_mm(x, router_weight, w_gate_up, w_down, top_k, *, scor
     torch._grouped_mm per projection over unpadded groups, and a scatter-add combine."""
     from .routing import route
 
-    ids, weights = route(x, router_weight, top_k, scoring=scoring, renormalize=renormalize)
+    ids, weights = route(x, router_weight, top_k, scoring=scoring, renormalize=renormalize,
+                         topk="torch")
     order, ends = argsort_plan(ids, w_gate_up.shape[0])
     gate_up = grouped_mm(argsort_gather(x, order, top_k), w_gate_up, ends)
     h = swiglu_torch(gate_up)

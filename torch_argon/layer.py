@@ -10,8 +10,11 @@ as w.transpose(1, 2), with no copy (moe_mm reads through the strides).
 import torch
 import torch.nn.functional as F
 
+from . import triton_ops
 from .ops import argon_ops
 from .routing import route
+
+PATHS = ("auto", "triton", "ops")
 
 
 def check_expert_weights(x, w_gate_up, w_down):
@@ -32,14 +35,45 @@ def default_tile_m(device):
     return 1 if torch.device(device).type == "cpu" else 16
 
 
+def triton_path_refusal(x, w_gate_up, w_down, ops, tile_m):
+    """Why the Triton GEMMs cannot run this call ("" when they can): they need CUDA tensors in
+    fp16 / bf16, Triton, the argon op library (another OpSet means the caller wants its ops),
+    and a tile_m that is None or a power of two >= 16."""
+    if not triton_ops.AVAILABLE:
+        return triton_ops.REASON
+    if not x.is_cuda:
+        return "the Triton GEMMs run on CUDA tensors only"
+    if x.dtype not in (torch.float16, torch.bfloat16) or not (
+            w_gate_up.dtype == w_down.dtype == x.dtype):
+        return "the Triton GEMMs need x and both weight stacks in the same fp16 / bf16 dtype"
+    if getattr(ops, "ns", None) is not torch.ops.argon:
+        return "an OpSet other than the argon library was passed"
+    if tile_m is not None and (tile_m < 16 or tile_m & (tile_m - 1)):
+        return f"tile_m={tile_m}: the Triton GEMMs need a power of two >= 16"
+    return ""
+
+
 def moe_experts(x, topk_ids, topk_weights, w_gate_up, w_down, *, tile_m=None, shared=None,
-                residual=None, ops=argon_ops):
+                residual=None, ops=argon_ops, path="auto"):
     """The experts of a routed layer: plan, gather, gate/up moe_mm, swiglu, down moe_mm,
     combine. x [T, H]; topk_ids [T, K] (ids in [0, E) or -1: skipped), topk_weights [T, K].
     shared, residual: optional [T, H] added in the combine (fp32, before the one rounding).
-    tile_m: rows per GEMM tile; None picks default_tile_m(x.device).
+    tile_m: rows per GEMM tile; None picks one for the path taken.
+    path: "triton": the Triton GEMMs (gather and swiglu fused in; triton_ops/), an error where
+    they cannot run; "ops": the ops of `ops`, one per stage; "auto" (default): triton where
+    triton_path_refusal() has no objection, else ops.
     Returns [T, H] in x's dtype.
     """
+    if path not in PATHS:
+        raise ValueError(f"path must be one of {PATHS}, got {path!r}")
+    if path != "ops":
+        refusal = triton_path_refusal(x, w_gate_up, w_down, ops, tile_m)
+        if not refusal:
+            return triton_ops.moe_experts_triton(x, topk_ids, topk_weights, w_gate_up, w_down,
+                                                 tile_m=tile_m, shared=shared,
+                                                 residual=residual, ops=ops)
+        if path == "triton":
+            raise ValueError(f"path='triton' cannot run here: {refusal}")
     if tile_m is None:
         tile_m = default_tile_m(x.device)
     plan = ops.moe_plan(topk_ids, topk_weights, w_gate_up.shape[0], tile_m)
@@ -65,7 +99,7 @@ def shared_expert(x, w_gate, w_up, w_down, gate_weight=None, *, ops=argon_ops):
 
 def moe_layer(x, router_weight, w_gate_up, w_down, top_k, *, scoring="softmax",
               renormalize=False, tile_m=None, shared=None, residual=None, shared_expert_weights=None,
-              shared_expert_gate=None, ops=argon_ops):
+              shared_expert_gate=None, ops=argon_ops, path="auto", topk="auto"):
     """One sparse MoE layer on x [T, H].
 
     router_weight: [E, H]. w_gate_up: [E, 2I, H], gate rows then up rows. w_down: [E, H, I].
@@ -75,6 +109,8 @@ def moe_layer(x, router_weight, w_gate_up, w_down, top_k, *, scoring="softmax",
         computed here, scaled by sigmoid(x @ shared_expert_gate^T) when that [1, H] is given.
     residual: optional [T, H] added in the combine.
     ops: the OpSet to run on (the package default dispatches by device).
+    path: "auto", "triton" or "ops": how the experts run (see moe_experts).
+    topk: "auto", "torch" or "triton": the router's top-k (see routing.topk_experts).
     """
     check_expert_weights(x, w_gate_up, w_down)
     if shared_expert_weights is not None:
@@ -82,6 +118,6 @@ def moe_layer(x, router_weight, w_gate_up, w_down, top_k, *, scoring="softmax",
             raise ValueError("pass either shared (a tensor) or shared_expert_weights, not both")
         shared = shared_expert(x, *shared_expert_weights, shared_expert_gate, ops=ops)
     topk_ids, topk_weights = route(x, router_weight, top_k, scoring=scoring,
-                                   renormalize=renormalize)
+                                   renormalize=renormalize, topk=topk)
     return moe_experts(x, topk_ids, topk_weights, w_gate_up, w_down, tile_m=tile_m,
-                       shared=shared, residual=residual, ops=ops)
+                       shared=shared, residual=residual, ops=ops, path=path)

@@ -1,0 +1,124 @@
+"""Cases for the Triton GEMMs and top-k (torch_argon/triton_ops), shared by the CUDA tests and
+the Triton-interpreter run on the CPU (tests/triton_interpreter_run.py). Each case returns a
+list of failure messages (empty = pass), checked against torch_argon.reference."""
+import torch
+
+from routing_cases import make_ids, make_weights
+from torch_argon import reference, triton_ops
+
+# name: (T, H, E, I, K, tile_m, routing distribution, transposed weight stacks)
+CASES = {
+    "uniform": (40, 64, 8, 32, 3, 16, "uniform", False),
+    "neg_some": (33, 64, 8, 32, 4, 16, "neg_some", False),
+    "one_expert": (70, 64, 8, 32, 2, 16, "one_expert", False),  # many tiles of one expert
+    "empty_experts": (30, 64, 16, 32, 3, 32, "empty", False),
+    "all_skipped": (12, 64, 8, 32, 2, 16, "neg_all", False),
+    "k1": (25, 64, 8, 32, 1, 16, "uniform", False),
+    "t0": (0, 64, 8, 32, 2, 16, "uniform", False),
+    "tile64": (50, 64, 8, 32, 4, 64, "repeated", False),
+    "tile256": (40, 64, 4, 32, 8, 256, "repeated", False),  # two row blocks per tile
+    "odd_dims_strided": (21, 48, 6, 24, 3, 16, "neg_some", True),  # K and N tails, strides
+}
+# Relative Frobenius error per dtype, as tests/test_layer.py.
+REL_TOL = {torch.float16: 2e-3, torch.bfloat16: 1.5e-2}
+
+
+def rel_err(got, want):
+    want = want.double().cpu()
+    got = got.double().cpu()
+    den = float(want.norm())
+    return float((got - want).norm()) / den if den else float(got.norm())
+
+
+def _weights(E, H, I, dtype, transposed, g):
+    wgu = torch.randn(E, 2 * I, H, generator=g) / H ** 0.5
+    wd = torch.randn(E, H, I, generator=g) / I ** 0.5
+    if transposed:  # stored [E, Kd, N] as some checkpoints do, passed as a strided view
+        return (wgu.transpose(1, 2).contiguous().to(dtype).transpose(1, 2),
+                wd.transpose(1, 2).contiguous().to(dtype).transpose(1, 2))
+    return wgu.to(dtype), wd.to(dtype)
+
+
+def poison_allocator(device):
+    """Fill freed CUDA cache blocks with NaN, so unwritten output elements show up."""
+    if torch.device(device).type == "cuda":
+        junk = torch.full((1 << 24,), float("nan"), device=device)
+        del junk
+
+
+def run_case(name, device, dtype, ops):
+    """ops: the OpSet for plan and combine on `device` (reference ops on the CPU)."""
+    T, H, E, I, K, tm, dist, transposed = CASES[name]
+    g = torch.Generator().manual_seed(list(CASES).index(name))
+    x = torch.randn(T, H + 8, generator=g).to(dtype)[:, 3:3 + H]  # rows strided, not dense
+    wgu, wd = _weights(E, H, I, dtype, transposed, g)
+    ids, w = make_ids(T, K, E, dist, seed=T + E), make_weights(T, K, seed=T)
+    plan = reference.moe_plan(ids, w, E, tm)
+    xs = reference.moe_gather(x, plan.sorted_token)
+    want_h = reference.swiglu(reference.moe_mm(xs, wgu, plan.tile_expert, tm))
+    want_gu = reference.moe_mm(xs, wgu, plan.tile_expert, tm)
+    want_y = reference.moe_mm(want_h, wd, plan.tile_expert, tm)
+    want_layer = reference.moe_layer(x, None, wgu, wd, K, topk_ids=ids, topk_weights=w)
+
+    d = device
+    dplan = plan.to(d)
+    xd, wgud, wdd = x.to(d), wgu.to(d), wd.to(d)
+    if transposed:  # .to() keeps the strides of a CPU view only on the same device
+        wgud = wgu.transpose(1, 2).contiguous().to(d).transpose(1, 2)
+        wdd = wd.transpose(1, 2).contiguous().to(d).transpose(1, 2)
+    failures = []
+    tol = REL_TOL[dtype]
+    args = (dplan.tile_expert, dplan.meta, tm)
+
+    def check(what, got, want):
+        got = got.cpu()
+        if got.shape != want.shape:
+            failures.append(f"{what}: shape {tuple(got.shape)} != {tuple(want.shape)}")
+            return
+        if not torch.isfinite(got).all():
+            failures.append(f"{what}: non-finite values (unwritten elements?)")
+        err = rel_err(got, want)
+        if err > tol:
+            failures.append(f"{what}: rel err {err:.2e} > {tol:.0e}")
+        unused = (plan.tile_expert < 0).repeat_interleave(tm)
+        if unused.any() and not (got[unused] == 0).all():
+            failures.append(f"{what}: rows of unused tiles are not zero")
+
+    poison_allocator(d)
+    check("gate_up_swiglu (gathered)", triton_ops.moe_gate_up_swiglu_triton(
+        xd, wgud, *args, dplan.sorted_token), want_h)
+    poison_allocator(d)
+    check("gate_up (gathered, no swiglu)", triton_ops.moe_mm_triton(
+        xd, wgud, *args, dplan.sorted_token), want_gu)
+    poison_allocator(d)
+    check("down (row-ordered)", triton_ops.moe_mm_triton(want_h.to(d), wdd, *args), want_y)
+    poison_allocator(d)
+    got = triton_ops.moe_experts_triton(xd, ids.to(d), w.to(d), wgud, wdd, tile_m=tm, ops=ops)
+    err = rel_err(got, want_layer)
+    if got.shape != want_layer.shape or err > tol:
+        failures.append(f"experts path: rel err {err:.2e} (shape {tuple(got.shape)})")
+    return failures
+
+
+def run_topk_case(device, T=37, E=64, K=10):
+    """topk_triton on random, tied and constant scores: the values of torch.topk, and the ids
+    of a stable descending sort (equal scores: ascending id). On CUDA also the same set of ids
+    as torch.topk (whose CUDA kernel takes the lowest ids among equal scores at the cut; its
+    CPU kernel does not, so the CPU run checks the stable-sort rule alone)."""
+    g = torch.Generator().manual_seed(7)
+    s = torch.rand(T, E, generator=g)
+    failures = []
+    for name, scores in (("random", s), ("ties", (s * 4).floor() / 4),
+                         ("constant", torch.full_like(s, 0.25))):
+        v, i = triton_ops.topk_triton(scores.to(device), K)
+        v, i = v.cpu(), i.cpu()
+        tv, ti = torch.topk(scores.to(device), K, dim=-1)
+        if not torch.equal(v, tv.cpu()):
+            failures.append(f"topk {name}: values differ from torch.topk")
+        want = torch.sort(scores, dim=-1, descending=True, stable=True).indices[:, :K]
+        if not torch.equal(i, want):
+            failures.append(f"topk {name}: ids differ from the stable descending sort")
+        if torch.device(device).type == "cuda" and not torch.equal(
+                i.sort(1).values, ti.cpu().sort(1).values):
+            failures.append(f"topk {name}: chosen ids differ from torch.topk's")
+    return failures

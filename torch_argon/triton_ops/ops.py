@@ -1,0 +1,119 @@
+"""The Triton grouped GEMMs as torch ops (argon namespace), so torch.compile(fullgraph=True)
+traces them and CUDA graphs capture them:
+
+  argon::moe_mm_triton(a, w, tile_expert, meta, tile_m, sorted_token=None, zero_unused=True)
+      C [R, N] = A[rows] @ W[e]^T over the plan's tiles. With sorted_token, `a` is x [T, Kd]
+      and row r reads x[sorted_token[r]] (zeros where -1): moe_gather fused into the GEMM.
+  argon::moe_gate_up_swiglu_triton(a, w_gate_up, tile_expert, meta, tile_m,
+                                   sorted_token=None, zero_unused=True)
+      h [R, I] = silu(A @ W_gate^T) * (A @ W_up^T) with w_gate_up [E, 2I, Kd]: the gate/up
+      GEMM and swiglu in one kernel.
+  argon::topk_triton(scores, k)
+      torch.topk(scores, k, dim=-1) for router scores, same choice and order (topk_kernel.py).
+
+R = sorted_token's length when given, else a's rows. zero_unused: write zeros into rows of
+unused tiles (the moe_mm contract); False leaves them unwritten (the layer never reads them).
+The fake (meta) impl is the function itself: torch.library.triton_op runs it on fake tensors,
+where the kernel launch is a no-op.
+"""
+from typing import Optional
+
+import torch
+from torch.library import triton_op, wrap_triton
+
+from .._shapes import META_N_TILES
+from .configs import MMConfig, block_m_for, config_for, mean_rows_per_expert
+from .moe_mm_kernel import moe_mm_kernel
+from .topk_kernel import topk_rows_kernel
+
+
+def _check(a, w, tile_expert, meta, tile_m, sorted_token, swiglu):
+    block_m_for(tile_m)
+    if a.dtype not in (torch.float16, torch.bfloat16) or w.dtype != a.dtype:
+        raise ValueError(f"moe_mm_triton: a and w must both be fp16 or bf16, got {a.dtype} and "
+                         f"{w.dtype}")
+    if a.dim() != 2 or w.dim() != 3 or w.shape[2] != a.shape[1]:
+        raise ValueError(f"moe_mm_triton: a [rows, Kd] and w [E, N, Kd] do not fit: "
+                         f"{tuple(a.shape)}, {tuple(w.shape)}")
+    if swiglu and w.shape[1] % 2:
+        raise ValueError(f"moe_gate_up_swiglu_triton: w must be [E, 2I, Kd], got {tuple(w.shape)}")
+    rows = sorted_token.shape[0] if sorted_token is not None else a.shape[0]
+    if rows % tile_m or tile_expert.shape[0] != rows // tile_m:
+        raise ValueError(f"moe_mm_triton: {rows} rows do not make {tile_expert.shape[0]} tiles of "
+                         f"{tile_m}")
+    return rows
+
+
+def launch_moe_mm(a, w, tile_expert, meta, tile_m, sorted_token, out, *, swiglu,
+                  zero_unused, config: Optional[MMConfig] = None, block_m=None, launcher=None):
+    """Launches the kernel into `out` [R, N]. config / block_m override the table (for the
+    sweep). launcher wraps the kernel (wrap_triton inside the ops, nothing outside)."""
+    block_m = block_m or block_m_for(tile_m)
+    cfg = config or config_for(swiglu, block_m,
+                               mean_rows_per_expert(out.shape[0], w.shape[0], tile_m))
+    n_out = out.shape[1]
+    kd = a.shape[1]
+    block_k = min(cfg.block_k, max(16, triton_next_pow2(kd)))
+    grid = (out.shape[0] // block_m * -(-n_out // cfg.block_n),)
+    gather = sorted_token is not None
+    kernel = (launcher or (lambda k: k))(moe_mm_kernel)
+    kernel[grid](
+        a, a.stride(0), a.stride(1),
+        sorted_token if gather else tile_expert,  # any int32 tensor when unused
+        w, w.stride(0), w.stride(1), w.stride(2),
+        out, out.stride(0), out.stride(1),
+        tile_expert, meta,
+        n_out, kd, tile_m, w.shape[0],
+        META_N_TILES=META_N_TILES, GATHER=gather, SWIGLU=swiglu, ZERO_UNUSED=zero_unused,
+        EVEN_K=kd % block_k == 0,
+        BLOCK_M=block_m, BLOCK_N=cfg.block_n, BLOCK_K=block_k,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    return out
+
+
+def triton_next_pow2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def _run(a, w, tile_expert, meta, tile_m, sorted_token, zero_unused, swiglu):
+    rows = _check(a, w, tile_expert, meta, tile_m, sorted_token, swiglu)
+    n_out = w.shape[1] // 2 if swiglu else w.shape[1]
+    out = a.new_empty((rows, n_out))
+    if rows and n_out:
+        launch_moe_mm(a, w, tile_expert, meta, tile_m, sorted_token, out, swiglu=swiglu,
+                      zero_unused=zero_unused, launcher=wrap_triton)
+    return out
+
+
+@triton_op("argon::moe_mm_triton", mutates_args=())
+def moe_mm_triton(a: torch.Tensor, w: torch.Tensor, tile_expert: torch.Tensor,
+                  meta: torch.Tensor, tile_m: int, sorted_token: Optional[torch.Tensor] = None,
+                  zero_unused: bool = True) -> torch.Tensor:
+    return _run(a, w, tile_expert, meta, tile_m, sorted_token, zero_unused, swiglu=False)
+
+
+@triton_op("argon::moe_gate_up_swiglu_triton", mutates_args=())
+def moe_gate_up_swiglu_triton(a: torch.Tensor, w_gate_up: torch.Tensor,
+                              tile_expert: torch.Tensor, meta: torch.Tensor, tile_m: int,
+                              sorted_token: Optional[torch.Tensor] = None,
+                              zero_unused: bool = True) -> torch.Tensor:
+    return _run(a, w_gate_up, tile_expert, meta, tile_m, sorted_token, zero_unused, swiglu=True)
+
+
+@triton_op("argon::topk_triton", mutates_args=())
+def topk_triton(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(values, indices) = torch.topk(scores, k, dim=-1) for [T, E] float scores, with the same
+    tie order (see topk_kernel.py; rows holding NaN excepted). values keep scores' dtype."""
+    T, E = scores.shape
+    if not 0 < k <= E or E > 8192:
+        raise ValueError(f"topk_triton: need 0 < k <= E <= 8192, got k={k}, E={E}")
+    values = scores.new_empty((T, k))
+    indices = scores.new_empty((T, k), dtype=torch.int64)
+    if T:
+        block_e = triton_next_pow2(E)
+        block_t = max(1, min(16, 4096 // block_e))
+        wrap_triton(topk_rows_kernel)[(-(-T // block_t),)](
+            scores, scores.stride(0), scores.stride(1), values, indices, T, E,
+            K=k, BLOCK_T=block_t, BLOCK_E=block_e, num_warps=4)
+    return values, indices
