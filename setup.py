@@ -140,7 +140,7 @@ setup(
     name="torch_argon",
     version="0.1.0",
     description="Fast Mixture-of-Experts prefill ops for PyTorch on MPS, CUDA and the CPU",
-    packages=["torch_argon", "torch_argon.integrations"],
+    packages=["torch_argon", "torch_argon.integrations", "torch_argon.triton_ops"],
     package_data={"torch_argon": ["metal/*.metal", "metal/*.h", "metal/*.metallib"]},
     ext_modules=[ext],
     cmdclass={"build_ext": cpp_extension.BuildExtension},

@@ -16,6 +16,7 @@ unused tiles (the moe_mm contract); False leaves them unwritten (the layer never
 The fake (meta) impl is the function itself: torch.library.triton_op runs it on fake tensors,
 where the kernel launch is a no-op.
 """
+import os
 from typing import Optional
 
 import torch
@@ -72,6 +73,13 @@ def launch_moe_mm(a, w, tile_expert, meta, tile_m, sorted_token, out, *, swiglu,
     return out
 
 
+# How the ops launch their kernels: through wrap_triton, so torch.compile sees them. Under the
+# Triton interpreter (TRITON_INTERPRET=1, CPU tests) triton.jit makes InterpretedFunctions,
+# which wrap_triton refuses in torch 2.11 (seen on the H200 image), and nothing traces the
+# interpreter anyway: the kernels are launched as they are.
+LAUNCHER = (lambda kernel: kernel) if os.environ.get("TRITON_INTERPRET") == "1" else wrap_triton
+
+
 def triton_next_pow2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
@@ -82,7 +90,7 @@ def _run(a, w, tile_expert, meta, tile_m, sorted_token, zero_unused, swiglu):
     out = a.new_empty((rows, n_out))
     if rows and n_out:
         launch_moe_mm(a, w, tile_expert, meta, tile_m, sorted_token, out, swiglu=swiglu,
-                      zero_unused=zero_unused, launcher=wrap_triton)
+                      zero_unused=zero_unused, launcher=LAUNCHER)
     return out
 
 
@@ -113,7 +121,7 @@ def topk_triton(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tenso
     if T:
         block_e = triton_next_pow2(E)
         block_t = max(1, min(16, 4096 // block_e))
-        wrap_triton(topk_rows_kernel)[(-(-T // block_t),)](
+        LAUNCHER(topk_rows_kernel)[(-(-T // block_t),)](
             scores, scores.stride(0), scores.stride(1), values, indices, T, E,
             K=k, BLOCK_T=block_t, BLOCK_E=block_e, num_warps=4)
     return values, indices
