@@ -144,7 +144,7 @@ def bench_plan(records):
             us, how = timed(lambda: ops.moe_plan(ids, w, E, TM, out=out))
             clock = sm_clock()
             base, bhow = eager_us(lambda: baselines.plan_argsort(ids, w, E, TM)), "eager"
-            single_max = torch.ops.argon_cuda.plan_tuning(-1, -1, -1)[0]
+            single_max = torch.ops.argon_cuda.plan_tuning(-1, -1, -1, -1)[0]
             records.append(rec("plan", T, dist, us, "plan_argsort", base, timing=how,
                                baseline_timing=bhow, bit_exact=exact, n_entries=T * K,
                                path="one_kernel" if T * K <= single_max else "two_kernels",
@@ -158,22 +158,23 @@ def bench_plan_variants(records):
     segment size (chunks of 32 entries per warp), for choosing the defaults."""
     ops = torch_argon.argon_ops
     tune = torch.ops.argon_cuda.plan_tuning
-    default = tune(-1, -1, -1)
+    default = tune(-1, -1, -1, -1)
     try:
         for dist in DISTS:
-            for T in [1, 128, 409, 512, 819, 1024, 2048, 4096, 16384]:
+            for T in [1, 128, 409, 512, 1024, 2048, 4096, 16384]:
                 ids, w = routing(T, dist, seed=T + 1)
                 out = ops.moe_plan(ids, w, E, TM)
                 variants = []
-                if T * K <= 8192:
-                    variants += [("one_kernel_1block", 1 << 30, -1, 1),
-                                 ("one_kernel_auto", 1 << 30, -1, 0),
-                                 ("one_kernel_16blocks", 1 << 30, -1, 16)]
+                if T * K <= 4096:
+                    variants += [("one_kernel_1block", 1 << 30, -1, 1, -1),
+                                 ("one_kernel_8blocks", 1 << 30, -1, 8, -1),
+                                 ("one_kernel_auto", 1 << 30, -1, 0, -1)]
                 if T >= 128:
-                    variants += [(f"two_kernels_c{c}" if c else "two_kernels_auto", 0, c, -1)
-                                 for c in (0, 1, 2, 4, 8)]
-                for name, single_max, chunks, blocks in variants:
-                    tune(single_max, chunks, blocks)
+                    variants += [("two_kernels_auto", 0, 0, -1, 1),
+                                 ("two_kernels_auto_no_pdl", 0, 0, -1, 0)]
+                    variants += [(f"two_kernels_c{c}", 0, c, -1, 1) for c in (1, 4, 16)]
+                for name, single_max, chunks, blocks, pdl in variants:
+                    tune(single_max, chunks, blocks, pdl)
                     try:
                         ok = plan_bits_equal(ops.moe_plan(ids, w, E, TM), ids, w)
                         heat(30)

@@ -16,8 +16,8 @@ ops = CUDA.ops
 FIELDS = ("counts", "offsets", "sorted_token", "sorted_weight", "pos", "tile_expert", "meta")
 
 
-def plan_tuning(single_max=-1, chunks=-1, single_blocks=-1):
-    return torch.ops.argon_cuda.plan_tuning(single_max, chunks, single_blocks)
+def plan_tuning(single_max=-1, chunks=-1, single_blocks=-1, pdl=-1):
+    return torch.ops.argon_cuda.plan_tuning(single_max, chunks, single_blocks, pdl)
 
 
 @pytest.fixture
@@ -44,15 +44,16 @@ def test_two_kernel_path_matches_reference(two_kernel_plan, T, K, E, tm, dist):
     assert_plan_equal(got, reference.moe_plan(ids, w, E, tm))
 
 
-@pytest.mark.parametrize("n_entries", [2047, 2048, 2049, 8191, 8192, 8193, 16384, 40960])
-@pytest.mark.parametrize("chunks", [0, 1, 3, 8])
-def test_plan_paths_agree(n_entries, chunks):
+@pytest.mark.parametrize("n_entries", [2047, 2048, 4095, 4096, 4097, 8193, 16384, 40960])
+@pytest.mark.parametrize("chunks,pdl", [(0, 1), (0, 0), (1, 1), (3, 0), (16, 1)])
+def test_plan_paths_agree(n_entries, chunks, pdl):
     """The same routing through the one-kernel path (where n allows it) and the two-kernel
-    path with several segment sizes (0: automatic) gives the reference's bytes."""
+    path with several segment sizes (0: automatic), with and without programmatic dependent
+    launch, gives the reference's bytes."""
     K, E = 8, 512
     T = n_entries // K
     ids, w = make_ids(T, K, E, "zipf", seed=n_entries).cuda(), make_weights(T, K).cuda()
-    prev = plan_tuning(1 << 20, chunks)
+    prev = plan_tuning(1 << 20, chunks, -1, pdl)
     try:
         one = ops.moe_plan(ids, w, E, 16)
         plan_tuning(0, chunks)
@@ -68,7 +69,7 @@ def test_plan_paths_agree(n_entries, chunks):
 def test_plan_radix_passes_and_paths(E, path):
     """Expert counts around the sort's pass boundaries (1, 2 and 3 radix passes; 4000 needs
     more than 48 KiB of shared memory), through each path and block count."""
-    T, K = 700, min(E, 8)
+    T, K = 500, min(E, 8)  # 4000 entries at most: the one-kernel path takes them
     ids, w = make_ids(T, K, E, "zipf", seed=E), make_weights(T, K)
     ids[::7, 0] = -1
     tune = {"one_kernel_1block": (1 << 20, -1, 1), "one_kernel_7blocks": (1 << 20, -1, 7),
@@ -83,9 +84,9 @@ def test_plan_radix_passes_and_paths(E, path):
 
 @pytest.mark.parametrize("path", ["one_kernel", "two_kernels"])
 def test_bad_ids_counted_in_meta(path):
-    T, K, E = 2000, 4, 32  # 8000 entries: within the one-kernel path's limit (8192)
+    T, K, E = 1000, 4, 32  # 4000 entries: within the one-kernel path's limit (4096)
     ids = make_ids(T, K, E, "uniform", dtype=torch.int32)
-    bad_at = [(0, 0), (5, 3), (1999, 1), (1500, 2)]
+    bad_at = [(0, 0), (5, 3), (999, 1), (500, 2)]
     for (t, k), v in zip(bad_at, [E, -2, 2**31 - 1, -(2**31)]):
         ids[t, k] = v
     w = make_weights(T, K)

@@ -2,43 +2,45 @@
 //
 // Algorithm. The row of entry i (expert e) is
 //     offsets[e] + (entries of e in earlier blocks) + (entries of e before i in i's block),
-// where a block is a segment of 1024 * C consecutive entries (C = chunks of 32 per warp, <= 8).
-// The last term comes from a stable block-wide LSD radix sort of the packed items
+// where a block is a segment of threads * C consecutive entries (C = chunks of 32 per warp,
+// <= 16). The last term comes from a stable block-wide LSD radix sort of the packed items
 // (key << 16 | local index), key = e, or E for -1 / out-of-range ids and for slots past n:
 // passes of up to 5 key bits (2 for E = 512), each one
 //   - inside a warp: one ballot per digit bit gives each lane its peers in the chunk (rank =
 //     popc(peers & lanes below)) and gives lane d the chunk's count of digit d, which it keeps
 //     as a running count over the warp's chunks (no shared memory, no per-expert tables);
-//   - across warps: the 32 digits x 32 warps counts are scanned digit-major in one block scan;
+//   - across warps: the 32 digits x warps counts are scanned digit-major in one block scan;
 //   - the item moves to its place in shared memory for the next pass.
 // After the last pass, an item's place q in the block's sorted order minus the first place of
 // its expert in that order (a block scan of the block's per-expert counts) is its rank.
 // Integer sums are exact whatever their order, so shared-memory atomics (per-expert counts)
 // are used freely; nothing depends on the order in which atomics land.
 //
-// Kernels (launch shape: blocks of 1024 threads).
-//   n <= single_max (default 4096 entries): ONE kernel, plan_kernel<false>. G blocks (about one
-//     per 2048 rows of R_max, at most 16) each compute the whole plan (counts by shared
-//     atomics, one scan of (padded count << 32 | count) over experts, the sort) and write a
-//     1/G share of the placements and of the padding / tile-map / tail fills.
-//   Larger n: TWO kernels over the same segments, n_blocks = n / (1024 * C), C chosen so that
-//     n_blocks is about the number of SMs:
-//     plan_count_kernel  per-block expert counts -> block_hist[n_blocks][E] (workspace);
-//     plan_kernel<true>  every block reads the block_hist columns (total and earlier blocks,
-//                        two threads per expert), scans the padded totals over experts
-//                        redundantly, sorts its segment and places it; fills grid-strided.
-// Under graph replay a launch costs ~0.9 us on an H200; the split point and the segment size
-// are tunable (argon_cuda::plan_tuning, for the benchmark).
+// Kernels. The latency of a plan is a chain of block-wide steps (loads, barriers, scans), each
+// of which costs more the more warps a block has, so blocks are small and the steps few.
+//   n <= 4096: ONE kernel, plan_kernel<256, false>. G blocks of 256 threads (G = E / 16, at
+//     most 32) each compute the whole plan (counts by shared atomics, one scan of
+//     (padded count << 32 | count) over experts, the sort) and write a 1/G share of the
+//     placements and of the padding / tile-map / tail fills.
+//   Larger n: TWO kernels over segments of 512 * C entries, C chosen for about 32 segments:
+//     plan_count_kernel<512>  per-segment expert counts -> block_hist[n_blocks][E] (workspace);
+//     plan_kernel<512, true>  loads and sorts its segment, then (programmatic dependent launch
+//                             on sm_90: it starts while the count kernel runs and waits only
+//                             here) adds up the block_hist cells (totals, earlier segments),
+//                             scans the padded totals over experts redundantly in every block,
+//                             places its segment; fills grid-strided.
+// The split point, segment size, block count and the dependent launch are tunable
+// (argon_cuda::plan_tuning, for the benchmark and tests).
 //
 // Every output element is written on every call: valid rows by placement; padding rows
 // [offsets[e] + counts[e], offsets[e+1]) and expert e's tiles by one warp; the tail
 // [n_rows, R_max) and its tiles grid-strided; counts, offsets, meta by block 0. Out-of-range
 // ids (>= E or < -1) are treated as -1 and counted in meta[ARGON_META_N_BAD_IDS].
 //
-// Limits: E < 65536 (16-bit keys) and shared memory 28 * E + 4 * 1024 * C bytes (E up to about
-// 7000 on sm_90); rows fit int32 (checked on the host); n_blocks * E ints of workspace; the
-// column reads grow with n_blocks (n / 8192 at the largest segments), fine to millions of
-// entries.
+// Limits: E < 65536 (16-bit keys) and shared memory 28 * E + 8 * 512 * C bytes (E up to about
+// 5900 on sm_90); rows fit int32 (checked on the host); n_blocks * E ints of workspace, whose
+// cells every block reads (16 per thread per round), so the two-kernel path slows down past
+// ~32 segments of 8192 entries (fine to millions of entries, tuned for n <= 262144).
 #include <torch/library.h>
 
 #include <algorithm>
@@ -54,18 +56,24 @@
 namespace argon::cuda {
 namespace {
 
-constexpr int kWarps = 32;
-constexpr int kThreads = kWarps * 32;
-constexpr int kMaxChunks = 8;   // chunks of 32 entries per warp: up to 8192 entries per block
 constexpr int kDigitBits = 5;   // radix digit: 32 values, one per lane
 constexpr int kIdxBits = 16;    // sort item = key << 16 | index in the block
 constexpr unsigned kIdxMask = (1u << kIdxBits) - 1u;
-static_assert(kThreads * kMaxChunks <= (1 << kIdxBits), "block index must fit its bits");
+constexpr int kMaxChunks = 16;  // chunks of 32 entries per warp held in registers
+
+// The two shapes (threads per block): small blocks keep each block-wide step (barrier, scan)
+// short, which is what the plan's latency is made of (H200 stage clocks: ~1.5K cycles per
+// step with 1024 threads).
+constexpr int kSingleThreads = 256;  // one-kernel path: up to 256 * 16 = 4096 entries
+constexpr int kMultiThreads = 512;   // two-kernel path: segments of up to 8192 entries
+constexpr int kTargetSegments = 32;  // two-kernel path: about this many blocks (column reads)
+static_assert(kMultiThreads * kMaxChunks <= (1 << kIdxBits), "block index must fit its bits");
 
 // Tuning knobs, process-wide; set only by the benchmark and tests through plan_tuning.
-int g_single_max_entries = 4096;  // entries up to which the one-kernel path runs
-int g_chunks = 0;                 // two-kernel path: chunks per warp (0 = automatic)
-int g_single_blocks = 0;          // one-kernel path: blocks sharing the writes (0 = automatic)
+int g_single_max_entries = kSingleThreads * kMaxChunks;  // one-kernel path up to this n
+int g_chunks = 0;         // two-kernel path: chunks per warp (0 = automatic)
+int g_single_blocks = 0;  // one-kernel path: blocks sharing the writes (0 = automatic)
+int g_pdl = 1;            // two-kernel path: programmatic dependent launch (sm_90+)
 
 struct PlanParams {
   const void* ids;
@@ -73,8 +81,8 @@ struct PlanParams {
   FloatKind w_kind;
   int ids_64;  // ids are int64 (else int32)
   int n, K, E, tm, r_max, n_tiles;
-  int chunks;                // C: entries per block = kThreads * C
-  int passes, digit_bits;    // radix passes over the key bits, bits per pass (<= kDigitBits)
+  int chunks;              // C: entries per block = threads * C
+  int passes, digit_bits;  // radix passes over the key bits, bits per pass (<= kDigitBits)
   int* counts;
   int* offsets;
   int* sorted_token;
@@ -97,10 +105,25 @@ __device__ __forceinline__ int key_of(const PlanParams& p, int64_t i, int& bad) 
 
 __device__ __forceinline__ int round_up_pow2(int x, int m) { return (x + m - 1) & ~(m - 1); }
 
+// Programmatic dependent launch (sm_90+): the count kernel lets the place kernel start at
+// once; the place kernel loads and sorts its segment, then waits for the counts.
+__device__ __forceinline__ void let_dependents_start() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_prerequisites() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // ---- two-kernel path, first kernel: per-block expert counts ---------------------------------
+template <int kThreads>
 __global__ void __launch_bounds__(kThreads) plan_count_kernel(PlanParams p) {
   extern __shared__ int s_hist[];  // [E]
   __shared__ int s_bad;
+  let_dependents_start();
   const int tid = threadIdx.x;
   for (int e = tid; e < p.E; e += kThreads) s_hist[e] = 0;
   if (tid == 0) s_bad = 0;
@@ -127,17 +150,19 @@ __global__ void __launch_bounds__(kThreads) plan_count_kernel(PlanParams p) {
 }
 
 // ---- the plan proper (kMulti: one segment of the two-kernel path; else the whole plan) -----
-template <bool kMulti>
+template <int kThreads, bool kMulti>
 __global__ void __launch_bounds__(kThreads) plan_kernel(PlanParams p) {
+  constexpr int kWarps = kThreads / 32;
   extern __shared__ __align__(16) unsigned char smem[];
   const int E = p.E, C = p.chunks;
   long long* s_scan = reinterpret_cast<long long*>(smem);  // [E] (padded total << 32 | count)
-  int* s_tot = reinterpret_cast<int*>(s_scan + E);        // [E]   entries of e in the plan
-  int* s_cnt = s_tot + E;                                 // [E]   ... in this block (kMulti)
-  int* s_before = s_cnt + E;                              // [E]   ... in earlier blocks (kMulti)
+  int* s_cnt = reinterpret_cast<int*>(s_scan + E);        // [E]   entries of e in this block
+  int* s_tot = kMulti ? s_cnt + E : s_cnt;                // [E]   ... in the plan
+  int* s_before = s_cnt + 2 * E;                          // [E]   ... in earlier blocks
   int* s_off = s_before + E;                              // [E+1] padded offsets
   int* s_rowbase = s_off + E + 1;                         // [E]   row of place 0 of expert e
-  unsigned* s_items = reinterpret_cast<unsigned*>(s_rowbase + E);  // [1024 * C] sort buffer
+  unsigned* s_items = reinterpret_cast<unsigned*>(s_rowbase + E);  // [threads * C] sort buffer
+  float* s_w = reinterpret_cast<float*>(s_items + kThreads * C);  // [threads * C] weights
   __shared__ int s_digit[32 * kWarps];  // per (digit, warp) counts, digit-major
   __shared__ int s_warp[32];
   __shared__ long long s_warp64[32];
@@ -148,83 +173,39 @@ __global__ void __launch_bounds__(kThreads) plan_kernel(PlanParams p) {
   const int64_t begin = kMulti ? int64_t{blockIdx.x} * kThreads * C : 0;
   const int n_local = static_cast<int>(min(int64_t{kThreads} * C, int64_t{p.n} - begin));
 
-  // 1. This thread's items: chunk c of warp w holds local entries (w * C + c) * 32 + lane.
+  // 1. This thread's items (chunk c of warp w holds local entries (w * C + c) * 32 + lane);
+  //    the weights go to shared memory, where placement finds them by local index.
   unsigned item[kMaxChunks];
   int bad = 0;
 #pragma unroll
   for (int c = 0; c < kMaxChunks; ++c) {
     const int idx = (warp * C + c) * 32 + lane;
-    const int key = c < C && idx < n_local ? key_of(p, begin + idx, bad) : E;
+    const bool here = c < C && idx < n_local;
+    const int key = here ? key_of(p, begin + idx, bad) : E;
+    if (here) s_w[idx] = load_kind_scalar(p.weights, p.w_kind, begin + idx);
     item[c] = (static_cast<unsigned>(key) << kIdxBits) | static_cast<unsigned>(idx);
   }
   if (kMulti) bad = 0;  // the count kernel counted them
 
-  // 2. Entries per expert: in the plan (s_tot), in this block (s_cnt), in earlier blocks.
+  // 2. Entries per expert in this block (shared atomics: the sums do not depend on order).
   if (tid < 2) s_sum[tid] = 0;
   for (int e = tid; e < E; e += kThreads) {
-    s_tot[e] = 0;
-    s_before[e] = 0;
+    s_cnt[e] = 0;
+    if (kMulti) {
+      s_tot[e] = 0;
+      s_before[e] = 0;
+    }
   }
   __syncthreads();
-  if constexpr (!kMulti) {
 #pragma unroll
-    for (int c = 0; c < kMaxChunks; ++c) {
-      const int key = static_cast<int>(item[c] >> kIdxBits);
-      if (c < C && key < E) atomicAdd(&s_tot[key], 1);
-    }
-  } else {
-    // Column e of block_hist, split over `parts` threads (blocks b = part, part + parts, ...).
-    const int n_blocks = gridDim.x, mine = blockIdx.x;
-    const int parts = max(1, kThreads / E);
-    for (int x = tid; x < E * parts; x += kThreads) {
-      const int e = x % E, part = x / E;
-      const int* col = p.block_hist + e;
-      int tot = 0, before = 0, own = 0;
-#pragma unroll 8
-      for (int b = part; b < n_blocks; b += parts) {
-        const int v = col[int64_t{b} * E];
-        tot += v;
-        before += b < mine ? v : 0;
-        own = b == mine ? v : own;
-      }
-      atomicAdd(&s_tot[e], tot);
-      atomicAdd(&s_before[e], before);
-      if (mine % parts == part) s_cnt[e] = own;
-    }
-    if (mine == 0) {
-      for (int b = tid; b < n_blocks; b += kThreads) bad += p.block_bad[b];
-    }
+  for (int c = 0; c < kMaxChunks; ++c) {
+    const int key = static_cast<int>(item[c] >> kIdxBits);
+    if (c < C && key < E) atomicAdd(&s_cnt[key], 1);
   }
   bad = warp_sum(bad);
   if (lane == 0 && bad) atomicAdd(&s_sum[1], bad);
-  __syncthreads();
 
-  // 3. Padded offsets and the first place of each expert in the block's sorted order, in one
-  //    exclusive scan (high half: padded totals, < 2^31; low half: block counts, < 2^16).
-  int valid = 0;
-  for (int e = tid; e < E; e += kThreads) {
-    const int tot = s_tot[e];
-    const int own = kMulti ? s_cnt[e] : tot;
-    s_scan[e] = (static_cast<long long>(round_up_pow2(tot, p.tm)) << 32) | own;
-    valid += tot;
-  }
-  valid = warp_sum(valid);
-  if (lane == 0 && valid) atomicAdd(&s_sum[0], valid);
-  const long long scan_total = block_exclusive_scan(s_scan, E, s_warp64);
-  const int n_rows = static_cast<int>(scan_total >> 32);
-  for (int e = tid; e < E; e += kThreads) {
-    const long long v = s_scan[e];
-    const int off = static_cast<int>(v >> 32), first = static_cast<int>(v & 0xffffffffLL);
-    s_off[e] = off;
-    s_rowbase[e] = off + (kMulti ? s_before[e] : 0) - first;
-    if (blockIdx.x == 0) {
-      p.counts[e] = s_tot[e];
-      p.offsets[e] = off;
-    }
-  }
-  if (tid == 0) s_off[E] = n_rows;
-
-  // 4. Stable radix sort of the block's items; q[c] = place of item[c] in the sorted order.
+  // 3. Stable radix sort of the block's items; q[c] = place of item[c] in the sorted order.
   int q[kMaxChunks];
   const int n_digits = 1 << p.digit_bits;
   for (int pass = 0; pass < p.passes; ++pass) {
@@ -254,7 +235,7 @@ __global__ void __launch_bounds__(kThreads) plan_kernel(PlanParams p) {
       }
     }
     if (lane < n_digits) s_digit[lane * kWarps + warp] = running;
-    block_exclusive_scan(s_digit, n_digits * kWarps, s_warp);
+    block_exclusive_scan(s_digit, n_digits * kWarps, s_warp);  // barriers before and after
 #pragma unroll
     for (int c = 0; c < kMaxChunks; ++c) {
       if (c < C) q[c] += s_digit[((item[c] >> shift) & (n_digits - 1)) * kWarps + warp];
@@ -268,7 +249,62 @@ __global__ void __launch_bounds__(kThreads) plan_kernel(PlanParams p) {
     }
   }
 
-  // 5. Placement (one-kernel path: each block places the chunks c with slot % G == its index).
+  // 4. Two-kernel path: the plan's totals and the entries in earlier blocks, from the count
+  //    kernel's table (all cells loaded at once, 16 per thread per round, added in shared).
+  if constexpr (kMulti) {
+    wait_for_prerequisites();
+    const int n_blocks = gridDim.x, mine = blockIdx.x, cells = n_blocks * E;
+    for (int x0 = tid; x0 < cells; x0 += 16 * kThreads) {
+      int v[16];
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        const int x = x0 + j * kThreads;
+        v[j] = x < cells ? p.block_hist[x] : 0;
+      }
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        const int x = x0 + j * kThreads;
+        if (v[j] != 0) {
+          const int b = x / E, e = x - b * E;
+          atomicAdd(&s_tot[e], v[j]);
+          if (b < mine) atomicAdd(&s_before[e], v[j]);
+        }
+      }
+    }
+    if (mine == 0) {
+      for (int b = tid; b < n_blocks; b += kThreads) bad += p.block_bad[b];
+      bad = warp_sum(bad);
+      if (lane == 0 && bad) atomicAdd(&s_sum[1], bad);
+    }
+  }
+  __syncthreads();
+
+  // 5. Padded offsets and the first place of each expert in the block's sorted order, in one
+  //    exclusive scan (high half: padded totals, < 2^31; low half: block counts, < 2^16).
+  int valid = 0;
+  for (int e = tid; e < E; e += kThreads) {
+    const int tot = s_tot[e];
+    s_scan[e] = (static_cast<long long>(round_up_pow2(tot, p.tm)) << 32) | s_cnt[e];
+    valid += tot;
+  }
+  valid = warp_sum(valid);
+  if (lane == 0 && valid) atomicAdd(&s_sum[0], valid);
+  const long long scan_total = block_exclusive_scan(s_scan, E, s_warp64);
+  const int n_rows = static_cast<int>(scan_total >> 32);
+  for (int e = tid; e < E; e += kThreads) {
+    const long long v = s_scan[e];
+    const int off = static_cast<int>(v >> 32), first = static_cast<int>(v & 0xffffffffLL);
+    s_off[e] = off;
+    s_rowbase[e] = off + (kMulti ? s_before[e] : 0) - first;
+    if (blockIdx.x == 0) {
+      p.counts[e] = s_tot[e];
+      p.offsets[e] = off;
+    }
+  }
+  if (tid == 0) s_off[E] = n_rows;
+  __syncthreads();
+
+  // 6. Placement (one-kernel path: each block places the chunks c with slot % G == its index).
 #pragma unroll
   for (int c = 0; c < kMaxChunks; ++c) {
     const int idx = static_cast<int>(item[c] & kIdxMask);
@@ -281,13 +317,13 @@ __global__ void __launch_bounds__(kThreads) plan_kernel(PlanParams p) {
       if (key < E) {
         row = s_rowbase[key] + q[c];
         p.sorted_token[row] = static_cast<int>(static_cast<uint32_t>(i) / static_cast<uint32_t>(p.K));
-        p.sorted_weight[row] = load_kind_scalar(p.weights, p.w_kind, i);
+        p.sorted_weight[row] = s_w[idx];
       }
       p.pos[i] = row;
     }
   }
 
-  // 6. Padding rows and tiles of each expert (one warp per expert over the grid), the tail.
+  // 7. Padding rows and tiles of each expert (one warp per expert over the grid), the tail.
   const int tm_log2 = __ffs(p.tm) - 1;
   for (int e = blockIdx.x * kWarps + warp; e < E; e += gridDim.x * kWarps) {
     const int lo = s_off[e], hi = s_off[e + 1];
@@ -312,9 +348,10 @@ __global__ void __launch_bounds__(kThreads) plan_kernel(PlanParams p) {
   }
 }
 
-size_t plan_smem_bytes(int E, int chunks) {
+// Dynamic shared memory of plan_kernel: per-expert arrays, then the sort buffer and weights.
+size_t plan_smem_bytes(int E, int entries_per_block) {
   return size_t(E) * sizeof(long long) + size_t(5 * E + 1) * sizeof(int) +
-         size_t(kThreads) * chunks * sizeof(unsigned);
+         size_t(entries_per_block) * (sizeof(unsigned) + sizeof(float));
 }
 
 // Dynamic shared memory above the default 48 KiB (static included) needs an opt-in per kernel
@@ -339,11 +376,12 @@ void launch_plan(const PlanDims& d, const Tensor& ids, const Tensor& w, const Te
                  const Tensor& pos, const Tensor& tile_expert, const Tensor& meta) {
   const int E = static_cast<int>(d.E);
   const auto* props = at::cuda::getCurrentDeviceProperties();
-  TORCH_CHECK(E < (1 << 16) && plan_smem_bytes(E, kMaxChunks) <= size_t(props->sharedMemPerBlockOptin),
-              "moe_plan on CUDA supports n_expert up to ",
-              std::min<int64_t>((1 << 16) - 1,
-                                (int64_t(props->sharedMemPerBlockOptin) -
-                                 int64_t(plan_smem_bytes(0, kMaxChunks))) / 28),
+  const size_t max_block = size_t(kMultiThreads) * kMaxChunks;
+  const int64_t e_limit = std::min<int64_t>(
+      (1 << 16) - 1,
+      (int64_t(props->sharedMemPerBlockOptin) - int64_t(plan_smem_bytes(0, max_block))) /
+          int64_t(plan_smem_bytes(1, 0) - plan_smem_bytes(0, 0)));
+  TORCH_CHECK(E <= e_limit, "moe_plan on CUDA supports n_expert up to ", e_limit,
               " on this device, got ", E);
   PlanParams p{};
   p.ids = ids.const_data_ptr();
@@ -368,33 +406,54 @@ void launch_plan(const PlanDims& d, const Tensor& ids, const Tensor& w, const Te
   p.meta = meta.data_ptr<int>();
   const cudaStream_t s = stream();
 
-  const bool single = p.n <= std::min(g_single_max_entries, kThreads * kMaxChunks) || p.n == 0;
-  if (single) {
-    p.chunks = std::max<int>(1, static_cast<int>(ceil_div(p.n, kThreads)));
+  if (p.n <= std::min(g_single_max_entries, kSingleThreads * kMaxChunks)) {
+    // One kernel; every block computes the whole plan, so more blocks only split the writes
+    // (about 16 experts' padding and tiles per warp of 8 warps: ~E / 128 blocks).
+    constexpr auto kernel = plan_kernel<kSingleThreads, false>;
+    p.chunks = std::max<int>(1, static_cast<int>(ceil_div(p.n, kSingleThreads)));
     const int blocks = g_single_blocks > 0
                            ? g_single_blocks
-                           : static_cast<int>(std::clamp<int64_t>(ceil_div(p.r_max, 2048), 1, 16));
-    const size_t smem = plan_smem_bytes(E, p.chunks);
-    allow_smem<plan_kernel<false>>(smem);
-    plan_kernel<false><<<blocks, kThreads, smem, s>>>(p);
+                           : static_cast<int>(std::clamp<int64_t>(ceil_div(E, 16), 1, 32));
+    const size_t smem = plan_smem_bytes(E, kSingleThreads * p.chunks);
+    allow_smem<kernel>(smem);
+    kernel<<<blocks, kSingleThreads, smem, s>>>(p);
     ARGON_CUDA_CHECK_LAUNCH();
     return;
   }
-  const int auto_chunks = static_cast<int>(
-      ceil_div(p.n, int64_t{kThreads} * props->multiProcessorCount));
+  // Two kernels over segments of kMultiThreads * C entries, about kTargetSegments of them.
+  const int auto_chunks =
+      static_cast<int>(ceil_div(p.n, int64_t{kMultiThreads} * kTargetSegments));
   p.chunks = std::clamp(g_chunks > 0 ? g_chunks : auto_chunks, 1, kMaxChunks);
-  const int n_blocks = static_cast<int>(ceil_div(p.n, int64_t{kThreads} * p.chunks));
+  const int n_blocks = static_cast<int>(ceil_div(p.n, int64_t{kMultiThreads} * p.chunks));
   const Tensor workspace = at::detail::empty_cuda({int64_t{n_blocks} * (E + 1)}, at::kInt,
                                                   ids.device(), std::nullopt);
   p.block_hist = workspace.data_ptr<int>();
   p.block_bad = p.block_hist + int64_t{n_blocks} * E;
+  constexpr auto count = plan_count_kernel<kMultiThreads>;
   const size_t count_smem = size_t(E) * sizeof(int);
-  allow_smem<plan_count_kernel>(count_smem);
-  plan_count_kernel<<<n_blocks, kThreads, count_smem, s>>>(p);
+  allow_smem<count>(count_smem);
+  count<<<n_blocks, kMultiThreads, count_smem, s>>>(p);
   ARGON_CUDA_CHECK_LAUNCH();
-  const size_t smem = plan_smem_bytes(E, p.chunks);
-  allow_smem<plan_kernel<true>>(smem);
-  plan_kernel<true><<<n_blocks, kThreads, smem, s>>>(p);
+  constexpr auto place = plan_kernel<kMultiThreads, true>;
+  const size_t smem = plan_smem_bytes(E, kMultiThreads * p.chunks);
+  allow_smem<place>(smem);
+  if (g_pdl && props->major >= 9) {
+    // May start while the count kernel runs: it waits (griddepcontrol.wait) before reading
+    // the counts. Captured into CUDA graphs as a programmatic edge.
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(n_blocks);
+    cfg.blockDim = dim3(kMultiThreads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, place, p));
+  } else {
+    place<<<n_blocks, kMultiThreads, smem, s>>>(p);
+  }
   ARGON_CUDA_CHECK_LAUNCH();
 }
 
@@ -432,14 +491,16 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> moe_plan_cuda
 }
 
 // Benchmark and test hook: the entries up to which the one-kernel path runs, the chunks per
-// warp of the two-kernel path (0: automatic), the blocks of the one-kernel path (0: automatic);
-// negative values leave a knob as is. Returns the previous values.
-std::vector<int64_t> plan_tuning(int64_t single_max_entries, int64_t chunks,
-                                 int64_t single_blocks) {
-  std::vector<int64_t> previous{g_single_max_entries, g_chunks, g_single_blocks};
-  if (single_max_entries >= 0) g_single_max_entries = static_cast<int>(single_max_entries);
+// warp of the two-kernel path (0: automatic), the blocks of the one-kernel path (0: automatic),
+// programmatic dependent launch of the two-kernel path (0 / 1); negative values leave a knob
+// as is. Returns the previous values.
+std::vector<int64_t> plan_tuning(int64_t single_max_entries, int64_t chunks, int64_t single_blocks,
+                                 int64_t pdl) {
+  std::vector<int64_t> previous{g_single_max_entries, g_chunks, g_single_blocks, g_pdl};
+  if (single_max_entries >= 0) g_single_max_entries = static_cast<int>(std::min<int64_t>(single_max_entries, 1 << 30));
   if (chunks >= 0) g_chunks = static_cast<int>(std::min<int64_t>(chunks, kMaxChunks));
   if (single_blocks >= 0) g_single_blocks = static_cast<int>(std::min<int64_t>(single_blocks, 1024));
+  if (pdl >= 0) g_pdl = pdl != 0;
   return previous;
 }
 
@@ -452,7 +513,7 @@ TORCH_LIBRARY_IMPL(argon, CUDA, m) {
 
 // Internal knobs of the CUDA backend, for the benchmark and tests (not part of the public API).
 TORCH_LIBRARY(argon_cuda, m) {
-  m.def("plan_tuning(int single_max_entries, int chunks, int single_blocks=-1) -> int[]",
+  m.def("plan_tuning(int single_max_entries, int chunks, int single_blocks=-1, int pdl=-1) -> int[]",
         TORCH_FN(plan_tuning));
 }
 
