@@ -1,22 +1,20 @@
-// Block-wide collectives used by the plan (and moe_mm) kernels, for int and 64-bit integers.
+// Block-wide collectives used by the plan kernels.
 #pragma once
 #include <cstdint>
 
 namespace argon::cuda {
 
-template <typename T>
-__device__ __forceinline__ T warp_sum(T x) {
+__device__ __forceinline__ int warp_sum(int x) {
 #pragma unroll
   for (int d = 16; d > 0; d >>= 1) x += __shfl_xor_sync(0xffffffffu, x, d);
   return x;
 }
 
-template <typename T>
-__device__ __forceinline__ T warp_inclusive_scan(T x) {
+__device__ __forceinline__ int warp_inclusive_scan(int x) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int d = 1; d < 32; d <<= 1) {
-    const T y = __shfl_up_sync(0xffffffffu, x, d);
+    const int y = __shfl_up_sync(0xffffffffu, x, d);
     if (lane >= d) x += y;
   }
   return x;
@@ -24,30 +22,28 @@ __device__ __forceinline__ T warp_inclusive_scan(T x) {
 
 // Exclusive prefix sum, in place, of s[0, n) in shared memory; returns the total to every
 // thread. Each thread owns a contiguous run of ceil(n / blockDim.x) elements, so any n works;
-// the order of additions is fixed (and integer sums are exact), so the result is deterministic.
-// `s_warp` is 32 elements of scratch. All threads of the block must call it; it begins and ends
-// with a barrier.
-template <typename T>
-__device__ __forceinline__ T block_exclusive_scan(T* s, int n, T* s_warp) {
+// the order of additions is fixed, so the result is deterministic. `s_warp` is 32 ints of
+// scratch. All threads of the block must call it; it begins and ends with a barrier.
+__device__ __forceinline__ int block_exclusive_scan(int* s, int n, int* s_warp) {
   __syncthreads();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int n_warps = (blockDim.x + 31) >> 5;
   const int per = (n + blockDim.x - 1) / blockDim.x;
   const int lo = min(n, tid * per), hi = min(n, lo + per);
-  T sum = 0;
+  int sum = 0;
   for (int i = lo; i < hi; ++i) sum += s[i];
-  const T incl = warp_inclusive_scan(sum);
+  const int incl = warp_inclusive_scan(sum);
   if (lane == 31) s_warp[warp] = incl;
   __syncthreads();
   if (warp == 0) {
-    const T v = lane < n_warps ? s_warp[lane] : T(0);
+    const int v = lane < n_warps ? s_warp[lane] : 0;
     s_warp[lane] = warp_inclusive_scan(v);
   }
   __syncthreads();
-  T run = incl - sum + (warp > 0 ? s_warp[warp - 1] : T(0));
-  const T total = s_warp[n_warps - 1];
+  int run = incl - sum + (warp > 0 ? s_warp[warp - 1] : 0);
+  const int total = s_warp[n_warps - 1];
   for (int i = lo; i < hi; ++i) {
-    const T v = s[i];
+    const int v = s[i];
     s[i] = run;
     run += v;
   }
