@@ -144,32 +144,43 @@ def bench_plan(records):
             us, how = timed(lambda: ops.moe_plan(ids, w, E, TM, out=out))
             clock = sm_clock()
             base, bhow = eager_us(lambda: baselines.plan_argsort(ids, w, E, TM)), "eager"
-            single_max = torch.ops.argon_cuda.plan_tuning(-1, -1)[0]
+            single_max = torch.ops.argon_cuda.plan_tuning(-1, -1, -1, -1)[0]
             records.append(rec("plan", T, dist, us, "plan_argsort", base, timing=how,
                                baseline_timing=bhow, bit_exact=exact, n_entries=T * K,
-                               path="one_kernel" if T * K <= single_max else "three_kernels",
+                               path="one_kernel" if T * K <= single_max else "two_kernels",
                                sm_clock_mhz=clock))
             print(f"plan   {dist:8s} T={T:6d} {us:8.2f} us  argsort {base:8.2f} us  exact={exact}"
                   f"  (SM clock {clock} MHz after)")
 
 
 def bench_plan_variants(records):
-    """The plan's two paths and segment sizes around the split, for choosing the defaults."""
+    """The plan's two paths, the one-kernel path's block count and the two-kernel path's
+    segment size (chunks of 32 entries per warp), for choosing the defaults."""
     ops = torch_argon.argon_ops
     tune = torch.ops.argon_cuda.plan_tuning
-    default = tune(-1, -1)
+    default = tune(-1, -1, -1, -1)
     try:
         for dist in DISTS:
-            for T in [128, 204, 512, 1024, 2048, 4096, 8192, 16384]:
+            for T in [1, 128, 409, 512, 1024, 2048, 4096, 16384]:
                 ids, w = routing(T, dist, seed=T + 1)
                 out = ops.moe_plan(ids, w, E, TM)
-                variants = [("one_kernel", 1 << 30, default[1])] if T * K <= 16384 else []
-                variants += [(f"three_kernels_cpl{c}" if c else "three_kernels_auto", 0, c) for c in (0, 1, 2, 4)]
-                for name, single_max, cpl in variants:
-                    tune(single_max, cpl)
-                    ok = plan_bits_equal(ops.moe_plan(ids, w, E, TM), ids, w)
-                    heat(30)
-                    us, how = timed(lambda: ops.moe_plan(ids, w, E, TM, out=out))
+                variants = []
+                if T * K <= 4096:
+                    variants += [("one_kernel_1block", 1 << 30, -1, 1, -1),
+                                 ("one_kernel_8blocks", 1 << 30, -1, 8, -1),
+                                 ("one_kernel_auto", 1 << 30, -1, 0, -1)]
+                if T >= 128:
+                    variants += [("two_kernels_auto", 0, 0, -1, 1),
+                                 ("two_kernels_auto_no_pdl", 0, 0, -1, 0)]
+                    variants += [(f"two_kernels_c{c}", 0, c, -1, 1) for c in (1, 4, 16)]
+                for name, single_max, chunks, blocks, pdl in variants:
+                    tune(single_max, chunks, blocks, pdl)
+                    try:
+                        ok = plan_bits_equal(ops.moe_plan(ids, w, E, TM), ids, w)
+                        heat(30)
+                        us, how = timed(lambda: ops.moe_plan(ids, w, E, TM, out=out))
+                    finally:
+                        tune(*default)
                     records.append(rec("plan_variant", T, dist, us, None, None, variant=name,
                                        timing=how, bit_exact=ok, sm_clock_mhz=sm_clock()))
                     print(f"plan_variant {dist:8s} T={T:6d} {name:22s} {us:8.2f} us exact={ok}")
@@ -177,38 +188,26 @@ def bench_plan_variants(records):
         tune(*default)
 
 
-PLAN_STAGES = {  # argon_cuda::plan_debug_skip bits (csrc/cuda/plan_cuda.cu)
-    "ranks": 1, "warp_scan": 2, "place": 4, "fill_experts": 8, "fill_tail": 16,
-    "hist_launch": 32, "scan_launch": 64, "place_launch": 128,
-}
-
-
-def bench_plan_ablation(records):
-    """The plan with stages left out (results wrong), to see where its time goes."""
+def bench_plan_kernels(records):
+    """What one plan call launches (profiler, eager; a captured graph holds the same launches):
+    only our kernels, no memset / fill / copy."""
+    from torch.profiler import ProfilerActivity, profile
     ops = torch_argon.argon_ops
-    st = PLAN_STAGES
-    cases = {
-        128: ["", "ranks", "warp_scan", "place", "fill_experts", "fill_tail",
-              "ranks+warp_scan+fill_experts+fill_tail"],
-        4096: ["", "scan_launch+place_launch", "place_launch", "ranks", "place", "fill_experts",
-               "fill_tail", "place+fill_experts+fill_tail"],
-        16384: ["", "scan_launch+place_launch", "place_launch", "place+fill_experts+fill_tail"],
-    }
-    try:
-        for T, masks in cases.items():
-            ids, w = routing(T, "uniform", seed=3)
-            out = ops.moe_plan(ids, w, E, TM)
-            for name in masks:
-                mask = sum(st[k] for k in name.split("+") if k)
-                torch.ops.argon_cuda.plan_debug_skip(mask)
-                heat(30)
-                us, how = timed(lambda: ops.moe_plan(ids, w, E, TM, out=out))
-                torch.ops.argon_cuda.plan_debug_skip(0)
-                records.append(rec("plan_ablation", T, "uniform", us, None, None,
-                                   skipped=name or "nothing", timing=how))
-                print(f"plan_ablation T={T:6d} skip {name or 'nothing':40s} {us:8.2f} us")
-    finally:
-        torch.ops.argon_cuda.plan_debug_skip(0)
+    for T in (128, 4096):
+        ids, w = routing(T, "uniform")
+        out = ops.moe_plan(ids, w, E, TM)
+        for api, fn in [("moe_plan_out", lambda: ops.moe_plan(ids, w, E, TM, out=out)),
+                        ("moe_plan", lambda: ops.moe_plan(ids, w, E, TM))]:
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                fn()
+                torch.cuda.synchronize()
+            names = [e.name for e in prof.events()
+                     if e.device_type == torch.autograd.DeviceType.CUDA]
+            records.append(dict(op="plan_kernels", backend="cuda", T=T, E=E, K=K, tm=TM,
+                                dist="uniform", median_us=None, baseline=None,
+                                baseline_median_us=None, api=api, device_ops=names))
+            print(f"plan_kernels T={T} {api}: {names}")
 
 
 def bench_plan_eager(records):
@@ -267,10 +266,6 @@ def bench_combine(records, bw):
             R = plan.sorted_token.shape[0]
             y = torch.randn(R, H, device="cuda", dtype=torch.float16)
             out = torch.empty(T, H, device="cuda", dtype=torch.float16)
-            prev = torch.ops.argon_cuda.combine_min_blocks(2)
-            heat(30)
-            us_capped, _ = timed(lambda: ops.moe_combine(y, plan, w, out=out))
-            torch.ops.argon_cuda.combine_min_blocks(prev)
             heat(30)
             us, how = timed(lambda: ops.moe_combine(y, plan, w, out=out))
             base, bhow = timed(lambda: baselines.combine_torch(y, plan.pos, w))
@@ -280,11 +275,9 @@ def bench_combine(records, bw):
             records.append(rec("combine", T, dist, us, "combine_torch", base, H=H, dtype="float16",
                                timing=how, baseline_timing=bhow, floor_us=round(floor, 3),
                                floor_bytes=floor_bytes, ratio_to_floor=round(us / floor, 3),
-                               copy_bw_tb_per_s=round(bw / 1e12, 3), sm_clock_mhz=sm_clock(),
-                               us_with_64_register_cap=round(us_capped, 3)))
+                               copy_bw_tb_per_s=round(bw / 1e12, 3), sm_clock_mhz=sm_clock()))
             print(f"combine {dist:8s} T={T:6d} {us:8.2f} us  torch {base:8.2f} us  "
-                  f"({base / us:5.1f}x)  floor {floor:7.2f} us ({us / floor:4.2f}x)  "
-                  f"[64-register cap: {us_capped:7.2f} us]")
+                  f"({base / us:5.1f}x)  floor {floor:7.2f} us ({us / floor:4.2f}x)")
     # Bit-exactness of the combine at one benchmark size, against the CPU backend.
     ids, w = routing(2048, "zipf", seed=9)
     plan = ops.moe_plan(ids, w, E, TM)
@@ -355,9 +348,9 @@ def main():
         "swiglu": lambda: bench_swiglu(records),
         "moe_mm": lambda: bench_moe_mm(records),
         "plan_variants": lambda: bench_plan_variants(records),
-        "plan_ablation": lambda: bench_plan_ablation(records),
+        "plan_kernels": lambda: bench_plan_kernels(records),
     }
-    wanted = [s for s in args.only.split(",") if s] or [s for s in sections if s != "plan_ablation"]
+    wanted = [s for s in args.only.split(",") if s] or list(sections)
     failed = []
     for name in wanted:
         try:

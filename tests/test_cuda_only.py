@@ -1,5 +1,5 @@
 """CUDA-only properties: every op inside CUDA graph capture, no host sync, out-of-range ids
-counted in meta, both plan paths (one kernel / three kernels) bit for bit, and moe_mm's
+counted in meta, both plan paths (one kernel / two kernels) bit for bit, and moe_mm's
 grouped-GEMM path with a tile_expert that is not in the plan's layout. The parity suite
 (test_plan.py & co.) covers the values on every backend; these cover what only CUDA has."""
 import pytest
@@ -16,13 +16,13 @@ ops = CUDA.ops
 FIELDS = ("counts", "offsets", "sorted_token", "sorted_weight", "pos", "tile_expert", "meta")
 
 
-def plan_tuning(single_max=-1, multi_chunks=-1):
-    return torch.ops.argon_cuda.plan_tuning(single_max, multi_chunks)
+def plan_tuning(single_max=-1, chunks=-1, single_blocks=-1, pdl=-1):
+    return torch.ops.argon_cuda.plan_tuning(single_max, chunks, single_blocks, pdl)
 
 
 @pytest.fixture
-def three_kernel_plan():
-    """Force the three-kernel plan path at every size (the one-kernel path handles small n)."""
+def two_kernel_plan():
+    """Force the two-kernel plan path at every size (the one-kernel path handles small n)."""
     prev = plan_tuning(0, 1)
     yield
     plan_tuning(*prev)
@@ -38,40 +38,59 @@ def assert_plan_equal(got, want):
     (129, 8, 1024, 128, "repeated"), (500, 6, 40, 16, "one_expert"), (3000, 10, 512, 16, "zipf"),
     (4000, 8, 64, 1, "uniform"),
 ])
-def test_three_kernel_path_matches_reference(three_kernel_plan, T, K, E, tm, dist):
+def test_two_kernel_path_matches_reference(two_kernel_plan, T, K, E, tm, dist):
     ids, w = make_ids(T, K, E, dist, seed=T), make_weights(T, K)
     got = ops.moe_plan(ids.cuda(), w.cuda(), E, tm)
     assert_plan_equal(got, reference.moe_plan(ids, w, E, tm))
 
 
-@pytest.mark.parametrize("n_entries", [2047, 2048, 2049, 16383, 16384, 16385, 40960])
-@pytest.mark.parametrize("chunks", [0, 1, 4, 16])
-def test_plan_paths_agree(n_entries, chunks):
-    """The same routing through the one-kernel path (where n allows it) and the three-kernel
-    path with several segment sizes (0: automatic) gives the reference's bytes."""
+@pytest.mark.parametrize("n_entries", [2047, 2048, 4095, 4096, 4097, 8193, 16384, 40960])
+@pytest.mark.parametrize("chunks,pdl", [(0, 1), (0, 0), (1, 1), (3, 0), (16, 1)])
+def test_plan_paths_agree(n_entries, chunks, pdl):
+    """The same routing through the one-kernel path (where n allows it) and the two-kernel
+    path with several segment sizes (0: automatic), with and without programmatic dependent
+    launch, gives the reference's bytes."""
     K, E = 8, 512
     T = n_entries // K
     ids, w = make_ids(T, K, E, "zipf", seed=n_entries).cuda(), make_weights(T, K).cuda()
-    prev = plan_tuning(1 << 20, chunks)
+    prev = plan_tuning(1 << 20, chunks, -1, pdl)
     try:
         one = ops.moe_plan(ids, w, E, 16)
         plan_tuning(0, chunks)
-        three = ops.moe_plan(ids, w, E, 16)
+        two = ops.moe_plan(ids, w, E, 16)
     finally:
         plan_tuning(*prev)
-    assert_plan_equal(one, three)
-    assert_plan_equal(three, reference.moe_plan(ids.cpu(), w.cpu(), E, 16))
+    assert_plan_equal(one, two)
+    assert_plan_equal(two, reference.moe_plan(ids.cpu(), w.cpu(), E, 16))
 
 
-@pytest.mark.parametrize("path", ["one_kernel", "three_kernels"])
+@pytest.mark.parametrize("E", [1, 31, 32, 1023, 1024, 4000])
+@pytest.mark.parametrize("path", ["one_kernel_1block", "one_kernel_7blocks", "two_kernels"])
+def test_plan_radix_passes_and_paths(E, path):
+    """Expert counts around the sort's pass boundaries (1, 2 and 3 radix passes; 4000 needs
+    more than 48 KiB of shared memory), through each path and block count."""
+    T, K = 500, min(E, 8)  # 4000 entries at most: the one-kernel path takes them
+    ids, w = make_ids(T, K, E, "zipf", seed=E), make_weights(T, K)
+    ids[::7, 0] = -1
+    tune = {"one_kernel_1block": (1 << 20, -1, 1), "one_kernel_7blocks": (1 << 20, -1, 7),
+            "two_kernels": (0, 1, -1)}[path]
+    prev = plan_tuning(*tune)
+    try:
+        got = ops.moe_plan(ids.cuda(), w.cuda(), E, 16)
+    finally:
+        plan_tuning(*prev)
+    assert_plan_equal(got, reference.moe_plan(ids, w, E, 16))
+
+
+@pytest.mark.parametrize("path", ["one_kernel", "two_kernels"])
 def test_bad_ids_counted_in_meta(path):
-    T, K, E = 3000, 4, 32
+    T, K, E = 1000, 4, 32  # 4000 entries: within the one-kernel path's limit (4096)
     ids = make_ids(T, K, E, "uniform", dtype=torch.int32)
-    bad_at = [(0, 0), (5, 3), (2999, 1), (1500, 2)]
+    bad_at = [(0, 0), (5, 3), (999, 1), (500, 2)]
     for (t, k), v in zip(bad_at, [E, -2, 2**31 - 1, -(2**31)]):
         ids[t, k] = v
     w = make_weights(T, K)
-    prev = plan_tuning(0 if path == "three_kernels" else 1 << 20, -1)
+    prev = plan_tuning(0 if path == "two_kernels" else 1 << 20, -1)
     try:
         plan = ops.moe_plan(ids.cuda(), w.cuda(), E, 16)
         with pytest.raises(ValueError, match="outside"):
@@ -105,7 +124,7 @@ def layer_steps(x, wgu, wd, ids, w, E, tm=16):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("T", [300, 5000])  # the one-kernel and three-kernel plan paths
+@pytest.mark.parametrize("T", [300, 5000])  # the one-kernel and two-kernel plan paths
 def test_every_op_in_cuda_graph(dtype, T):
     """Capture plan -> gather -> moe_mm -> swiglu -> moe_mm -> combine once, then replay it on
     new routings copied into the captured inputs: each replay equals an eager run."""

@@ -7,9 +7,12 @@
 //
 // Launch: a thread owns V consecutive columns of one token (V = 16 bytes of y: 8 halves or 4
 // floats); blockDim.x threads cover a token's row (up to 512), blockDim.y tokens share a block,
-// grid-strided over tokens. Each thread loads the token's pos / weights (L1 broadcasts) and then
-// up to kGroup rows of y at once before accumulating them in order, so a top-10 combine has
-// its loads in flight in two rounds. Traffic: the valid rows of y once, out once.
+// and the grid has one block per blockDim.y tokens, so the hardware balances the blocks over
+// the SMs (a fixed grid that grid-strides over tokens left some blocks with one token more than
+// others: 1.47x the traffic floor at T = 2048 on an H200). Each thread loads the token's pos /
+// weights (L1 broadcasts) and then up to kGroup = 12 rows of y at once before accumulating them
+// in order, so a top-10 (or top-8) combine has all its loads in flight in one round.
+// Traffic: the valid rows of y once, out once.
 // Scalar fallback (V = 1) when H or the alignment of any operand does not admit the vector.
 // A pos outside [-1, R) (a corrupt plan) is skipped like -1: nothing is read out of bounds.
 #include <torch/library.h>
@@ -22,7 +25,7 @@
 namespace argon::cuda {
 namespace {
 
-constexpr int kGroup = 8;
+constexpr int kGroup = 10;  // rows of y in flight per thread
 
 struct CombineParams {
   const void* y;
@@ -38,12 +41,8 @@ struct CombineParams {
   int64_t T, K, H, R;
 };
 
-// Registers decide how many tokens are in flight per SM. The weights are loaded where they are
-// used (not held in an array next to the rows), which took the H200 combine at T = 2048 from
-// 54 us to 38 us; capping registers at 64 (kMinBlocks = 2) spills and measured slower (45 us),
-// so the default is kMinBlocks = 1; the other stays for the benchmark.
-template <typename y_t, typename out_t, int V, int kMinBlocks>
-__global__ void __launch_bounds__(512, kMinBlocks) combine_kernel(CombineParams p) {
+template <typename y_t, typename out_t, int V>
+__global__ void __launch_bounds__(512) combine_kernel(CombineParams p) {
   const int64_t nvec = p.H / V;
   const int64_t v = threadIdx.x;
   const y_t* y = static_cast<const y_t*>(p.y);
@@ -99,21 +98,14 @@ __global__ void __launch_bounds__(512, kMinBlocks) combine_kernel(CombineParams 
   }
 }
 
-// Benchmark hook (argon_cuda::combine_min_blocks): 1 (default) or 2 (<= 64 registers).
-int g_min_blocks = 1;
-
 template <typename y_t, typename out_t, int V>
 void launch_combine(const CombineParams& p) {
   const int64_t nvec = p.H / V;
   const int tx = static_cast<int>(std::min<int64_t>(512, ceil_div(nvec, 32) * 32));
   const int ty = std::max(1, 256 / tx);
   const dim3 block(tx, ty);
-  const int blocks = grid_for(ceil_div(p.T, ty), 1, 2048 / (tx * ty) * 2);
-  if (V > 1 && g_min_blocks == 2) {
-    combine_kernel<y_t, out_t, V, 2><<<blocks, block, 0, stream()>>>(p);
-  } else {
-    combine_kernel<y_t, out_t, V, 1><<<blocks, block, 0, stream()>>>(p);
-  }
+  const int blocks = static_cast<int>(std::min<int64_t>(ceil_div(p.T, ty), 0x7fffffff));
+  combine_kernel<y_t, out_t, V><<<blocks, block, 0, stream()>>>(p);
   ARGON_CUDA_CHECK_LAUNCH();
 }
 
@@ -166,18 +158,8 @@ void moe_combine_out_cuda(const Tensor& y_in, const Tensor& pos_in, const Tensor
   });
 }
 
-int64_t combine_min_blocks(int64_t n) {
-  const int64_t previous = g_min_blocks;
-  if (n == 1 || n == 2) g_min_blocks = static_cast<int>(n);
-  return previous;
-}
-
 }  // namespace
 
 TORCH_LIBRARY_IMPL(argon, CUDA, m) { m.impl("moe_combine_out", TORCH_FN(moe_combine_out_cuda)); }
-
-TORCH_LIBRARY_FRAGMENT(argon_cuda, m) {
-  m.def("combine_min_blocks(int n) -> int", TORCH_FN(combine_min_blocks));
-}
 
 }  // namespace argon::cuda
