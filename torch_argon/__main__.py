@@ -14,7 +14,8 @@ import platform
 import torch
 
 from . import backends, baselines, reference
-from .layer import default_tile_m
+from . import triton_ops
+from .layer import default_tile_m, triton_path_refusal
 from .routing import route
 from .timing import median_us
 
@@ -36,7 +37,8 @@ def parse_args(argv=None):
     p.add_argument("--hidden", type=int)
     p.add_argument("--inter", type=int, help="expert width (intermediate size)")
     p.add_argument("--dtype", choices=list(DTYPES))
-    p.add_argument("--tile-m", type=int, help="rows per GEMM tile (default: 16 on GPUs, 1 on the CPU)")
+    p.add_argument("--tile-m", type=int, help="rows per GEMM tile (default: what the layer picks: "
+                   "from T*K/E on the CUDA Triton path, else 16 on GPUs and 1 on the CPU)")
     p.add_argument("--repeat", type=int, default=10, help="timed calls per stage (median)")
     p.add_argument("--no-loop", action="store_true", help="skip the slow per-expert loop")
     p.add_argument("--json", default="argon_report.json")
@@ -44,8 +46,6 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.device == "auto":
         args.device = backends.best_device()
-    if args.tile_m is None:
-        args.tile_m = default_tile_m(args.device)
     for key, value in DEFAULTS["cpu" if args.device == "cpu" else "gpu"].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -76,27 +76,46 @@ def check_parity(args, layer, ops, out):
     return plan_ok, rel
 
 
+def pick_tile_m(args, layer, ops):
+    """The tile_m the layer itself takes when none is given, so the stages timed below are the
+    ones moe_layer runs. Returns (tile_m, path)."""
+    x, wgu, wd = layer["x"], layer["w_gate_up"], layer["w_down"]
+    triton = not triton_path_refusal(x, wgu, wd, ops, args.tile_m)
+    if args.tile_m is not None:
+        return args.tile_m, "triton" if triton else "ops"
+    if triton:
+        return triton_ops.layer_tile_m(args.T * args.K, args.E), "triton"
+    return default_tile_m(args.device), "ops"
+
+
 def time_stages(args, layer, ops, device):
-    """Median microseconds of each stage: argon, and the argsort + grouped_mm path."""
+    """Median microseconds of each stage of the path moe_layer takes (args.path), and of the
+    argsort + grouped_mm path."""
     x, rw, wgu, wd = (layer[k] for k in ("x", "router_weight", "w_gate_up", "w_down"))
     K, E, tm, T = args.K, args.E, args.tile_m, args.T
     t = lambda fn: median_us(fn, device, repeat=args.repeat)  # noqa: E731
 
     ids, w = route(x, rw, K)
     plan = ops.moe_plan(ids, w, E, tm)
-    xs = ops.moe_gather(x, plan)
-    gu = ops.moe_mm(xs, wgu, plan)
-    h = ops.swiglu(gu)
-    y = ops.moe_mm(h, wd, plan)
-    argon = {
-        "route": t(lambda: route(x, rw, K)),
-        "plan": t(lambda: ops.moe_plan(ids, w, E, tm)),
-        "gather": t(lambda: ops.moe_gather(x, plan)),
-        "gate/up GEMM": t(lambda: ops.moe_mm(xs, wgu, plan)),
-        "SwiGLU": t(lambda: ops.swiglu(gu)),
-        "down GEMM": t(lambda: ops.moe_mm(h, wd, plan)),
-        "combine": t(lambda: ops.moe_combine(y, plan, w, out_dtype=x.dtype)),
-    }
+    argon = {"route": t(lambda: route(x, rw, K)), "plan": t(lambda: ops.moe_plan(ids, w, E, tm))}
+    if args.path == "triton":  # the gather and SwiGLU run inside the gate/up GEMM
+        gate_up = triton_ops.moe_gate_up_swiglu_triton
+        h = gate_up(x, wgu, plan.tile_expert, plan.meta, tm, plan.sorted_token, zero_unused=False)
+        y = triton_ops.moe_mm_triton(h, wd, plan.tile_expert, plan.meta, tm, zero_unused=False)
+        argon["gather + gate/up GEMM + SwiGLU"] = t(lambda: gate_up(
+            x, wgu, plan.tile_expert, plan.meta, tm, plan.sorted_token, zero_unused=False))
+        argon["down GEMM"] = t(lambda: triton_ops.moe_mm_triton(
+            h, wd, plan.tile_expert, plan.meta, tm, zero_unused=False))
+    else:
+        xs = ops.moe_gather(x, plan)
+        gu = ops.moe_mm(xs, wgu, plan)
+        h = ops.swiglu(gu)
+        y = ops.moe_mm(h, wd, plan)
+        argon["gather"] = t(lambda: ops.moe_gather(x, plan))
+        argon["gate/up GEMM"] = t(lambda: ops.moe_mm(xs, wgu, plan))
+        argon["SwiGLU"] = t(lambda: ops.swiglu(gu))
+        argon["down GEMM"] = t(lambda: ops.moe_mm(h, wd, plan))
+    argon["combine"] = t(lambda: ops.moe_combine(y, plan, w, out_dtype=x.dtype))
     from .layer import moe_layer
     argon["whole layer"] = t(lambda: moe_layer(x, rw, wgu, wd, K, tile_m=tm, ops=ops))
 
@@ -112,6 +131,8 @@ def time_stages(args, layer, ops, device):
         torch_path["gate/up GEMM"] = t(lambda: baselines.grouped_mm(xs_u, wgu, ends))
         torch_path["SwiGLU"] = t(lambda: baselines.swiglu_torch(gu_u))
         torch_path["down GEMM"] = t(lambda: baselines.grouped_mm(h_u, wd, ends))
+        torch_path["gather + gate/up GEMM + SwiGLU"] = (
+            torch_path["gather"] + torch_path["gate/up GEMM"] + torch_path["SwiGLU"])
         torch_path["combine"] = t(lambda: baselines.argsort_combine(y_u, order, w, K, T))
         torch_path["whole layer"] = t(lambda: baselines.layer_argsort_grouped_mm(x, rw, wgu, wd, K))
     loop = None
@@ -124,7 +145,8 @@ def time_stages(args, layer, ops, device):
 def render(args, device_name, argon, torch_path, loop, plan_ok, rel):
     lines = [
         f"torch_argon MoE prefill layer on {device_name}: T={args.T} E={args.E} K={args.K} "
-        f"hidden={args.hidden} inter={args.inter} {args.dtype} tile_m={args.tile_m}",
+        f"hidden={args.hidden} inter={args.inter} {args.dtype} tile_m={args.tile_m} "
+        f"({args.path} path)",
         f"parity: plan bit-exact vs reference: {'yes' if plan_ok else 'NO'}; "
         f"layer rel. error vs float64 reference: {rel:.2e}",
         "",
@@ -173,6 +195,7 @@ def main(argv=None):
     torch.manual_seed(0)
     with torch.inference_mode():
         layer = make_layer(args, device)
+        args.tile_m, args.path = pick_tile_m(args, layer, ops)
         from .layer import moe_layer
         out = moe_layer(layer["x"], layer["router_weight"], layer["w_gate_up"], layer["w_down"],
                         args.K, tile_m=args.tile_m, ops=ops)
@@ -186,7 +209,7 @@ def main(argv=None):
     table = render(args, device_name, argon, torch_path, loop, plan_ok, rel)
     print(table)
     report = dict(device=device_name, config={k: getattr(args, k) for k in
-                  ("T", "E", "K", "hidden", "inter", "dtype", "tile_m")},
+                  ("T", "E", "K", "hidden", "inter", "dtype", "tile_m", "path")},
                   parity=dict(plan_bit_exact=plan_ok, layer_rel_error=rel),
                   argon_us=argon, argsort_grouped_mm_us=torch_path, per_expert_loop_us=loop)
     with open(args.json, "w") as f:

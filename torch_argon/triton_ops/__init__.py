@@ -12,4 +12,5 @@ except ImportError as e:  # the CPU CI machine may not have it
 else:
     AVAILABLE, REASON = True, ""
     from .ops import moe_gate_up_swiglu_triton, moe_mm_triton, topk_triton  # noqa: F401
+    from .configs import layer_tile_m  # noqa: F401
     from .experts import moe_experts_triton  # noqa: F401
