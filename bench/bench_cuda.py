@@ -16,6 +16,7 @@ baseline_median_us, ...}; prints a table.
 """
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -324,6 +325,25 @@ def bench_moe_mm(records):
         del xs, W
 
 
+def record_key(record):
+    """What a record measures: its fields other than the measured ones (floats, flags, lists,
+    the SM clock read after timing, notes)."""
+    return tuple(sorted((k, v) for k, v in record.items() if k not in ("sm_clock_mhz", "note") and (
+        v is None or isinstance(v, str) or type(v) is int)))
+
+
+def merge_records(path, records):
+    """Writes records into the JSON list at path, replacing those with the same key and keeping
+    the others (the layer's, and sections not run this time)."""
+    kept = []
+    if os.path.exists(path):
+        with open(path) as f:
+            new_keys = {record_key(r) for r in records}
+            kept = [r for r in json.load(f) if record_key(r) not in new_keys]
+    with open(path, "w") as f:
+        json.dump(kept + records, f, indent=1)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="bench/results/h200.json")
@@ -359,9 +379,9 @@ def main():
             traceback.print_exc()
             failed.append(name)
         torch.cuda.synchronize()
-        with open(args.out, "w") as f:
-            json.dump(records, f, indent=1)
-    print(f"wrote {len(records)} records to {args.out}" + (f"; FAILED: {failed}" if failed else ""))
+        merge_records(args.out, records)
+    print(f"merged {len(records)} records into {args.out}" +
+          (f"; FAILED: {failed}" if failed else ""))
     return 1 if failed else 0
 
 

@@ -70,9 +70,9 @@ def cuda_ops_table(records):
 
 def layer_table(records):
     """The whole layer (bench/bench_layer.py) against each baseline and the weight-read floor."""
-    rows = ["| T | argon layer (us) | vs argsort + grouped_mm (us) | vs per-expert loop (us) | "
-            "weight-read floor (us) | layer / floor |",
-            "|---:|---:|---:|---:|---:|---:|"]
+    rows = ["| T | argon layer (us) | vs argon ops path (us) | vs argsort + grouped_mm (us) | "
+            "vs per-expert loop (us) | weight-read floor (us) | layer / floor |",
+            "|---:|---:|---:|---:|---:|---:|---:|"]
     layer = {}
     for r in records:
         if r["op"] == "moe_layer":
@@ -80,12 +80,12 @@ def layer_table(records):
     for T, by_base in sorted(layer.items()):
         any_r = next(iter(by_base.values()))
         cells = []
-        for name in ("layer_argsort_grouped_mm", "layer_per_expert_loop"):
+        for name in ("layer_argon_ops_path", "layer_argsort_grouped_mm", "layer_per_expert_loop"):
             b = by_base.get(name)
             cells.append(f"{b['baseline_median_us']:.0f} ({b['baseline_median_us'] / b['median_us']:.1f}x)"
                          if b else "-")
         floor = any_r.get("weight_read_floor_us")
-        rows.append(f"| {T} | {any_r['median_us']:.0f} | {cells[0]} | {cells[1]} | "
+        rows.append(f"| {T} | {any_r['median_us']:.0f} | {' | '.join(cells)} | "
                     f"{floor:.0f} | {any_r['median_us'] / floor:.2f} |")
     return "\n".join(rows)
 
