@@ -4,7 +4,9 @@ import torch
 from torch_argon import backends
 
 
-def _params(names):
+def backend_params(names):
+    """pytest params for backends by name; one that is not available here is skipped with its
+    reason."""
     out = []
     for name in names:
         be = backends.get(name)
@@ -17,7 +19,7 @@ def _params(names):
 KERNEL_BACKENDS = ("cpu", "metal_host", "cuda", "mps")
 
 
-@pytest.fixture(params=_params(KERNEL_BACKENDS))
+@pytest.fixture(params=backend_params(KERNEL_BACKENDS))
 def backend(request):
     be = backends.get(request.param)
     if be.device == "cuda":

@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from conftest import backend_params
 from torch_argon import backends, reference
 from torch_argon.layer import moe_experts, moe_layer, shared_expert
 from torch_argon.nn import MoE, Experts, SwiGLUMLP, expert_stacks
@@ -16,13 +17,6 @@ from torch_argon.routing import route
 
 TOL = {torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
 DTYPES = list(TOL)
-
-
-def backend_or_skip(name):
-    b = backends.get(name)
-    if not b.available:
-        pytest.skip(f"backend {name}: {b.reason}")
-    return b
 
 
 def reference_on_cpu(x, w_gate_up, w_down, ids, weights, shared=None, residual=None):
@@ -79,13 +73,13 @@ SHAPES = [  # T, H, I, E, K, tile_m
 ]
 
 
-@pytest.mark.parametrize("backend", backends.NAMES)
+@pytest.mark.parametrize("backend", backend_params(backends.NAMES))
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 @pytest.mark.parametrize("scoring,renormalize", [("softmax", False), ("softmax", True),
                                                  ("sigmoid", True)])
 def test_moe_layer_matches_reference(backend, dtype, shape, scoring, renormalize):
-    b = backend_or_skip(backend)
+    b = backends.get(backend)
     T, H, I, E, K, tm = shape
     w = make_layer(T, H, I, E, dtype, b.device)
     out = moe_layer(w["x"], w["router"], w["gate_up"], w["down"], K, scoring=scoring,
@@ -95,11 +89,11 @@ def test_moe_layer_matches_reference(backend, dtype, shape, scoring, renormalize
     assert_close_rel(out, ref, dtype, f"{backend} {shape}")
 
 
-@pytest.mark.parametrize("backend", backends.NAMES)
+@pytest.mark.parametrize("backend", backend_params(backends.NAMES))
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("gated", [True, False])
 def test_moe_layer_shared_expert_and_residual(backend, dtype, gated):
-    b = backend_or_skip(backend)
+    b = backends.get(backend)
     T, H, I, E, K = 29, 64, 32, 8, 2
     w = make_layer(T, H, I, E, dtype, b.device, shared_I=48)
     residual = make_layer(T, H, I, E, dtype, b.device, seed=1)["x"]
@@ -116,10 +110,10 @@ def test_moe_layer_shared_expert_and_residual(backend, dtype, gated):
     assert_close_rel(out, ref, dtype, backend, factor=2)
 
 
-@pytest.mark.parametrize("backend", backends.NAMES)
+@pytest.mark.parametrize("backend", backend_params(backends.NAMES))
 def test_moe_experts_skips_minus_one_ids(backend):
     """Expert-parallel style routing: -1 ids (and whole tokens of them) contribute nothing."""
-    b = backend_or_skip(backend)
+    b = backends.get(backend)
     T, H, I, E, K = 23, 32, 16, 6, 3
     w = make_layer(T, H, I, E, torch.float32, b.device)
     ids, weights = route(w["x"], w["router"], K)
@@ -152,11 +146,11 @@ def small_moe(dtype=torch.float32, **kw):
     return MoE(**args, dtype=dtype).eval()
 
 
-@pytest.mark.parametrize("backend", backends.NAMES)
+@pytest.mark.parametrize("backend", backend_params(backends.NAMES))
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shared", [None, 40])
 def test_nn_moe_matches_reference(backend, dtype, shared):
-    b = backend_or_skip(backend)
+    b = backends.get(backend)
     moe = small_moe(dtype, scoring="sigmoid", renormalize=True, shared_intermediate_size=shared,
                     ops=b.ops).to(b.device)
     x = torch.randn(3, 11, 64).to(dtype).to(b.device)  # [B, S, H]: any leading dims
@@ -263,11 +257,11 @@ def test_from_per_expert_names_and_errors():
 
 # ---- torch.compile ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("backend", ["cpu", "cuda", "mps"])
+@pytest.mark.parametrize("backend", backend_params(["cpu", "cuda", "mps"]))
 @pytest.mark.parametrize("compiler", ["aot_eager", "inductor"])
 def test_nn_moe_compiles_fullgraph(backend, compiler):
     """No graph break anywhere in the layer (fake impls for every argon op, static sizes)."""
-    b = backend_or_skip(backend)
+    b = backends.get(backend)
     torch._dynamo.reset()
     moe = small_moe(shared_intermediate_size=40, renormalize=True).to(b.device)
     x = torch.randn(2, 13, 64, device=b.device)
