@@ -8,9 +8,20 @@ namespace {
 
 uint32_t ceil_div(uint64_t a, uint64_t b) { return static_cast<uint32_t>((a + b - 1) / b); }
 
+// One argument at a kernel index: a buffer, or a params struct passed by value (set_bytes).
+void bind_arg(Encoder& enc, uint32_t index, const BufArg& buf) { enc.set_buffer(index, buf); }
+
 template <typename Params>
-void bind_params(Encoder& enc, uint32_t index, const Params& p) {
+void bind_arg(Encoder& enc, uint32_t index, const Params& p) {
   enc.set_bytes(index, &p, sizeof(Params));
+}
+
+// Binds the kernel's arguments at indices 0, 1, 2, ... in the order given, which must be the
+// order of the kernel's parameter list in its .metal file.
+template <typename... Args>
+void bind_args(Encoder& enc, const Args&... args) {
+  uint32_t index = 0;
+  (bind_arg(enc, index++, args), ...);
 }
 
 bool aligned(const BufArg& b, uint64_t bytes) { return b.offset % bytes == 0; }
@@ -53,31 +64,17 @@ void encode_plan(Encoder& enc, const PlanLaunch& L, const PlanBuffers& b) {
   const ArgonPlanParams& p = L.params;
   if (p.n_blocks > 0) {
     enc.set_kernel("mm_hist");
-    enc.set_buffer(0, b.ids);
-    bind_params(enc, 1, p);
-    enc.set_buffer(2, b.scratch);
+    bind_args(enc, b.ids, p, b.scratch);
     enc.dispatch({p.n_blocks, 1, 1}, {p.block, 1, 1});
   }
   enc.set_kernel("mm_scan");
-  bind_params(enc, 0, p);
-  enc.set_buffer(1, b.scratch);
-  enc.set_buffer(2, b.counts);
-  enc.set_buffer(3, b.offsets);
-  enc.set_buffer(4, b.sorted_token);
-  enc.set_buffer(5, b.sorted_weight);
-  enc.set_buffer(6, b.tile_expert);
-  enc.set_buffer(7, b.meta);
+  bind_args(enc, p, b.scratch, b.counts, b.offsets, b.sorted_token, b.sorted_weight,
+            b.tile_expert, b.meta);
   enc.dispatch({1, 1, 1}, {p.scan_threads, 1, 1});
   if (p.n_blocks > 0) {
     enc.set_kernel("mm_place");
-    enc.set_buffer(0, b.ids);
-    enc.set_buffer(1, b.weights);
-    bind_params(enc, 2, p);
-    enc.set_buffer(3, b.scratch);
-    enc.set_buffer(4, b.offsets);
-    enc.set_buffer(5, b.sorted_token);
-    enc.set_buffer(6, b.sorted_weight);
-    enc.set_buffer(7, b.pos);
+    bind_args(enc, b.ids, b.weights, p, b.scratch, b.offsets, b.sorted_token, b.sorted_weight,
+              b.pos);
     enc.dispatch({p.n_blocks, 1, 1}, {p.block, 1, 1});
   }
 }
@@ -100,10 +97,7 @@ void encode_gather(Encoder& enc, const ArgonGatherParams& p, const GatherBuffers
   const char* kernel = gather_kernel(p, b);
   const uint32_t per_thread = std::string(kernel) == "mm_gather_any" ? 1 : 4;
   enc.set_kernel(kernel);
-  enc.set_buffer(0, b.x);
-  enc.set_buffer(1, b.sorted_token);
-  enc.set_buffer(2, b.out);
-  bind_params(enc, 3, p);
+  bind_args(enc, b.x, b.sorted_token, b.out, p);
   enc.dispatch({p.rows, ceil_div(p.cols / per_thread, ARGON_ELEMWISE_THREADS), 1},
                {ARGON_ELEMWISE_THREADS, 1, 1});
 }
@@ -111,13 +105,7 @@ void encode_gather(Encoder& enc, const ArgonGatherParams& p, const GatherBuffers
 void encode_combine(Encoder& enc, const ArgonCombineParams& p, const CombineBuffers& b) {
   if (p.n_tokens == 0 || p.cols == 0) return;
   enc.set_kernel("mm_combine");
-  enc.set_buffer(0, b.y);
-  enc.set_buffer(1, b.pos);
-  enc.set_buffer(2, b.weights);
-  enc.set_buffer(3, b.shared);
-  enc.set_buffer(4, b.residual);
-  enc.set_buffer(5, b.out);
-  bind_params(enc, 6, p);
+  bind_args(enc, b.y, b.pos, b.weights, b.shared, b.residual, b.out, p);
   enc.dispatch({p.n_tokens, ceil_div(p.cols, ARGON_ELEMWISE_THREADS), 1},
                {ARGON_ELEMWISE_THREADS, 1, 1});
 }
@@ -125,10 +113,7 @@ void encode_combine(Encoder& enc, const ArgonCombineParams& p, const CombineBuff
 void encode_swiglu(Encoder& enc, const ArgonSwigluParams& p, const SwigluBuffers& b) {
   if (p.rows == 0 || p.cols == 0) return;
   enc.set_kernel("swiglu_h");
-  enc.set_buffer(0, b.gate);
-  enc.set_buffer(1, b.up);
-  enc.set_buffer(2, b.out);
-  bind_params(enc, 3, p);
+  bind_args(enc, b.gate, b.up, b.out, p);
   enc.dispatch({p.rows, ceil_div(p.cols, ARGON_ELEMWISE_THREADS), 1},
                {ARGON_ELEMWISE_THREADS, 1, 1});
 }
@@ -142,11 +127,7 @@ void encode_moe_mm(Encoder& enc, const ArgonMoeMmParams& p, const MoeMmBuffers& 
   if (p.rows == 0 || p.n == 0) return;
   const char* kernel = moe_mm_kernel(p);
   enc.set_kernel(kernel);
-  enc.set_buffer(0, b.xs);
-  enc.set_buffer(1, b.w);
-  enc.set_buffer(2, b.tile_expert);
-  enc.set_buffer(3, b.out);
-  bind_params(enc, 4, p);
+  bind_args(enc, b.xs, b.w, b.tile_expert, b.out, p);
   if (std::string(kernel) == "moe_mm_simd") {
     enc.dispatch({p.rows / ARGON_MM_TILE, ceil_div(p.n, ARGON_MM_TILE), 1}, {ARGON_MM_THREADS, 1, 1});
   } else {

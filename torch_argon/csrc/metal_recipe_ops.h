@@ -5,6 +5,8 @@
 #pragma once
 #include <functional>
 
+#include <torch/library.h>
+
 #include "metal_recipe.h"
 #include "op_signatures.h"
 
@@ -33,9 +35,17 @@ void swiglu_out(Target& target, const Tensor& gate, const OptTensor& up, const T
 void moe_mm_out(Target& target, const Tensor& xs, const Tensor& w, const Tensor& tile_expert,
                 int64_t tile_m, const Tensor& out);
 
-// Registers the five ops of `lib`'s dispatch key with the target returned by `get`.
+// The five _out kernels on the target returned by `get`; register_all puts them in a
+// TORCH_LIBRARY_IMPL block (argon/MPS, argon_host/CPU).
 template <Target& (*get)()>
 struct OutOps {
+  static void register_all(torch::Library& m) {
+    m.impl("moe_plan_out", TORCH_FN(plan));
+    m.impl("moe_gather_out", TORCH_FN(gather));
+    m.impl("moe_combine_out", TORCH_FN(combine));
+    m.impl("swiglu_out", TORCH_FN(swiglu));
+    m.impl("moe_mm_out", TORCH_FN(moe_mm));
+  }
   static void plan(const Tensor& a, const Tensor& b, int64_t c, int64_t d, const Tensor& e,
                    const Tensor& f, const Tensor& g, const Tensor& h, const Tensor& i,
                    const Tensor& j, const Tensor& k) {

@@ -90,11 +90,7 @@ using Ops = OutOps<mps_target>;
 }  // namespace
 
 TORCH_LIBRARY_IMPL(argon, MPS, m) {
-  m.impl("moe_plan_out", TORCH_FN(Ops::plan));
-  m.impl("moe_gather_out", TORCH_FN(Ops::gather));
-  m.impl("moe_combine_out", TORCH_FN(Ops::combine));
-  m.impl("swiglu_out", TORCH_FN(Ops::swiglu));
-  m.impl("moe_mm_out", TORCH_FN(Ops::moe_mm));
+  Ops::register_all(m);
 }
 
 }  // namespace argon::metal
