@@ -4,6 +4,9 @@
 #pragma once
 #include <ATen/ATen.h>
 
+#include <initializer_list>
+#include <tuple>
+
 #include "plan_layout.h"
 
 namespace argon {
@@ -17,6 +20,19 @@ struct PlanDims {
 };
 
 PlanDims plan_dims(int64_t T, int64_t K, int64_t E, int64_t tile_m);
+
+// moe_plan's seven outputs: counts, offsets, sorted_token, sorted_weight, pos, tile_expert, meta.
+using PlanOutputs = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
+                               at::Tensor, at::Tensor>;
+
+// Allocates them, sized from d alone: `make(sizes, dtype)` makes one tensor (at::empty with the
+// ids' options, or a backend's own allocator where the dispatcher round trip costs too much).
+template <typename Make>
+PlanOutputs make_plan_outputs(const PlanDims& d, Make&& make) {
+  return {make({d.E}, at::kInt),     make({d.E + 1}, at::kInt),       make({d.r_max}, at::kInt),
+          make({d.r_max}, at::kFloat), make({d.T, d.K}, at::kInt), make({d.n_tiles}, at::kInt),
+          make({ARGON_META_SIZE}, at::kInt)};
+}
 
 // moe_plan: ids [T,K] int32/int64, weights [T,K] float, E >= 1, tile_m a power of two.
 PlanDims check_plan_inputs(const at::Tensor& topk_ids, const at::Tensor& topk_weights,

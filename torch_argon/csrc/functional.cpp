@@ -21,19 +21,18 @@ c10::TypedOperatorHandle<Fn> out_op(const char* ns, const char* name) {
 // One instance per op library (`argon`, `argon_host`), so each calls its own _out kernels.
 template <const char* NS>
 struct Functional {
-  static std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> moe_plan(
+  static PlanOutputs moe_plan(
       const Tensor& topk_ids, const Tensor& topk_weights, int64_t n_expert, int64_t tile_m) {
     const PlanDims d = check_plan_inputs(topk_ids, topk_weights, n_expert, tile_m);
-    const auto i32 = topk_ids.options().dtype(at::kInt);
-    Tensor counts = at::empty({d.E}, i32), offsets = at::empty({d.E + 1}, i32),
-           sorted_token = at::empty({d.r_max}, i32),
-           sorted_weight = at::empty({d.r_max}, i32.dtype(at::kFloat)),
-           pos = at::empty({d.T, d.K}, i32), tile_expert = at::empty({d.n_tiles}, i32),
-           meta = at::empty({ARGON_META_SIZE}, i32);
+    PlanOutputs out = make_plan_outputs(
+        d, [&](std::initializer_list<int64_t> size, at::ScalarType dtype) {
+          return at::empty(size, topk_ids.options().dtype(dtype));
+        });
+    auto& [counts, offsets, sorted_token, sorted_weight, pos, tile_expert, meta] = out;
     static auto op = out_op<PlanOutFn>(NS, "moe_plan_out");
     op.call(topk_ids, topk_weights, n_expert, tile_m, counts, offsets, sorted_token,
             sorted_weight, pos, tile_expert, meta);
-    return {counts, offsets, sorted_token, sorted_weight, pos, tile_expert, meta};
+    return out;
   }
 
   static Tensor moe_gather(const Tensor& x, const Tensor& sorted_token,

@@ -132,50 +132,6 @@ __device__ __forceinline__ float weight_of(const PlanParams& p, int64_t i) {
   return __half2float(__ushort_as_half(bits));
 }
 
-// Exclusive prefix sum, in place, of s[0, n) in shared memory; returns the total. One copy
-// for every call site, loops rolled: the plan's time is mostly the fetching of instructions
-// that run once per block, so code size is latency here. Each thread owns a contiguous run of
-// ceil(n / blockDim.x) elements; the order of the (exact, integer) additions is fixed. Begins
-// and ends with a barrier; s_warp is 32 ints of scratch.
-__device__ __noinline__ int scan_shared(int* s, int n, int* s_warp) {
-  __syncthreads();
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int n_warps = blockDim.x >> 5;
-  const int per = (n + blockDim.x - 1) / blockDim.x;
-  const int lo = min(n, tid * per), hi = min(n, lo + per);
-  int sum = 0;
-#pragma unroll 1
-  for (int i = lo; i < hi; ++i) sum += s[i];
-  int incl = sum;
-#pragma unroll 1
-  for (int d = 1; d < 32; d <<= 1) {
-    const int y = __shfl_up_sync(0xffffffffu, incl, d);
-    if (lane >= d) incl += y;
-  }
-  if (lane == 31) s_warp[warp] = incl;
-  __syncthreads();
-  if (warp == 0) {
-    int v = lane < n_warps ? s_warp[lane] : 0;
-#pragma unroll 1
-    for (int d = 1; d < 32; d <<= 1) {
-      const int y = __shfl_up_sync(0xffffffffu, v, d);
-      if (lane >= d) v += y;
-    }
-    s_warp[lane] = v;
-  }
-  __syncthreads();
-  int run = incl - sum + (warp > 0 ? s_warp[warp - 1] : 0);
-  const int total = s_warp[n_warps - 1];
-#pragma unroll 1
-  for (int i = lo; i < hi; ++i) {
-    const int v = s[i];
-    s[i] = run;
-    run += v;
-  }
-  __syncthreads();
-  return total;
-}
-
 // ---- two-kernel path, first kernel: per-block expert counts ---------------------------------
 template <int kThreads>
 __global__ void __launch_bounds__(kThreads) plan_count_kernel(PlanParams p) {
@@ -303,7 +259,7 @@ __global__ void __launch_bounds__(kThreads) plan_kernel(PlanParams p) {
       running += __popc(lane_digit);
     }
     if (lane < n_digits) s_digit[lane * kWarps + warp] = running;
-    scan_shared(s_digit, n_digits * kWarps, s_warp);  // barriers before and after
+    block_exclusive_scan(s_digit, n_digits * kWarps, s_warp);  // barriers before and after
     const bool last = pass + 1 == p.passes;
 #pragma unroll 1
     for (int c = 0; c < C; ++c) {
@@ -369,7 +325,7 @@ __global__ void __launch_bounds__(kThreads) plan_kernel(PlanParams p) {
   int n_rows = 0;
 #pragma unroll 1
   for (int k = 0; k < 2; ++k) {
-    const int total = scan_shared(k == 0 ? s_off : s_rowbase, E, s_warp);
+    const int total = block_exclusive_scan(k == 0 ? s_off : s_rowbase, E, s_warp);
     if (k == 0) n_rows = total;
   }
 #pragma unroll 1
@@ -559,22 +515,21 @@ void moe_plan_out_cuda(const Tensor& topk_ids, const Tensor& topk_weights, int64
 // The functional form, registered for CUDA to cut eager overhead: its seven outputs come
 // straight from the CUDA allocator (at::detail::empty_cuda, no dispatcher round trip each; one
 // shared allocation would make the outputs alias, which the schema does not declare) and the
-// kernels are launched directly. Same outputs as the composite form in functional.cpp.
-std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> moe_plan_cuda(
+// kernels are launched directly. Sized by make_plan_outputs, as the composite form in
+// functional.cpp.
+PlanOutputs moe_plan_cuda(
     const Tensor& topk_ids, const Tensor& topk_weights, int64_t n_expert, int64_t tile_m) {
   const PlanDims d = check_plan_inputs(topk_ids, topk_weights, n_expert, tile_m);
   const auto dev = topk_ids.device();
   const c10::cuda::CUDAGuard guard(dev);
-  auto make = [&](std::initializer_list<int64_t> size, at::ScalarType t) {
-    return Tensor(at::detail::empty_cuda(size, t, dev, std::nullopt));
-  };
-  Tensor counts = make({d.E}, at::kInt), offsets = make({d.E + 1}, at::kInt),
-         sorted_token = make({d.r_max}, at::kInt), sorted_weight = make({d.r_max}, at::kFloat),
-         pos = make({d.T, d.K}, at::kInt), tile_expert = make({d.n_tiles}, at::kInt),
-         meta = make({ARGON_META_SIZE}, at::kInt);
+  PlanOutputs out = make_plan_outputs(
+      d, [&](std::initializer_list<int64_t> size, at::ScalarType dtype) {
+        return Tensor(at::detail::empty_cuda(size, dtype, dev, std::nullopt));
+      });
+  const auto& [counts, offsets, sorted_token, sorted_weight, pos, tile_expert, meta] = out;
   launch_plan(d, topk_ids.contiguous(), topk_weights.contiguous(), counts, offsets, sorted_token,
               sorted_weight, pos, tile_expert, meta);
-  return {counts, offsets, sorted_token, sorted_weight, pos, tile_expert, meta};
+  return out;
 }
 
 // Benchmark and test hook: the entries up to which the one-kernel path runs, the chunks per
