@@ -12,7 +12,7 @@ import torch
 
 import torch_argon
 from torch_argon import backends, reference, triton_ops
-from triton_cases import CASES, REL_TOL, run_case, run_topk_case
+from triton_cases import CASES, REL_TOL, run_case, run_corrupt_tokens_case, run_topk_case
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CUDA_REASON = (triton_ops.REASON or
@@ -28,6 +28,11 @@ needs_cuda = pytest.mark.skipif(bool(CUDA_REASON), reason=CUDA_REASON or "ok")
 @pytest.mark.parametrize("case", list(CASES))
 def test_triton_gemms_cuda(case, dtype):
     assert run_case(case, "cuda", dtype, backends.get("cuda").ops) == []
+
+
+@needs_cuda
+def test_triton_corrupt_tokens_cuda():
+    assert run_corrupt_tokens_case("cuda", torch.bfloat16) == []
 
 
 @needs_cuda
@@ -120,14 +125,59 @@ def test_triton_ops_opcheck_cuda():
 def interpreter_results():
     if not triton_ops.AVAILABLE:
         pytest.skip(triton_ops.REASON)
-    if not backends.get("cpu").available:
-        pytest.skip("the CPU backend is not built")
     run = subprocess.run([sys.executable, os.path.join(HERE, "triton_interpreter_run.py")],
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("case", list(CASES) + ["topk"])
+@pytest.mark.parametrize("case", list(CASES) + ["topk", "corrupt_tokens"])
 def test_triton_interpreter_cpu(interpreter_results, case):
     assert interpreter_results[case] == []
+
+
+# ---- bad input (checked before any launch, so CPU tensors do) ----------------------------------
+
+needs_triton = pytest.mark.skipif(not triton_ops.AVAILABLE, reason=triton_ops.REASON or "ok")
+
+
+def _bad_input_args():
+    T, H, E, I, tm = 8, 32, 4, 16, 16
+    x = torch.randn(T, H, dtype=torch.float16)
+    wgu = torch.randn(E, 2 * I, H, dtype=torch.float16)
+    plan = reference.moe_plan(torch.randint(0, E, (T, 2)), torch.rand(T, 2), E, tm)
+    return x, wgu, plan.tile_expert, plan.meta, tm, plan.sorted_token
+
+
+@needs_triton
+@pytest.mark.parametrize("change,match", [
+    (lambda a: {**a, "x": a["x"].float()}, "a and w must both be fp16 or bf16"),
+    (lambda a: {**a, "w": a["w"].bfloat16()}, "a and w must both be fp16 or bf16"),
+    (lambda a: {**a, "w": a["w"][:, :, :-1]}, r"a \[rows, Kd\] and w \[E, N, Kd\] do not fit"),
+    (lambda a: {**a, "w": a["w"][:, :-1]}, r"w must be \[E, 2I, Kd\]"),
+    (lambda a: {**a, "tile_m": 8}, "power-of-two tile_m >= 16"),
+    (lambda a: {**a, "tile_expert": a["tile_expert"].long()}, "tile_expert must be a 1-D int32"),
+    (lambda a: {**a, "tile_expert": a["tile_expert"][:-1]}, "do not make .* tiles"),
+    (lambda a: {**a, "meta": a["meta"][:2]}, "meta must hold moe_plan's 4 counters"),
+    (lambda a: {**a, "sorted_token": a["sorted_token"].long()}, "sorted_token must be a 1-D int32"),
+    (lambda a: {**a, "sorted_token": a["sorted_token"][:-1]}, "do not make .* tiles"),
+    (lambda a: {**a, "meta": a["meta"].to("meta")}, "meta is on meta"),
+])
+def test_triton_gemm_bad_input_names_argument(change, match):
+    args = change(dict(zip(("x", "w", "tile_expert", "meta", "tile_m", "sorted_token"),
+                           _bad_input_args())))
+    with pytest.raises(ValueError, match=match):
+        triton_ops.moe_gate_up_swiglu_triton(args["x"], args["w"], args["tile_expert"],
+                                             args["meta"], args["tile_m"], args["sorted_token"])
+
+
+@needs_triton
+@pytest.mark.parametrize("scores,k,match", [
+    (torch.rand(4, 8, 2), 2, r"scores must be a \[T, E\] float tensor"),
+    (torch.randint(0, 9, (4, 8)), 2, r"scores must be a \[T, E\] float tensor"),
+    (torch.rand(4, 8), 9, "need 0 < k <= E"),
+    (torch.rand(4, 8), 0, "need 0 < k <= E"),
+])
+def test_triton_topk_bad_input_names_argument(scores, k, match):
+    with pytest.raises(ValueError, match=match):
+        triton_ops.topk_triton(scores, k)

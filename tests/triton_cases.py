@@ -100,6 +100,36 @@ def run_case(name, device, dtype, ops):
     return failures
 
 
+def run_corrupt_tokens_case(device, dtype=torch.float16):
+    """A plan whose sorted_token holds ids outside [0, T) (corrupt, or from another batch):
+    the gathered GEMM reads those rows as zeros, like padding, and never reads outside x."""
+    T, H, E, I, K, tm = 20, 64, 4, 32, 2, 16
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(T, H, generator=g).to(dtype)
+    wgu, _ = _weights(E, H, I, dtype, False, g)
+    plan = reference.moe_plan(make_ids(T, K, E, "uniform", seed=5), make_weights(T, K, seed=5),
+                              E, tm)
+    tokens = plan.sorted_token.clone()
+    valid = (tokens >= 0).nonzero().flatten()
+    bad_rows = valid[::3]
+    tokens[bad_rows] = torch.tensor([T, T + 7, 1 << 30, -5], dtype=torch.int32).repeat(
+        len(bad_rows))[:len(bad_rows)]
+    want_tokens = torch.where((tokens >= 0) & (tokens < T), tokens, -1)
+    want = reference.moe_mm(reference.moe_gather(x, want_tokens), wgu, plan.tile_expert, tm)
+    poison_allocator(device)
+    got = triton_ops.moe_mm_triton(x.to(device), wgu.to(device), plan.tile_expert.to(device),
+                                   plan.meta.to(device), tm, tokens.to(device)).cpu()
+    failures = []
+    if not torch.isfinite(got).all():
+        failures.append("corrupt tokens: non-finite values")
+    if not (got[bad_rows] == 0).all():
+        failures.append("corrupt tokens: rows with out-of-range tokens are not zero")
+    err = rel_err(got, want)
+    if err > REL_TOL[dtype]:
+        failures.append(f"corrupt tokens: rel err {err:.2e}")
+    return failures
+
+
 def run_topk_case(device, T=37, E=64, K=10):
     """topk_triton on random, tied and constant scores: the values of torch.topk, and the ids
     of a stable descending sort (equal scores: ascending id). On CUDA also the same set of ids

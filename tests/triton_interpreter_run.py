@@ -32,9 +32,10 @@ def _index_scalars_numpy2():
 _index_scalars_numpy2()
 
 from torch_argon import backends  # noqa: E402
-from triton_cases import CASES, run_case, run_topk_case  # noqa: E402
+from triton_cases import CASES, run_case, run_corrupt_tokens_case, run_topk_case  # noqa: E402
 
 results = {name: run_case(name, "cpu", torch.float16, backends.get("cpu").ops)
            for name in CASES}
 results["topk"] = run_topk_case("cpu")
+results["corrupt_tokens"] = run_corrupt_tokens_case("cpu")
 print(json.dumps(results))

@@ -6,6 +6,7 @@ BLOCK_M x BLOCK_N block of the output, C[rows, cols] = A[rows] @ W[e, cols, :]^T
 in fp32 over the reduction dimension in BLOCK_K steps (tl.dot: wgmma/mma on the tensor cores).
 - GATHER: A's rows are read straight from x through the plan's row -> token index
   (`sorted_token`, -1 = padding row: read as zeros), so the gathered copy of x is never written.
+  Tokens outside [0, T) (a corrupt plan) read as zeros too: nothing outside x is read.
 - SWIGLU: W is a gate_up stack [E, 2N, Kd] (gate rows, then up rows). The program's weight
   tile interleaves the matching gate and up rows (column 2j: gate row n0+j, 2j+1: up row
   N+n0+j), so one tl.dot of width 2*BLOCK_N computes both (a wide wgmma, not two narrow ones);
@@ -37,7 +38,7 @@ def moe_mm_kernel(
     w_ptr, stride_we, stride_wn, stride_wk,  # W [E, N or 2N, Kd]
     c_ptr, stride_cm, stride_cn,  # C [R, N]
     tile_expert_ptr, meta_ptr,
-    N, Kd, tile_m, n_expert,
+    N, Kd, tile_m, n_expert, n_a_rows,
     META_N_TILES: tl.constexpr,
     GATHER: tl.constexpr, SWIGLU: tl.constexpr, ZERO_UNUSED: tl.constexpr,
     EVEN_K: tl.constexpr,
@@ -66,7 +67,7 @@ def moe_mm_kernel(
     offs_k = tl.arange(0, BLOCK_K)
     if GATHER:
         token = tl.load(row_token_ptr + rows)
-        row_ok = token >= 0
+        row_ok = (token >= 0) & (token < n_a_rows)  # a corrupt plan never reads outside x
         a_rows = tl.where(row_ok, token, 0).to(tl.int64) * stride_am
     else:
         row_ok = rows >= 0  # every row of a used tile is read (padding rows hold zeros)

@@ -29,19 +29,30 @@ from .topk_kernel import topk_rows_kernel
 
 
 def _check(a, w, tile_expert, meta, tile_m, sorted_token, swiglu):
+    """Raises a ValueError naming the first argument that does not fit; returns the row count."""
+    op = "moe_gate_up_swiglu_triton" if swiglu else "moe_mm_triton"
     block_m_for(tile_m)
     if a.dtype not in (torch.float16, torch.bfloat16) or w.dtype != a.dtype:
-        raise ValueError(f"moe_mm_triton: a and w must both be fp16 or bf16, got {a.dtype} and "
-                         f"{w.dtype}")
+        raise ValueError(f"{op}: a and w must both be fp16 or bf16, got {a.dtype} and {w.dtype}")
     if a.dim() != 2 or w.dim() != 3 or w.shape[2] != a.shape[1]:
-        raise ValueError(f"moe_mm_triton: a [rows, Kd] and w [E, N, Kd] do not fit: "
+        raise ValueError(f"{op}: a [rows, Kd] and w [E, N, Kd] do not fit: "
                          f"{tuple(a.shape)}, {tuple(w.shape)}")
     if swiglu and w.shape[1] % 2:
-        raise ValueError(f"moe_gate_up_swiglu_triton: w must be [E, 2I, Kd], got {tuple(w.shape)}")
+        raise ValueError(f"{op}: w must be [E, 2I, Kd], got {tuple(w.shape)}")
+    for name, t in (("tile_expert", tile_expert), ("meta", meta), ("sorted_token", sorted_token)):
+        if t is not None and (t.dtype != torch.int32 or t.dim() != 1):
+            raise ValueError(f"{op}: {name} must be a 1-D int32 tensor from moe_plan, got "
+                             f"{t.dtype} of shape {tuple(t.shape)}")
+    if meta.shape[0] < 4:
+        raise ValueError(f"{op}: meta must hold moe_plan's 4 counters, got {meta.shape[0]}")
+    for name, t in (("w", w), ("tile_expert", tile_expert), ("meta", meta),
+                    ("sorted_token", sorted_token)):
+        if t is not None and t.device != a.device:
+            raise ValueError(f"{op}: {name} is on {t.device}, a on {a.device}")
     rows = sorted_token.shape[0] if sorted_token is not None else a.shape[0]
     if rows % tile_m or tile_expert.shape[0] != rows // tile_m:
-        raise ValueError(f"moe_mm_triton: {rows} rows do not make {tile_expert.shape[0]} tiles of "
-                         f"{tile_m}")
+        raise ValueError(f"{op}: {rows} rows do not make {tile_expert.shape[0]} tiles of "
+                         f"{tile_m} (tile_expert)")
     return rows
 
 
@@ -64,7 +75,7 @@ def launch_moe_mm(a, w, tile_expert, meta, tile_m, sorted_token, out, *, swiglu,
         w, w.stride(0), w.stride(1), w.stride(2),
         out, out.stride(0), out.stride(1),
         tile_expert, meta,
-        n_out, kd, tile_m, w.shape[0],
+        n_out, kd, tile_m, w.shape[0], a.shape[0],
         META_N_TILES=META_N_TILES, GATHER=gather, SWIGLU=swiglu, ZERO_UNUSED=zero_unused,
         EVEN_K=kd % block_k == 0,
         BLOCK_M=block_m, BLOCK_N=cfg.block_n, BLOCK_K=block_k,
@@ -113,6 +124,9 @@ def moe_gate_up_swiglu_triton(a: torch.Tensor, w_gate_up: torch.Tensor,
 def topk_triton(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(values, indices) = torch.topk(scores, k, dim=-1) for [T, E] float scores, with the same
     tie order (see topk_kernel.py; rows holding NaN excepted). values keep scores' dtype."""
+    if scores.dim() != 2 or not scores.is_floating_point():
+        raise ValueError(f"topk_triton: scores must be a [T, E] float tensor, got {scores.dtype} "
+                         f"of shape {tuple(scores.shape)}")
     T, E = scores.shape
     if not 0 < k <= E or E > 8192:
         raise ValueError(f"topk_triton: need 0 < k <= E <= 8192, got k={k}, E={E}")
