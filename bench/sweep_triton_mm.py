@@ -14,7 +14,6 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import statistics
 import sys
 import types
 
@@ -33,6 +32,7 @@ def import_package_without_extension():
 import_package_without_extension()
 from torch_argon import reference  # noqa: E402
 from torch_argon.routing import route  # noqa: E402
+from torch_argon.timing import cuda_events_us, cuda_graph_us as graph_us  # noqa: E402
 from torch_argon.triton_ops.configs import MMConfig  # noqa: E402
 from torch_argon.triton_ops.ops import launch_moe_mm, topk_triton  # noqa: E402
 
@@ -57,31 +57,10 @@ TILE_MS = {128: [16], 512: [16, 32], 2048: [32, 64], 8192: [64, 128]}
 
 
 def events_us(fn, inner=5, samples=7):
+    """CUDA events around `inner` back-to-back calls (after one warm-up call), median."""
     fn()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(samples):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(inner):
-            fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / inner)
-    return statistics.median(times)
-
-
-def graph_us(fn, inner=20):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(inner):
-            fn()
-    return events_us(g.replay, inner=1) / inner
+    return cuda_events_us(fn, inner=inner, samples=samples)
 
 
 def problem(T, E=512, K=10, H=2048, I=512, seed=0):
