@@ -30,7 +30,7 @@ from torch_argon._shapes import plan_rows
 from torch_argon.timing import cuda_events_us, cuda_graph_us
 
 E, K, TM, H = 512, 10, 16, 2560
-PLAN_T = [1, 16, 128, 512, 1024, 2048, 4096, 8192, 16384]
+PLAN_T = [1, 4, 16, 128, 512, 1024, 2048, 4096, 8192, 16384]
 ROW_T = [128, 512, 2048, 4096, 8192, 16384]
 DISTS = ["uniform", "zipf"]
 
@@ -125,6 +125,35 @@ def plan_bits_equal(plan, ids, w):
                for a, b in zip(plan.tensors(), cpu))
 
 
+KNOBS = ("single_max", "chunks", "single_blocks", "pdl",
+         "cluster", "cluster_blocks", "cluster_threads", "cluster_chunks")
+
+
+def set_plan_knobs(**knobs):
+    """Set the CUDA plan's tuning knobs by name (others unchanged); returns the previous values
+    (pass them back as set_plan_knobs(**previous))."""
+    prev = torch.ops.argon_cuda.plan_tuning(*[knobs.get(k, -1) for k in KNOBS])
+    return dict(zip(KNOBS, prev))
+
+
+def kernels_launched(fn):
+    """The names of the CUDA kernels one call of fn launches (profiler, eager)."""
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+def plan_path(fn):
+    """Which plan kernel fn runs: "cluster", "one_kernel" or "two_kernels" (portable)."""
+    names = kernels_launched(fn)
+    if any("plan_cluster_kernel" in n for n in names):
+        return "cluster"
+    return "two_kernels" if any("plan_count_kernel" in n for n in names) else "one_kernel"
+
+
 def rec(op, T, dist, us, baseline, base_us, **extra):
     r = dict(op=op, backend="cuda", T=T, E=E, K=K, tm=TM, dist=dist, median_us=round(us, 3),
              baseline=baseline, baseline_median_us=None if base_us is None else round(base_us, 3))
@@ -145,66 +174,61 @@ def bench_plan(records):
             us, how = timed(lambda: ops.moe_plan(ids, w, E, TM, out=out))
             clock = sm_clock()
             base, bhow = eager_us(lambda: baselines.plan_argsort(ids, w, E, TM)), "eager"
-            single_max = torch.ops.argon_cuda.plan_tuning(-1, -1, -1, -1)[0]
+            path = plan_path(lambda: ops.moe_plan(ids, w, E, TM, out=out))
             records.append(rec("plan", T, dist, us, "plan_argsort", base, timing=how,
                                baseline_timing=bhow, bit_exact=exact, n_entries=T * K,
-                               path="one_kernel" if T * K <= single_max else "two_kernels",
-                               sm_clock_mhz=clock))
+                               path=path, sm_clock_mhz=clock))
             print(f"plan   {dist:8s} T={T:6d} {us:8.2f} us  argsort {base:8.2f} us  exact={exact}"
                   f"  (SM clock {clock} MHz after)")
 
 
 def bench_plan_variants(records):
-    """The plan's two paths, the one-kernel path's block count and the two-kernel path's
-    segment size (chunks of 32 entries per warp), for choosing the defaults."""
+    """The plan's kernels, each forced at every size, for choosing the launcher's thresholds:
+    the default ("auto"), the sm_90 cluster kernel with 256 / 512 / 1024 threads per block, and
+    the portable one-kernel and two-kernel paths (with and without dependent launch)."""
     ops = torch_argon.argon_ops
-    tune = torch.ops.argon_cuda.plan_tuning
-    default = tune(-1, -1, -1, -1)
+    default = set_plan_knobs()
     try:
         for dist in DISTS:
-            for T in [1, 128, 409, 512, 1024, 2048, 4096, 16384]:
+            for T in [1, 2, 4, 8, 16, 128, 409, 1024, 2048, 4096, 16384]:
                 ids, w = routing(T, dist, seed=T + 1)
                 out = ops.moe_plan(ids, w, E, TM)
-                variants = []
-                if T * K <= 4096:
-                    variants += [("one_kernel_1block", 1 << 30, -1, 1, -1),
-                                 ("one_kernel_8blocks", 1 << 30, -1, 8, -1),
-                                 ("one_kernel_auto", 1 << 30, -1, 0, -1)]
+                n = T * K
+                big = 1 << 30
+                variants = [("auto", {})]
+                variants += [(f"cluster_t{t}", dict(cluster=big, cluster_threads=t))
+                             for t in (256, 512, 1024)]
+                if n <= 4096:
+                    variants += [("one_kernel", dict(cluster=0, single_max=big))]
+                if T >= 16:
+                    variants += [("two_kernels", dict(cluster=0, single_max=0))]
                 if T >= 128:
-                    variants += [("two_kernels_auto", 0, 0, -1, 1),
-                                 ("two_kernels_auto_no_pdl", 0, 0, -1, 0)]
-                    variants += [(f"two_kernels_c{c}", 0, c, -1, 1) for c in (1, 4, 16)]
-                for name, single_max, chunks, blocks, pdl in variants:
-                    tune(single_max, chunks, blocks, pdl)
+                    variants += [("two_kernels_no_pdl", dict(cluster=0, single_max=0, pdl=0))]
+                for name, knobs in variants:
+                    set_plan_knobs(**knobs)
                     try:
                         ok = plan_bits_equal(ops.moe_plan(ids, w, E, TM), ids, w)
                         heat(30)
                         us, how = timed(lambda: ops.moe_plan(ids, w, E, TM, out=out))
                     finally:
-                        tune(*default)
+                        set_plan_knobs(**default)
                     records.append(rec("plan_variant", T, dist, us, None, None, variant=name,
                                        timing=how, bit_exact=ok, sm_clock_mhz=sm_clock()))
                     print(f"plan_variant {dist:8s} T={T:6d} {name:22s} {us:8.2f} us exact={ok}")
     finally:
-        tune(*default)
+        set_plan_knobs(**default)
 
 
 def bench_plan_kernels(records):
     """What one plan call launches (profiler, eager; a captured graph holds the same launches):
     only our kernels, no memset / fill / copy."""
-    from torch.profiler import ProfilerActivity, profile
     ops = torch_argon.argon_ops
     for T in (128, 4096):
         ids, w = routing(T, "uniform")
         out = ops.moe_plan(ids, w, E, TM)
         for api, fn in [("moe_plan_out", lambda: ops.moe_plan(ids, w, E, TM, out=out)),
                         ("moe_plan", lambda: ops.moe_plan(ids, w, E, TM))]:
-            torch.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                fn()
-                torch.cuda.synchronize()
-            names = [e.name for e in prof.events()
-                     if e.device_type == torch.autograd.DeviceType.CUDA]
+            names = kernels_launched(fn)
             records.append(dict(op="plan_kernels", backend="cuda", T=T, E=E, K=K, tm=TM,
                                 dist="uniform", median_us=None, baseline=None,
                                 baseline_median_us=None, api=api, device_ops=names))
@@ -325,21 +349,15 @@ def bench_moe_mm(records):
         del xs, W
 
 
-def record_key(record):
-    """What a record measures: its fields other than the measured ones (floats, flags, lists,
-    the SM clock read after timing, notes)."""
-    return tuple(sorted((k, v) for k, v in record.items() if k not in ("sm_clock_mhz", "note") and (
-        v is None or isinstance(v, str) or type(v) is int)))
-
-
 def merge_records(path, records):
-    """Writes records into the JSON list at path, replacing those with the same key and keeping
-    the others (the layer's, and sections not run this time)."""
+    """Writes records into the JSON list at path: an op measured in this run replaces every
+    earlier record of that op (so renamed variants and paths leave nothing stale); the other
+    records (the layer's, and sections not run this time) are kept."""
     kept = []
     if os.path.exists(path):
         with open(path) as f:
-            new_keys = {record_key(r) for r in records}
-            kept = [r for r in json.load(f) if record_key(r) not in new_keys]
+            new_ops = {r["op"] for r in records}
+            kept = [r for r in json.load(f) if r["op"] not in new_ops]
     with open(path, "w") as f:
         json.dump(kept + records, f, indent=1)
 

@@ -1,14 +1,18 @@
 """CUDA-only properties: every op inside CUDA graph capture, no host sync, out-of-range ids
-counted in meta, both plan paths (one kernel / two kernels) bit for bit, and moe_mm's
-grouped-GEMM path with a tile_expert that is not in the plan's layout. The parity suite
-(test_plan.py & co.) covers the values on every backend; these cover what only CUDA has."""
+counted in meta, every plan kernel (the sm_90 cluster kernel in several shapes, the portable
+one-kernel and two-kernel paths) bit for bit, and moe_mm's grouped-GEMM path with a
+tile_expert that is not in the plan's layout. The parity suite (test_plan.py & co.) covers the
+values on every backend through the default path; these cover what only CUDA has."""
+import contextlib
+
 import pytest
 import torch
+from torch.profiler import ProfilerActivity, profile
 
 import torch_argon
 from torch_argon import backends, reference
 from conftest import assert_bits_equal
-from routing_cases import make_ids, make_weights
+from routing_cases import garbage_like, make_ids, make_weights
 
 CUDA = backends.get("cuda")
 pytestmark = pytest.mark.skipif(not CUDA.available, reason=f"cuda: {CUDA.reason}")
@@ -16,16 +20,47 @@ ops = CUDA.ops
 FIELDS = ("counts", "offsets", "sorted_token", "sorted_weight", "pos", "tile_expert", "meta")
 
 
-def plan_tuning(single_max=-1, chunks=-1, single_blocks=-1, pdl=-1):
-    return torch.ops.argon_cuda.plan_tuning(single_max, chunks, single_blocks, pdl)
+KNOBS = ("single_max", "chunks", "single_blocks", "pdl",
+         "cluster", "cluster_blocks", "cluster_threads", "cluster_chunks")
+
+
+@contextlib.contextmanager
+def plan_knobs(**knobs):
+    """The CUDA plan's tuning knobs (argon_cuda::plan_tuning) set for the block, then restored;
+    a knob not named keeps its value."""
+    args = [knobs.pop(k, -1) for k in KNOBS]
+    assert not knobs, f"unknown knobs {knobs}"
+    prev = torch.ops.argon_cuda.plan_tuning(*args)
+    try:
+        yield
+    finally:
+        torch.ops.argon_cuda.plan_tuning(*prev)
+
+
+# The plan's kernels, each forced where the inputs allow it (the cluster kernel needs sm_90).
+PATHS = {
+    "cluster": dict(cluster=1 << 30),
+    "one_kernel": dict(cluster=0, single_max=1 << 20),
+    "two_kernels": dict(cluster=0, single_max=0),
+}
+HAS_CLUSTERS = CUDA.available and torch.cuda.get_device_capability()[0] >= 9
+needs_clusters = pytest.mark.skipif(not HAS_CLUSTERS, reason="the cluster plan kernel needs sm_90+")
+
+
+def plan_kernel_names(fn):
+    """The names of the CUDA kernels fn launches (profiler)."""
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
 
 
 @pytest.fixture
 def two_kernel_plan():
-    """Force the two-kernel plan path at every size (the one-kernel path handles small n)."""
-    prev = plan_tuning(0, 1)
-    yield
-    plan_tuning(*prev)
+    """Force the portable two-kernel plan path at every size."""
+    with plan_knobs(cluster=0, single_max=0, chunks=1):
+        yield
 
 
 def assert_plan_equal(got, want):
@@ -47,56 +82,97 @@ def test_two_kernel_path_matches_reference(two_kernel_plan, T, K, E, tm, dist):
 @pytest.mark.parametrize("n_entries", [2047, 2048, 4095, 4096, 4097, 8193, 16384, 40960])
 @pytest.mark.parametrize("chunks,pdl", [(0, 1), (0, 0), (1, 1), (3, 0), (16, 1)])
 def test_plan_paths_agree(n_entries, chunks, pdl):
-    """The same routing through the one-kernel path (where n allows it) and the two-kernel
-    path with several segment sizes (0: automatic), with and without programmatic dependent
-    launch, gives the reference's bytes."""
+    """The same routing through the cluster kernel, the portable one-kernel path (where n
+    allows it) and the two-kernel path with several segment sizes (0: automatic), with and
+    without programmatic dependent launch, gives the reference's bytes."""
     K, E = 8, 512
     T = n_entries // K
     ids, w = make_ids(T, K, E, "zipf", seed=n_entries).cuda(), make_weights(T, K).cuda()
-    prev = plan_tuning(1 << 20, chunks, -1, pdl)
-    try:
-        one = ops.moe_plan(ids, w, E, 16)
-        plan_tuning(0, chunks)
-        two = ops.moe_plan(ids, w, E, 16)
-    finally:
-        plan_tuning(*prev)
-    assert_plan_equal(one, two)
-    assert_plan_equal(two, reference.moe_plan(ids.cpu(), w.cpu(), E, 16))
+    want = reference.moe_plan(ids.cpu(), w.cpu(), E, 16)
+    for path in PATHS:
+        with plan_knobs(chunks=chunks, pdl=pdl, **PATHS[path]):
+            assert_plan_equal(ops.moe_plan(ids, w, E, 16), want)
+
+
+@needs_clusters
+@pytest.mark.parametrize("T,K,E,tm,dist", [
+    (0, 4, 8, 16, "uniform"), (1, 1, 1, 8, "uniform"), (1, 10, 512, 16, "uniform"),
+    (37, 3, 5, 1, "neg_some"), (128, 10, 512, 16, "zipf"), (409, 10, 512, 16, "uniform"),
+    (500, 6, 40, 16, "one_expert"), (700, 8, 64, 64, "neg_all"), (777, 4, 100, 2, "empty"),
+    (2048, 10, 512, 16, "zipf"), (4096, 10, 512, 16, "uniform"), (3000, 8, 4000, 16, "repeated"),
+    (1500, 2, 5000, 32, "uniform"),
+])
+@pytest.mark.parametrize("blocks,threads,target", [
+    (0, 0, 0), (1, 1024, 0), (3, 512, 0), (8, 128, 0), (16, 1024, 0), (0, 0, 1), (0, 256, 7),
+])
+def test_cluster_kernel_shapes(T, K, E, tm, dist, blocks, threads, target):
+    """The cluster kernel over its shapes (blocks of the cluster, threads per block, chunks per
+    warp), on outputs pre-filled with garbage. The profiler confirms which kernel ran: the
+    cluster kernel up to E = 512; for E = 5000 with 1024 threads its count tables do not fit in
+    shared memory, and the portable kernels must take over (with fewer threads they fit)."""
+    ids, w = make_ids(T, K, E, dist, seed=T + E), make_weights(T, K)
+    want = reference.moe_plan(ids, w, E, tm)
+    out = want._replace(**{f: garbage_like(getattr(want, f)).cuda() for f in FIELDS})
+    with plan_knobs(cluster=1 << 30, cluster_blocks=blocks, cluster_threads=threads,
+                    cluster_chunks=target):
+        names = plan_kernel_names(lambda: ops.moe_plan(ids.cuda(), w.cuda(), E, tm, out=out))
+    assert_plan_equal(out, want)
+    ran_cluster = any("plan_cluster_kernel" in n for n in names)
+    if E <= 512 and blocks == 0:
+        assert ran_cluster, names
+    if E == 5000 and threads == 1024:
+        assert not ran_cluster, names
+
+
+@needs_clusters
+@pytest.mark.parametrize("T,dist", [(16384, "uniform"), (16384, "zipf"), (40000, "uniform")])
+def test_cluster_kernel_large_T(T, dist):
+    """Large prefills: 16384 tokens x 10 in one cluster (16 blocks, 10 chunks per warp), and
+    400,000 entries (one cluster of smaller blocks with many chunks each, or the portable
+    kernels if the shared memory runs out)."""
+    K, E = 10, 512
+    ids, w = make_ids(T, K, E, dist, seed=T), make_weights(T, K)
+    holder = []
+    with plan_knobs(cluster=1 << 30):  # the default takes the cluster kernel for tiny plans only
+        names = plan_kernel_names(
+            lambda: holder.append(ops.moe_plan(ids.cuda(), w.cuda(), E, 16)))
+    assert_plan_equal(holder[0], reference.moe_plan(ids, w, E, 16))
+    if T == 16384:
+        assert any("plan_cluster_kernel" in n for n in names), names
 
 
 @pytest.mark.parametrize("E", [1, 31, 32, 1023, 1024, 4000])
-@pytest.mark.parametrize("path", ["one_kernel_1block", "one_kernel_7blocks", "two_kernels"])
+@pytest.mark.parametrize("path", ["cluster", "cluster_3x128", "one_kernel_1block",
+                                  "one_kernel_7blocks", "two_kernels"])
 def test_plan_radix_passes_and_paths(E, path):
-    """Expert counts around the sort's pass boundaries (1, 2 and 3 radix passes; 4000 needs
-    more than 48 KiB of shared memory), through each path and block count."""
+    """Expert counts around the portable sort's pass boundaries (1, 2 and 3 radix passes; 4000
+    needs more than 48 KiB of shared memory), through each path and block count."""
     T, K = 500, min(E, 8)  # 4000 entries at most: the one-kernel path takes them
     ids, w = make_ids(T, K, E, "zipf", seed=E), make_weights(T, K)
     ids[::7, 0] = -1
-    tune = {"one_kernel_1block": (1 << 20, -1, 1), "one_kernel_7blocks": (1 << 20, -1, 7),
-            "two_kernels": (0, 1, -1)}[path]
-    prev = plan_tuning(*tune)
-    try:
+    knobs = {"cluster": dict(cluster=1 << 30),
+             "cluster_3x128": dict(cluster=1 << 30, cluster_blocks=3, cluster_threads=128),
+             "one_kernel_1block": dict(cluster=0, single_max=1 << 20, single_blocks=1),
+             "one_kernel_7blocks": dict(cluster=0, single_max=1 << 20, single_blocks=7),
+             "two_kernels": dict(cluster=0, single_max=0, chunks=1)}[path]
+    with plan_knobs(**knobs):
         got = ops.moe_plan(ids.cuda(), w.cuda(), E, 16)
-    finally:
-        plan_tuning(*prev)
     assert_plan_equal(got, reference.moe_plan(ids, w, E, 16))
 
 
-@pytest.mark.parametrize("path", ["one_kernel", "two_kernels"])
-def test_bad_ids_counted_in_meta(path):
+@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("id_dtype", [torch.int32, torch.int64])
+def test_bad_ids_counted_in_meta(path, id_dtype):
     T, K, E = 1000, 4, 32  # 4000 entries: within the one-kernel path's limit (4096)
-    ids = make_ids(T, K, E, "uniform", dtype=torch.int32)
+    ids = make_ids(T, K, E, "uniform", dtype=id_dtype)
     bad_at = [(0, 0), (5, 3), (999, 1), (500, 2)]
     for (t, k), v in zip(bad_at, [E, -2, 2**31 - 1, -(2**31)]):
         ids[t, k] = v
     w = make_weights(T, K)
-    prev = plan_tuning(0 if path == "two_kernels" else 1 << 20, -1)
-    try:
+    with plan_knobs(**PATHS[path]):
         plan = ops.moe_plan(ids.cuda(), w.cuda(), E, 16)
         with pytest.raises(ValueError, match="outside"):
             ops.moe_plan(ids.cuda(), w.cuda(), E, 16, check_ids=True)
-    finally:
-        plan_tuning(*prev)
     assert plan.n_bad_ids == len(bad_at)
     masked = torch.where((ids >= E) | (ids < -1), -1, ids)
     want = reference.moe_plan(masked, w, E, 16)
@@ -124,31 +200,34 @@ def layer_steps(x, wgu, wd, ids, w, E, tm=16):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("T", [300, 5000])  # the one-kernel and two-kernel plan paths
-def test_every_op_in_cuda_graph(dtype, T):
+@pytest.mark.parametrize("T", [300, 5000])
+@pytest.mark.parametrize("path", list(PATHS))
+def test_every_op_in_cuda_graph(dtype, T, path):
     """Capture plan -> gather -> moe_mm -> swiglu -> moe_mm -> combine once, then replay it on
-    new routings copied into the captured inputs: each replay equals an eager run."""
+    new routings copied into the captured inputs: each replay equals an eager run (through each
+    plan kernel; 5000 tokens x 4 is past the portable one-kernel path, which then runs two)."""
     E = 16
-    x, wgu, wd, ids, w = (t.cuda() for t in layer_inputs(T=T, dtype=dtype))
-    static_ids, static_w = ids.clone(), w.clone()
-    torch.cuda.synchronize()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        layer_steps(x, wgu, wd, static_ids, static_w, E)  # warm-up outside the capture
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        g_plan, g_out = layer_steps(x, wgu, wd, static_ids, static_w, E)
-    for seed in (1, 2, 3):
-        _, _, _, ids2, w2 = layer_inputs(T=T, dtype=dtype, seed=seed)
-        static_ids.copy_(ids2.cuda())
-        static_w.copy_(w2.cuda())
-        graph.replay()
-        e_plan, e_out = layer_steps(x, wgu, wd, ids2.cuda(), w2.cuda(), E)
+    with plan_knobs(**PATHS[path]):
+        x, wgu, wd, ids, w = (t.cuda() for t in layer_inputs(T=T, dtype=dtype))
+        static_ids, static_w = ids.clone(), w.clone()
         torch.cuda.synchronize()
-        assert_plan_equal(g_plan, e_plan)
-        assert_bits_equal(g_out, e_out, "layer output")
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            layer_steps(x, wgu, wd, static_ids, static_w, E)  # warm-up outside the capture
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            g_plan, g_out = layer_steps(x, wgu, wd, static_ids, static_w, E)
+        for seed in (1, 2, 3):
+            _, _, _, ids2, w2 = layer_inputs(T=T, dtype=dtype, seed=seed)
+            static_ids.copy_(ids2.cuda())
+            static_w.copy_(w2.cuda())
+            graph.replay()
+            e_plan, e_out = layer_steps(x, wgu, wd, ids2.cuda(), w2.cuda(), E)
+            torch.cuda.synchronize()
+            assert_plan_equal(g_plan, e_plan)
+            assert_bits_equal(g_out, e_out, "layer output")
 
 
 def test_no_host_sync():
@@ -157,13 +236,10 @@ def test_no_host_sync():
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        for single_max in (1 << 20, 0):
-            prev = plan_tuning(single_max, -1)
-            try:
+        for path in PATHS:
+            with plan_knobs(**PATHS[path]):
                 plan, out = layer_steps(x, wgu, wd, ids, w, 16)
                 ops.moe_gather(x, plan, out_dtype=torch.float32)
-            finally:
-                plan_tuning(*prev)
     finally:
         torch.cuda.set_sync_debug_mode(0)
     torch.cuda.synchronize()

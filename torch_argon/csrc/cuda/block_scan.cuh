@@ -57,4 +57,32 @@ static __device__ __noinline__ int block_exclusive_scan(int* s, int n, int* s_wa
   return total;
 }
 
+// Exclusive prefix sum over the block of one value per thread (thread order), with ONE
+// barrier: each warp scans its lanes, and after the barrier every warp scans the warp totals
+// itself instead of waiting for warp 0 to do it (one barrier fewer than a scan that shares
+// warp 0's result). Returns the thread's exclusive prefix and sets `total` in every thread.
+// `s_warp` (32 ints) must not be in use by the block, and is left holding warp totals; a
+// caller that scans again needs a barrier first. All threads of the block must call it.
+__device__ __forceinline__ int block_exclusive_scan_1bar(int x, int* s_warp, int& total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int n_warps = blockDim.x >> 5;
+  int incl = x;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const int y = __shfl_up_sync(0xffffffffu, incl, d);
+    if (lane >= d) incl += y;
+  }
+  if (lane == 31) s_warp[warp] = incl;
+  __syncthreads();
+  int v = lane < n_warps ? s_warp[lane] : 0;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const int y = __shfl_up_sync(0xffffffffu, v, d);
+    if (lane >= d) v += y;
+  }
+  total = __shfl_sync(0xffffffffu, v, 31);
+  const int warps_before = __shfl_sync(0xffffffffu, v, (warp + 31) & 31);
+  return (warp > 0 ? warps_before : 0) + incl - x;
+}
+
 }  // namespace argon::cuda

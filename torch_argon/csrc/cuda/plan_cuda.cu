@@ -1,52 +1,12 @@
-// moe_plan on CUDA: deterministic, no global atomics, no host sync, graph-capturable.
-//
-// Algorithm. The row of entry i (expert e) is
-//     offsets[e] + (entries of e in earlier blocks) + (entries of e before i in i's block),
-// where a block is a segment of threads * C consecutive entries (C = chunks of 32 per warp,
-// <= 16). The last term comes from a stable block-wide LSD radix sort of the packed items
-// (key << 16 | local index), key = e, or E for -1 / out-of-range ids and for slots past n:
-// passes of up to 5 key bits (2 for E = 512), each one
-//   - inside a warp: one ballot per digit bit gives each lane its peers in the chunk (rank =
-//     popc(peers & lanes below)) and gives lane d the chunk's count of digit d, which it keeps
-//     as a running count over the warp's chunks (a register, no per-expert tables);
-//   - across warps: the 32 digits x warps counts are scanned digit-major in one block scan;
-//   - the item moves to its place in the other of two shared buffers for the next pass.
-// After the last pass, an item's place q in the block's sorted order minus the first place of
-// its expert in that order (a block scan of the block's per-expert counts) is its rank.
-// Integer sums are exact whatever their order, so shared-memory atomics (per-expert counts)
-// are used freely; nothing depends on the order in which atomics land.
-//
-// Kernels. A plan is a chain of block-wide steps that each block runs once, and on an H200
-// their time follows the code they execute more than the work they do (stage clocks: ~2-4K
-// cycles per step whatever n or E; T = 1 fell from 11 to 6 us when the unrolled 8-16-chunk
-// loops were rolled up, code 52 KB -> 14 KB). So loops stay rolled (per-chunk state in shared
-// and local memory), the block scan exists once (noinline), and blocks are small.
-//   n <= 4096: ONE kernel, plan_kernel<256, false>. G blocks of 256 threads (G = E / 16, at
-//     most 32) each compute the whole plan (counts by shared atomics, the scans over experts,
-//     the sort) and write a 1/G share of the placements and of the padding / tile-map / tail
-//     fills.
-//   Larger n: TWO kernels over segments of 512 * C entries, C chosen for about 32 segments:
-//     plan_count_kernel<512>  per-segment expert counts -> block_hist[n_blocks][E] (workspace);
-//     plan_kernel<512, true>  loads and sorts its segment, then (programmatic dependent launch
-//                             on sm_90: it starts while the count kernel runs and waits only
-//                             here) adds up the block_hist cells (totals, earlier segments),
-//                             scans the padded totals over experts redundantly in every block,
-//                             places its segment; fills grid-strided.
-// The split point, segment size, block count and the dependent launch are tunable
-// (argon_cuda::plan_tuning, for the benchmark and tests).
-//
-// Every output element is written on every call: valid rows by placement; padding rows
-// [offsets[e] + counts[e], offsets[e+1]) and expert e's tiles by one warp; the tail
-// [n_rows, R_max) and its tiles grid-strided; counts, offsets, meta by block 0. Out-of-range
-// ids (>= E or < -1) are treated as -1 and counted in meta[ARGON_META_N_BAD_IDS].
-//
-// Status (H200, bench/results/h200.json): 5.9-7.4 us for T <= 16, 11-21 us for T = 128..4096,
-// 35-39 us at T = 16384, against targets of 6 us (T <= 4096) and 15 us (T = 16384).
-//
-// Limits: E < 65536 (16-bit keys) and shared memory 20 * E + 12 * 512 * C bytes (E up to about
-// 6700 on sm_90); rows fit int32 (checked on the host); n_blocks * E ints of workspace, whose
-// cells every block reads (8 per thread per round), so the two-kernel path slows down past
-// ~32 segments of 8192 entries (fine to millions of entries, tuned for n <= 262144).
+// moe_plan on CUDA: the launcher, which picks a kernel, and the op registrations.
+//   Tiny plans on sm_90+ (n <= kClusterMaxEntries, decode-sized: T <= 6 at K = 10):
+//     plan_cluster_kernel (plan_cluster.cuh), one block of 256 threads. It handles any n up to
+//     a 16-block cluster's shared memory, but the H200 sweep (bench_cuda.py plan_variants)
+//     has it faster than the portable kernels only there: 5.1 against 6.9 us at T = 1, even at
+//     T = 8, slower from T = 16 up (see that file's Status).
+//   Otherwise: the portable kernels (plan_portable.cuh): one kernel up to kSingleMaxEntries,
+//     count + place kernels above.
+// All give the same bytes (the reference's); the CUDA tests run each on the same inputs.
 #include <torch/library.h>
 
 #include <algorithm>
@@ -56,346 +16,35 @@
 
 #include "../checks.h"
 #include "../op_signatures.h"
-#include "block_scan.cuh"
-#include "cuda_common.cuh"
+#include "plan_cluster.cuh"
+#include "plan_portable.cuh"
 
 namespace argon::cuda {
 namespace {
 
-constexpr int kDigitBits = 5;   // radix digit: 32 values, one per lane
-constexpr int kIdxBits = 16;    // sort item = key << 16 | index in the block
-constexpr unsigned kIdxMask = (1u << kIdxBits) - 1u;
-constexpr int kMaxChunks = 16;  // chunks of 32 entries per warp
-
-// The two shapes (threads per block): small blocks keep each block-wide step (barrier, scan)
-// short, which is what the plan's latency is made of (H200 stage clocks: ~1.5K cycles per
-// step with 1024 threads).
-constexpr int kSingleThreads = 256;  // one-kernel path: up to 256 * 16 = 4096 entries
-constexpr int kMultiThreads = 512;   // two-kernel path: segments of up to 8192 entries
-constexpr int kTargetSegments = 32;  // two-kernel path: about this many blocks (column reads)
-static_assert(kMultiThreads * kMaxChunks <= (1 << kIdxBits), "block index must fit its bits");
-
 // Tuning knobs, process-wide; set only by the benchmark and tests through plan_tuning.
-int g_single_max_entries = kSingleThreads * kMaxChunks;  // one-kernel path up to this n
-int g_chunks = 0;         // two-kernel path: chunks per warp (0 = automatic)
-int g_single_blocks = 0;  // one-kernel path: blocks sharing the writes (0 = automatic)
-int g_pdl = 1;            // two-kernel path: programmatic dependent launch (sm_90+)
+// Portable one-kernel path up to this n. H200 (plan_variants): at n = 1280 one kernel 10.7-11.7
+// us, two 12.1-12.4; at n = 4090 one kernel 22.5-22.8 us, two 11.4-11.9.
+constexpr int kSingleMaxEntries = 2048;
+constexpr int kClusterMaxEntries = 64;
+int g_single_max_entries = kSingleMaxEntries;
+int g_chunks = 0;          // portable two-kernel path: chunks per warp (0 = automatic)
+int g_single_blocks = 0;   // portable one-kernel path: blocks sharing the writes (0 = automatic)
+int g_pdl = 1;             // portable two-kernel path: programmatic dependent launch (sm_90+)
+int g_cluster_max = kClusterMaxEntries;  // the cluster kernel up to this n (where it fits)
+int g_cluster_blocks = 0;  // cluster kernel: blocks (0 = automatic)
+int g_cluster_threads = 0; // cluster kernel: threads per block (0 = automatic)
+int g_cluster_chunks = 0;  // cluster kernel: chunks per warp the automatic block count aims at
 
-struct PlanParams {
-  const void* ids;
-  const void* weights;
-  FloatKind w_kind;
-  int ids_64;  // ids are int64 (else int32)
-  int n, K, E, tm, r_max, n_tiles;
-  int chunks;              // C: entries per block = threads * C
-  int passes, digit_bits;  // radix passes over the key bits, bits per pass (<= kDigitBits)
-  int* counts;
-  int* offsets;
-  int* sorted_token;
-  float* sorted_weight;
-  int* pos;
-  int* tile_expert;
-  int* meta;
-  int* block_hist;  // [n_blocks, E] per-block counts (two-kernel path)
-  int* block_bad;   // [n_blocks]
-};
-
-// The sort key of entry i: its expert, or E for -1 and for out-of-range ids (counted in bad).
-__device__ __forceinline__ int key_of(const PlanParams& p, int64_t i, int& bad) {
-  const int64_t v = p.ids_64 ? static_cast<const int64_t*>(p.ids)[i]
-                             : static_cast<int64_t>(static_cast<const int32_t*>(p.ids)[i]);
-  if (v >= 0 && v < p.E) return static_cast<int>(v);
-  bad += (v != -1);
-  return p.E;
-}
-
-__device__ __forceinline__ int round_up_pow2(int x, int m) { return (x + m - 1) & ~(m - 1); }
-
-// Programmatic dependent launch (sm_90+): the count kernel lets the place kernel start at
-// once; the place kernel loads and sorts its segment, then waits for the counts.
-__device__ __forceinline__ void let_dependents_start() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wait_for_prerequisites() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-// The weight of entry i as float (exact for all three types: bf16 is the top half of a float).
-__device__ __forceinline__ float weight_of(const PlanParams& p, int64_t i) {
-  if (p.w_kind == FloatKind::kF32) return static_cast<const float*>(p.weights)[i];
-  const unsigned short bits = static_cast<const unsigned short*>(p.weights)[i];
-  if (p.w_kind == FloatKind::kBF16) return __uint_as_float(static_cast<unsigned>(bits) << 16);
-  return __half2float(__ushort_as_half(bits));
-}
-
-// ---- two-kernel path, first kernel: per-block expert counts ---------------------------------
-template <int kThreads>
-__global__ void __launch_bounds__(kThreads) plan_count_kernel(PlanParams p) {
-  extern __shared__ int s_hist[];  // [E]
-  __shared__ int s_bad;
-  let_dependents_start();
-  const int tid = threadIdx.x;
-#pragma unroll 1
-  for (int e = tid; e < p.E; e += kThreads) s_hist[e] = 0;
-  if (tid == 0) s_bad = 0;
-  __syncthreads();
-  const int64_t begin = int64_t{blockIdx.x} * kThreads * p.chunks;
-  const int n_local = static_cast<int>(min(int64_t{kThreads} * p.chunks, int64_t{p.n} - begin));
-  int bad = 0;
-#pragma unroll 1
-  for (int i0 = tid; i0 < n_local; i0 += 4 * kThreads) {
-    int key[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {  // four loads in flight
-      const int idx = i0 + j * kThreads;
-      key[j] = idx < n_local ? key_of(p, begin + idx, bad) : p.E;
-    }
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      if (key[j] < p.E) atomicAdd(&s_hist[key[j]], 1);
-    }
-  }
-  bad = warp_sum(bad);
-  if ((tid & 31) == 0 && bad) atomicAdd(&s_bad, bad);
-  __syncthreads();
-  int* row = p.block_hist + int64_t{blockIdx.x} * p.E;
-#pragma unroll 1
-  for (int e = tid; e < p.E; e += kThreads) row[e] = s_hist[e];
-  if (tid == 0) p.block_bad[blockIdx.x] = s_bad;
-}
-
-// ---- the plan proper (kMulti: one segment of the two-kernel path; else the whole plan) -----
-// Loops are kept rolled (per-chunk state in shared / local memory): each block runs most of
-// this code once, so fewer instructions to fetch is what makes it fast.
-template <int kThreads, bool kMulti>
-__global__ void __launch_bounds__(kThreads) plan_kernel(PlanParams p) {
-  constexpr int kWarps = kThreads / 32;
-  extern __shared__ __align__(16) unsigned char smem[];
-  const int E = p.E, C = p.chunks, B = kThreads * p.chunks;
-  int* s_cnt = reinterpret_cast<int*>(smem);  // [E]   entries of e in this block
-  int* s_tot = kMulti ? s_cnt + E : s_cnt;    // [E]   ... in the plan
-  int* s_before = s_cnt + 2 * E;              // [E]   ... in earlier blocks
-  int* s_off = s_before + E;                  // [E+1] padded offsets
-  int* s_rowbase = s_off + E + 1;             // [E]   row of place 0 of expert e
-  unsigned* s_a = reinterpret_cast<unsigned*>(s_rowbase + E);  // [B] sort buffers (ping-pong)
-  unsigned* s_b = s_a + B;                                     // [B]
-  float* s_w = reinterpret_cast<float*>(s_b + B);              // [B] weights by local index
-  __shared__ int s_digit[32 * kWarps];  // per (digit, warp) counts, digit-major
-  __shared__ int s_warp[32];
-  __shared__ int s_sum[2];  // valid entries, bad ids
-
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const unsigned lanes_below = (1u << lane) - 1u;
-  const int64_t begin = kMulti ? int64_t{blockIdx.x} * B : 0;
-  const int n_local = static_cast<int>(min(int64_t{B}, int64_t{p.n} - begin));
-  const int slot0 = warp * C * 32 + lane;  // chunk c of this warp: slot0 + 32 * c
-
-#pragma unroll 1
-  for (int e = tid; e < E; e += kThreads) {
-    s_cnt[e] = 0;
-    if (kMulti) {
-      s_tot[e] = 0;
-      s_before[e] = 0;
-    }
-  }
-  if (tid < 2) s_sum[tid] = 0;
-  __syncthreads();
-
-  // 1. Items (key << 16 | local index; slot = local index) and weights into shared memory,
-  //    entries per expert of this block by shared atomics. Four chunks' loads in flight.
-  int bad = 0;
-#pragma unroll 1
-  for (int c0 = 0; c0 < C; c0 += 4) {
-    int key[4];
-    float wv[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int idx = slot0 + 32 * (c0 + j);
-      const bool here = c0 + j < C && idx < n_local;
-      key[j] = here ? key_of(p, begin + idx, bad) : E;
-      wv[j] = here ? weight_of(p, begin + idx) : 0.f;
-    }
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int idx = slot0 + 32 * (c0 + j);
-      if (c0 + j < C) {
-        s_a[idx] = (static_cast<unsigned>(key[j]) << kIdxBits) | static_cast<unsigned>(idx);
-        s_w[idx] = wv[j];
-        if (key[j] < E) atomicAdd(&s_cnt[key[j]], 1);
-      }
-    }
-  }
-  if (!kMulti) {  // (the count kernel counted the two-kernel path's bad ids)
-    bad = warp_sum(bad);
-    if (lane == 0 && bad) atomicAdd(&s_sum[1], bad);
-  }
-
-  // 2. Stable radix sort of the block's items. Each pass reads src by slot and scatters to
-  //    dst; the last pass leaves q (the item's place in the sorted order) in dst by slot.
-  unsigned* src = s_a;
-  unsigned* dst = s_b;
-  int rank[kMaxChunks];  // per chunk (local memory: indexed in a rolled loop)
-  const int n_digits = 1 << p.digit_bits;
-#pragma unroll 1
-  for (int pass = 0; pass < p.passes; ++pass) {
-    __syncthreads();  // src is complete
-    const int shift = kIdxBits + pass * p.digit_bits;
-    int running = 0;  // lane d: entries of digit d in this warp's chunks so far
-#pragma unroll 1
-    for (int c = 0; c < C; ++c) {
-      const unsigned d = (src[slot0 + 32 * c] >> shift) & (n_digits - 1);
-      unsigned peers = ~0u, lane_digit = ~0u;
-#pragma unroll 1
-      for (int b = 0; b < p.digit_bits; ++b) {
-        const unsigned bits = __ballot_sync(0xffffffffu, (d >> b) & 1u);
-        peers &= ((d >> b) & 1u) ? bits : ~bits;
-        lane_digit &= ((lane >> b) & 1) ? bits : ~bits;
-      }
-      rank[c] = __shfl_sync(0xffffffffu, running, d) + __popc(peers & lanes_below);
-      running += __popc(lane_digit);
-    }
-    if (lane < n_digits) s_digit[lane * kWarps + warp] = running;
-    block_exclusive_scan(s_digit, n_digits * kWarps, s_warp);  // barriers before and after
-    const bool last = pass + 1 == p.passes;
-#pragma unroll 1
-    for (int c = 0; c < C; ++c) {
-      const unsigned item = src[slot0 + 32 * c];
-      const int q = rank[c] + s_digit[((item >> shift) & (n_digits - 1)) * kWarps + warp];
-      if (last) {
-        dst[slot0 + 32 * c] = static_cast<unsigned>(q);
-      } else {
-        dst[q] = item;
-      }
-    }
-    if (!last) {
-      unsigned* t = src;
-      src = dst;
-      dst = t;
-    }
-  }
-
-  // 3. Two-kernel path: the plan's totals and the entries in earlier blocks, from the count
-  //    kernel's table (eight cells per thread in flight, added up in shared memory).
-  if constexpr (kMulti) {
-    wait_for_prerequisites();
-    const int n_blocks = gridDim.x, mine = blockIdx.x, cells = n_blocks * E;
-#pragma unroll 1
-    for (int x0 = tid; x0 < cells; x0 += 8 * kThreads) {
-      int v[8];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const int x = x0 + j * kThreads;
-        v[j] = x < cells ? p.block_hist[x] : 0;
-      }
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        if (v[j] != 0) {
-          const int x = x0 + j * kThreads, b = x / E, e = x - b * E;
-          atomicAdd(&s_tot[e], v[j]);
-          if (b < mine) atomicAdd(&s_before[e], v[j]);
-        }
-      }
-    }
-    if (mine == 0) {
-      bad = 0;  // step 1 counted this block's bad ids too; the count kernel's count them all
-#pragma unroll 1
-      for (int b = tid; b < n_blocks; b += kThreads) bad += p.block_bad[b];
-      bad = warp_sum(bad);
-      if (lane == 0 && bad) atomicAdd(&s_sum[1], bad);
-    }
-  }
-  __syncthreads();
-
-  // 4. Padded offsets (scan of the padded totals) and the first place of each expert in the
-  //    block's sorted order (scan of the block's counts), through one scan call site.
-  int valid = 0;
-#pragma unroll 1
-  for (int e = tid; e < E; e += kThreads) {
-    const int tot = s_tot[e];
-    s_off[e] = round_up_pow2(tot, p.tm);
-    s_rowbase[e] = s_cnt[e];
-    valid += tot;
-  }
-  valid = warp_sum(valid);
-  if (lane == 0 && valid) atomicAdd(&s_sum[0], valid);
-  int n_rows = 0;
-#pragma unroll 1
-  for (int k = 0; k < 2; ++k) {
-    const int total = block_exclusive_scan(k == 0 ? s_off : s_rowbase, E, s_warp);
-    if (k == 0) n_rows = total;
-  }
-#pragma unroll 1
-  for (int e = tid; e < E; e += kThreads) {
-    const int off = s_off[e];
-    s_rowbase[e] = off + (kMulti ? s_before[e] : 0) - s_rowbase[e];
-    if (blockIdx.x == 0) {
-      p.counts[e] = s_tot[e];
-      p.offsets[e] = off;
-    }
-  }
-  if (tid == 0) s_off[E] = n_rows;
-  __syncthreads();
-
-  // 5. Placement (one-kernel path: each block places the chunks with (warp * C + c) % G ==
-  //    its index). src holds the items and dst their places, by slot.
-#pragma unroll 1
-  for (int c = 0; c < C; ++c) {
-    if (!kMulti && (warp * C + c) % static_cast<int>(gridDim.x) != static_cast<int>(blockIdx.x)) {
-      continue;
-    }
-    const unsigned item = src[slot0 + 32 * c];
-    const int idx = static_cast<int>(item & kIdxMask);
-    if (idx >= n_local) continue;
-    const int key = static_cast<int>(item >> kIdxBits);
-    const int64_t i = begin + idx;
-    int row = -1;
-    if (key < E) {
-      row = s_rowbase[key] + static_cast<int>(dst[slot0 + 32 * c]);
-      p.sorted_token[row] = static_cast<int>(static_cast<uint32_t>(i) / static_cast<uint32_t>(p.K));
-      p.sorted_weight[row] = s_w[idx];
-    }
-    p.pos[i] = row;
-  }
-
-  // 6. Padding rows and tiles of each expert (one warp per expert over the grid), the tail.
-  const int tm_log2 = __ffs(p.tm) - 1;
-#pragma unroll 1
-  for (int e = blockIdx.x * kWarps + warp; e < E; e += gridDim.x * kWarps) {
-    const int lo = s_off[e], hi = s_off[e + 1];
-#pragma unroll 1
-    for (int r = lo + s_tot[e] + lane; r < hi; r += 32) {
-      p.sorted_token[r] = -1;
-      p.sorted_weight[r] = 0.f;
-    }
-#pragma unroll 1
-    for (int j = (lo >> tm_log2) + lane; j < (hi >> tm_log2); j += 32) p.tile_expert[j] = e;
-  }
-  const int gtid = blockIdx.x * kThreads + tid, stride = gridDim.x * kThreads;
-#pragma unroll 1
-  for (int r = n_rows + gtid; r < p.r_max; r += stride) {
-    p.sorted_token[r] = -1;
-    p.sorted_weight[r] = 0.f;
-  }
-#pragma unroll 1
-  for (int j = (n_rows >> tm_log2) + gtid; j < p.n_tiles; j += stride) p.tile_expert[j] = -1;
-  if (blockIdx.x == 0 && tid == 0) {
-    p.offsets[E] = n_rows;
-    p.meta[ARGON_META_N_ROWS] = n_rows;
-    p.meta[ARGON_META_N_TILES] = n_rows >> tm_log2;
-    p.meta[ARGON_META_N_VALID] = s_sum[0];
-    p.meta[ARGON_META_N_BAD_IDS] = s_sum[1];
-  }
-}
-
-// Dynamic shared memory of plan_kernel: per-expert arrays, then two sort buffers and weights.
-size_t plan_smem_bytes(int E, int entries_per_block) {
-  return size_t(5 * E + 1) * sizeof(int) +
-         size_t(entries_per_block) * (2 * sizeof(unsigned) + sizeof(float));
-}
+// Cluster kernel shape: 256 threads up to 4096 entries (H200, T = 1: 5.1 us, against 5.6 with
+// 512 and 7.6 with 1024: fewer warps to zero, scan and synchronise), 1024 above; blocks for
+// about 2 chunks per warp, up to the cluster limit (more blocks shorten the chunk loop and
+// spread the stores, and add one remote load per expert each).
+constexpr int kClusterThreads = 1024;
+constexpr int kClusterSmallThreads = 256;
+constexpr int kClusterSmallEntries = 4096;
+constexpr int kClusterTargetChunks = 2;
+constexpr size_t kStaticSmemMargin = 1024;  // the cluster kernel's static shared memory
 
 // Dynamic shared memory above the default 48 KiB (static included) needs an opt-in per kernel
 // and device; granted sizes are remembered so the call is made once, not on every launch.
@@ -410,6 +59,96 @@ void allow_smem(size_t bytes) {
   C10_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(bytes)));
   if (dev < 64) granted[dev] = static_cast<int>(bytes);
+}
+
+// The largest cluster of plan_cluster_kernel (up to 16 blocks of 1024 threads with the most
+// shared memory it may use) this device can run; 0 below sm_90. Found once per device.
+int max_cluster_blocks() {
+  static int known[64] = {};  // blocks + 1; 0 = not asked yet
+  int dev = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev < 64 && known[dev]) return known[dev] - 1;
+  const auto* props = at::cuda::getCurrentDeviceProperties();
+  int best = 0;
+  if (props->major >= 9) {
+    const int smem = static_cast<int>(props->sharedMemPerBlockOptin - kStaticSmemMargin);
+    // Clusters above 8 blocks are "non-portable": allowed where the GPU has room for them.
+    bool big = true;
+    for (auto kernel : {plan_cluster_kernel<10>, plan_cluster_kernel<16>}) {
+      C10_CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+      big = big && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed,
+                                        1) == cudaSuccess;
+    }
+    (void)cudaGetLastError();
+    for (int blocks : {kClusterMaxBlocks, 8}) {
+      if (blocks > 8 && !big) continue;
+      cudaLaunchAttribute attr{};
+      attr.id = cudaLaunchAttributeClusterDimension;
+      attr.val.clusterDim.x = blocks;
+      attr.val.clusterDim.y = 1;
+      attr.val.clusterDim.z = 1;
+      cudaLaunchConfig_t cfg{};
+      cfg.gridDim = dim3(blocks);
+      cfg.blockDim = dim3(kClusterThreads);
+      cfg.dynamicSmemBytes = smem;
+      cfg.attrs = &attr;
+      cfg.numAttrs = 1;
+      int clusters = 0;
+      if (cudaOccupancyMaxActiveClusters(&clusters, plan_cluster_kernel<16>, &cfg) == cudaSuccess &&
+          clusters >= 1) {
+        best = blocks;
+        break;
+      }
+      (void)cudaGetLastError();
+    }
+  }
+  if (dev < 64) known[dev] = best + 1;
+  return best;
+}
+
+// Launch the cluster kernel if the plan fits it (returns false, launching nothing, if not).
+bool launch_plan_cluster(PlanParams& p, cudaStream_t s) {
+  if (p.n > g_cluster_max || p.E + 1 >= (1 << 16)) return false;
+  const int max_blocks = max_cluster_blocks();
+  if (max_blocks == 0) return false;
+  const auto* props = at::cuda::getCurrentDeviceProperties();
+  const size_t smem_limit = props->sharedMemPerBlockOptin - kStaticSmemMargin;
+  const int target = g_cluster_chunks > 0 ? g_cluster_chunks : kClusterTargetChunks;
+  // Threads: 1024 unless the per-warp count tables (4 * (E + 1) bytes per warp) do not fit, then
+  // fewer (down to 128) with more chunks each.
+  int threads = 0, blocks = 0, chunks = 0;
+  size_t smem = 0;
+  const int first_threads = g_cluster_threads > 0 ? g_cluster_threads
+                            : p.n <= kClusterSmallEntries ? kClusterSmallThreads : kClusterThreads;
+  for (int t = first_threads; t >= 128; t /= 2) {
+    threads = t;
+    blocks = static_cast<int>(std::clamp<int64_t>(
+        g_cluster_blocks > 0 ? g_cluster_blocks : ceil_div(p.n, int64_t{t} * target), 1,
+        max_blocks));
+    chunks = static_cast<int>(std::max<int64_t>(1, ceil_div(p.n, int64_t{blocks} * t)));
+    smem = plan_cluster_smem_bytes(p.E, t, chunks);
+    if (smem <= smem_limit || g_cluster_threads > 0) break;
+  }
+  if (smem > smem_limit) return false;
+  p.chunks = chunks;
+  p.key_bits = 32 - __builtin_clz(static_cast<unsigned>(p.E + 1));
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = blocks;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(blocks);  // the grid is exactly one cluster
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cfg.attrs = &attr;
+  cfg.numAttrs = blocks > 1 ? 1 : 0;  // one block: a plain launch (no cluster scheduling)
+  const auto kernel = p.key_bits <= 10 ? plan_cluster_kernel<10> : plan_cluster_kernel<16>;
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+  ARGON_CUDA_CHECK_LAUNCH();
+  return true;
 }
 
 // Launch the plan into outputs of the checked shapes (the workspace, if the two-kernel path
@@ -448,6 +187,7 @@ void launch_plan(const PlanDims& d, const Tensor& ids, const Tensor& w, const Te
   p.tile_expert = tile_expert.data_ptr<int>();
   p.meta = meta.data_ptr<int>();
   const cudaStream_t s = stream();
+  if (launch_plan_cluster(p, s)) return;
 
   if (p.n <= std::min(g_single_max_entries, kSingleThreads * kMaxChunks)) {
     // One kernel; every block computes the whole plan, so more blocks only split the writes
@@ -532,17 +272,31 @@ PlanOutputs moe_plan_cuda(
   return out;
 }
 
-// Benchmark and test hook: the entries up to which the one-kernel path runs, the chunks per
-// warp of the two-kernel path (0: automatic), the blocks of the one-kernel path (0: automatic),
-// programmatic dependent launch of the two-kernel path (0 / 1); negative values leave a knob
-// as is. Returns the previous values.
+// Benchmark and test hook. Portable kernels: the entries up to which the one-kernel path runs,
+// the chunks per warp of the two-kernel path (0: automatic), the blocks of the one-kernel path
+// (0: automatic), programmatic dependent launch of the two-kernel path (0 / 1). Cluster
+// kernel: the entries up to which it is used (where it fits; 0: never), its blocks, threads per
+// block (a multiple of 128) and target chunks per warp (0: automatic). Negative values leave a knob as is. Returns the
+// previous values, in this order.
 std::vector<int64_t> plan_tuning(int64_t single_max_entries, int64_t chunks, int64_t single_blocks,
-                                 int64_t pdl) {
-  std::vector<int64_t> previous{g_single_max_entries, g_chunks, g_single_blocks, g_pdl};
+                                 int64_t pdl, int64_t cluster, int64_t cluster_blocks,
+                                 int64_t cluster_threads, int64_t cluster_chunks) {
+  std::vector<int64_t> previous{g_single_max_entries, g_chunks,         g_single_blocks,
+                                g_pdl,                g_cluster_max,    g_cluster_blocks,
+                                g_cluster_threads,    g_cluster_chunks};
   if (single_max_entries >= 0) g_single_max_entries = static_cast<int>(std::min<int64_t>(single_max_entries, 1 << 30));
   if (chunks >= 0) g_chunks = static_cast<int>(std::min<int64_t>(chunks, kMaxChunks));
   if (single_blocks >= 0) g_single_blocks = static_cast<int>(std::min<int64_t>(single_blocks, 1024));
   if (pdl >= 0) g_pdl = pdl != 0;
+  if (cluster >= 0) g_cluster_max = static_cast<int>(std::min<int64_t>(cluster, 1 << 30));
+  if (cluster_blocks >= 0) g_cluster_blocks = static_cast<int>(std::min<int64_t>(cluster_blocks, kClusterMaxBlocks));
+  if (cluster_threads >= 0) {
+    TORCH_CHECK(cluster_threads == 0 || (cluster_threads % 128 == 0 && cluster_threads <= 1024),
+                "plan_tuning: cluster_threads must be 0 or a multiple of 128 up to 1024, got ",
+                cluster_threads);
+    g_cluster_threads = static_cast<int>(cluster_threads);
+  }
+  if (cluster_chunks >= 0) g_cluster_chunks = static_cast<int>(std::min<int64_t>(cluster_chunks, 64));
   return previous;
 }
 
@@ -555,7 +309,9 @@ TORCH_LIBRARY_IMPL(argon, CUDA, m) {
 
 // Internal knobs of the CUDA backend, for the benchmark and tests (not part of the public API).
 TORCH_LIBRARY(argon_cuda, m) {
-  m.def("plan_tuning(int single_max_entries, int chunks, int single_blocks=-1, int pdl=-1) -> int[]",
+  m.def("plan_tuning(int single_max_entries, int chunks, int single_blocks=-1, int pdl=-1, "
+        "int cluster_max_entries=-1, int cluster_blocks=-1, int cluster_threads=-1, int cluster_chunks=-1) "
+        "-> int[]",
         TORCH_FN(plan_tuning));
 }
 

@@ -1,0 +1,53 @@
+// What the CUDA plan kernels share: their parameter block and how they read one entry.
+// Both kernels (plan_cluster.cuh on sm_90+, plan_portable.cuh everywhere) take a PlanParams;
+// each uses the fields its comment names, and the launcher in plan_cuda.cu fills them.
+#pragma once
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "../plan_layout.h"
+#include "cuda_common.cuh"
+
+namespace argon::cuda {
+
+struct PlanParams {
+  const void* ids;
+  const void* weights;
+  FloatKind w_kind;
+  int ids_64;  // ids are int64 (else int32)
+  int n, K, E, tm, r_max, n_tiles;
+  int chunks;              // C: chunks of 32 entries per warp; entries per block = threads * C
+  int passes, digit_bits;  // portable kernel: radix passes over the key bits, bits per pass
+  int key_bits;            // cluster kernel: bits of the largest key (E + 1)
+  int* counts;
+  int* offsets;
+  int* sorted_token;
+  float* sorted_weight;
+  int* pos;
+  int* tile_expert;
+  int* meta;
+  int* block_hist;  // portable two-kernel path: [n_blocks, E] per-block counts
+  int* block_bad;   // portable two-kernel path: [n_blocks]
+};
+
+// The key of entry i: its expert, or E for -1 and for out-of-range ids (counted in bad).
+__device__ __forceinline__ int key_of(const PlanParams& p, int64_t i, int& bad) {
+  const int64_t v = p.ids_64 ? static_cast<const int64_t*>(p.ids)[i]
+                             : static_cast<int64_t>(static_cast<const int32_t*>(p.ids)[i]);
+  if (v >= 0 && v < p.E) return static_cast<int>(v);
+  bad += (v != -1);
+  return p.E;
+}
+
+// The weight of entry i as float (exact for all three types: bf16 is the top half of a float).
+__device__ __forceinline__ float weight_of(const PlanParams& p, int64_t i) {
+  if (p.w_kind == FloatKind::kF32) return static_cast<const float*>(p.weights)[i];
+  const unsigned short bits = static_cast<const unsigned short*>(p.weights)[i];
+  if (p.w_kind == FloatKind::kBF16) return __uint_as_float(static_cast<unsigned>(bits) << 16);
+  return __half2float(__ushort_as_half(bits));
+}
+
+__device__ __forceinline__ int round_up_pow2(int x, int m) { return (x + m - 1) & ~(m - 1); }
+
+}  // namespace argon::cuda
