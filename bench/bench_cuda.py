@@ -26,6 +26,7 @@ import torch
 
 import torch_argon
 from torch_argon import baselines
+from torch_argon._plan_tuning import kernels_launched, set_plan_knobs
 from torch_argon._shapes import plan_rows
 from torch_argon.timing import cuda_events_us, cuda_graph_us
 
@@ -123,27 +124,6 @@ def plan_bits_equal(plan, ids, w):
     cpu = torch.ops.argon.moe_plan(ids.cpu(), w.cpu(), E, TM)
     return all(torch.equal(a.cpu().view(torch.int32), b.view(torch.int32))
                for a, b in zip(plan.tensors(), cpu))
-
-
-KNOBS = ("single_max", "chunks", "single_blocks", "pdl",
-         "cluster", "cluster_blocks", "cluster_threads", "cluster_chunks")
-
-
-def set_plan_knobs(**knobs):
-    """Set the CUDA plan's tuning knobs by name (others unchanged); returns the previous values
-    (pass them back as set_plan_knobs(**previous))."""
-    prev = torch.ops.argon_cuda.plan_tuning(*[knobs.get(k, -1) for k in KNOBS])
-    return dict(zip(KNOBS, prev))
-
-
-def kernels_launched(fn):
-    """The names of the CUDA kernels one call of fn launches (profiler, eager)."""
-    from torch.profiler import ProfilerActivity, profile
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
 
 
 def plan_path(fn):

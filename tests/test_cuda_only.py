@@ -3,14 +3,12 @@ counted in meta, every plan kernel (the sm_90 cluster kernel in several shapes, 
 one-kernel and two-kernel paths) bit for bit, and moe_mm's grouped-GEMM path with a
 tile_expert that is not in the plan's layout. The parity suite (test_plan.py & co.) covers the
 values on every backend through the default path; these cover what only CUDA has."""
-import contextlib
-
 import pytest
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 import torch_argon
 from torch_argon import backends, reference
+from torch_argon._plan_tuning import kernels_launched, plan_knobs
 from conftest import assert_bits_equal
 from routing_cases import garbage_like, make_ids, make_weights
 
@@ -18,23 +16,6 @@ CUDA = backends.get("cuda")
 pytestmark = pytest.mark.skipif(not CUDA.available, reason=f"cuda: {CUDA.reason}")
 ops = CUDA.ops
 FIELDS = ("counts", "offsets", "sorted_token", "sorted_weight", "pos", "tile_expert", "meta")
-
-
-KNOBS = ("single_max", "chunks", "single_blocks", "pdl",
-         "cluster", "cluster_blocks", "cluster_threads", "cluster_chunks")
-
-
-@contextlib.contextmanager
-def plan_knobs(**knobs):
-    """The CUDA plan's tuning knobs (argon_cuda::plan_tuning) set for the block, then restored;
-    a knob not named keeps its value."""
-    args = [knobs.pop(k, -1) for k in KNOBS]
-    assert not knobs, f"unknown knobs {knobs}"
-    prev = torch.ops.argon_cuda.plan_tuning(*args)
-    try:
-        yield
-    finally:
-        torch.ops.argon_cuda.plan_tuning(*prev)
 
 
 # The plan's kernels, each forced where the inputs allow it (the cluster kernel needs sm_90).
@@ -45,15 +26,6 @@ PATHS = {
 }
 HAS_CLUSTERS = CUDA.available and torch.cuda.get_device_capability()[0] >= 9
 needs_clusters = pytest.mark.skipif(not HAS_CLUSTERS, reason="the cluster plan kernel needs sm_90+")
-
-
-def plan_kernel_names(fn):
-    """The names of the CUDA kernels fn launches (profiler)."""
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
 
 
 @pytest.fixture
@@ -115,7 +87,7 @@ def test_cluster_kernel_shapes(T, K, E, tm, dist, blocks, threads, target):
     out = want._replace(**{f: garbage_like(getattr(want, f)).cuda() for f in FIELDS})
     with plan_knobs(cluster=1 << 30, cluster_blocks=blocks, cluster_threads=threads,
                     cluster_chunks=target):
-        names = plan_kernel_names(lambda: ops.moe_plan(ids.cuda(), w.cuda(), E, tm, out=out))
+        names = kernels_launched(lambda: ops.moe_plan(ids.cuda(), w.cuda(), E, tm, out=out))
     assert_plan_equal(out, want)
     ran_cluster = any("plan_cluster_kernel" in n for n in names)
     if E <= 512 and blocks == 0:
@@ -134,7 +106,7 @@ def test_cluster_kernel_large_T(T, dist):
     ids, w = make_ids(T, K, E, dist, seed=T), make_weights(T, K)
     holder = []
     with plan_knobs(cluster=1 << 30):  # the default takes the cluster kernel for tiny plans only
-        names = plan_kernel_names(
+        names = kernels_launched(
             lambda: holder.append(ops.moe_plan(ids.cuda(), w.cuda(), E, 16)))
     assert_plan_equal(holder[0], reference.moe_plan(ids, w, E, 16))
     if T == 16384:

@@ -115,13 +115,7 @@ __global__ void __launch_bounds__(1024, 1) plan_cluster_kernel(PlanParams p) {
   for (int c0 = 0; c0 < C; c0 += 4) {
     int key[4];
     float wv[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int idx = slot0 + 32 * (c0 + j);
-      const bool here = c0 + j < C && idx < n_local;
-      key[j] = here ? key_of(p, begin + idx, bad) : kAbsent;
-      wv[j] = here ? weight_of(p, begin + idx) : 0.f;
-    }
+    load_four_chunks(p, begin, slot0, c0, C, n_local, kAbsent, key, wv, bad);
     if (c0 == 0) {
       const int words = n_warps * hs;
       int4* h4 = reinterpret_cast<int4*>(s_h);  // s_h is 16-byte aligned: S is a multiple of 128

@@ -48,6 +48,21 @@ __device__ __forceinline__ float weight_of(const PlanParams& p, int64_t i) {
   return __half2float(__ushort_as_half(bits));
 }
 
+// Keys and weights of four chunks of a lane, c0 .. c0 + 3 (slot = slot0 + 32 * c, entry
+// begin + slot), loaded together so four loads are in flight; slots past chunk C or past
+// n_local get key `absent` and weight 0 and read nothing.
+__device__ __forceinline__ void load_four_chunks(const PlanParams& p, int64_t begin, int slot0,
+                                                 int c0, int C, int n_local, int absent,
+                                                 int (&key)[4], float (&wv)[4], int& bad) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int idx = slot0 + 32 * (c0 + j);
+    const bool here = c0 + j < C && idx < n_local;
+    key[j] = here ? key_of(p, begin + idx, bad) : absent;
+    wv[j] = here ? weight_of(p, begin + idx) : 0.f;
+  }
+}
+
 __device__ __forceinline__ int round_up_pow2(int x, int m) { return (x + m - 1) & ~(m - 1); }
 
 }  // namespace argon::cuda

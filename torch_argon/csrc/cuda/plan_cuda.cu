@@ -61,6 +61,27 @@ void allow_smem(size_t bytes) {
   if (dev < 64) granted[dev] = static_cast<int>(bytes);
 }
 
+// The launch of a grid that is exactly one cluster of `blocks` blocks (with one block, a plain
+// launch: no cluster scheduling). Holds the attribute the config points to, so it is not copied.
+struct OneClusterLaunch {
+  cudaLaunchAttribute attr{};
+  cudaLaunchConfig_t cfg{};
+  OneClusterLaunch(int blocks, int threads, size_t smem, cudaStream_t s) {
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = blocks;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.gridDim = dim3(blocks);
+    cfg.blockDim = dim3(threads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cfg.attrs = &attr;
+    cfg.numAttrs = blocks > 1 ? 1 : 0;
+  }
+  OneClusterLaunch(const OneClusterLaunch&) = delete;
+  OneClusterLaunch& operator=(const OneClusterLaunch&) = delete;
+};
+
 // The largest cluster of plan_cluster_kernel (up to 16 blocks of 1024 threads with the most
 // shared memory it may use) this device can run; 0 below sm_90. Found once per device.
 int max_cluster_blocks() {
@@ -83,19 +104,10 @@ int max_cluster_blocks() {
     (void)cudaGetLastError();
     for (int blocks : {kClusterMaxBlocks, 8}) {
       if (blocks > 8 && !big) continue;
-      cudaLaunchAttribute attr{};
-      attr.id = cudaLaunchAttributeClusterDimension;
-      attr.val.clusterDim.x = blocks;
-      attr.val.clusterDim.y = 1;
-      attr.val.clusterDim.z = 1;
-      cudaLaunchConfig_t cfg{};
-      cfg.gridDim = dim3(blocks);
-      cfg.blockDim = dim3(kClusterThreads);
-      cfg.dynamicSmemBytes = smem;
-      cfg.attrs = &attr;
-      cfg.numAttrs = 1;
+      const OneClusterLaunch launch(blocks, kClusterThreads, smem, nullptr);
       int clusters = 0;
-      if (cudaOccupancyMaxActiveClusters(&clusters, plan_cluster_kernel<16>, &cfg) == cudaSuccess &&
+      if (cudaOccupancyMaxActiveClusters(&clusters, plan_cluster_kernel<16>, &launch.cfg) ==
+              cudaSuccess &&
           clusters >= 1) {
         best = blocks;
         break;
@@ -133,20 +145,9 @@ bool launch_plan_cluster(PlanParams& p, cudaStream_t s) {
   if (smem > smem_limit) return false;
   p.chunks = chunks;
   p.key_bits = 32 - __builtin_clz(static_cast<unsigned>(p.E + 1));
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = blocks;
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(blocks);  // the grid is exactly one cluster
-  cfg.blockDim = dim3(threads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = s;
-  cfg.attrs = &attr;
-  cfg.numAttrs = blocks > 1 ? 1 : 0;  // one block: a plain launch (no cluster scheduling)
+  const OneClusterLaunch launch(blocks, threads, smem, s);
   const auto kernel = p.key_bits <= 10 ? plan_cluster_kernel<10> : plan_cluster_kernel<16>;
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, kernel, p));
   ARGON_CUDA_CHECK_LAUNCH();
   return true;
 }

@@ -161,13 +161,7 @@ __global__ void __launch_bounds__(kThreads) plan_kernel(PlanParams p) {
   for (int c0 = 0; c0 < C; c0 += 4) {
     int key[4];
     float wv[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int idx = slot0 + 32 * (c0 + j);
-      const bool here = c0 + j < C && idx < n_local;
-      key[j] = here ? key_of(p, begin + idx, bad) : E;
-      wv[j] = here ? weight_of(p, begin + idx) : 0.f;
-    }
+    load_four_chunks(p, begin, slot0, c0, C, n_local, E, key, wv, bad);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int idx = slot0 + 32 * (c0 + j);

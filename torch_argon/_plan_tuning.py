@@ -1,0 +1,39 @@
+"""For the benchmark and the tests (not public API): the CUDA plan's tuning knobs by name
+(torch.ops.argon_cuda.plan_tuning; what each does: plan_tuning in csrc/cuda/plan_cuda.cu), and
+the kernels a call launches (which plan kernel ran)."""
+import contextlib
+
+import torch
+
+KNOBS = ("single_max", "chunks", "single_blocks", "pdl",
+         "cluster", "cluster_blocks", "cluster_threads", "cluster_chunks")
+
+
+def set_plan_knobs(**knobs):
+    """Sets the named knobs (the others keep their values); returns every knob's previous
+    value, by name, so that set_plan_knobs(**previous) restores them."""
+    unknown = set(knobs) - set(KNOBS)
+    if unknown:
+        raise ValueError(f"unknown plan knobs {sorted(unknown)}; known: {KNOBS}")
+    previous = torch.ops.argon_cuda.plan_tuning(*[knobs.get(k, -1) for k in KNOBS])
+    return dict(zip(KNOBS, previous))
+
+
+@contextlib.contextmanager
+def plan_knobs(**knobs):
+    """The named knobs set for the block, then every knob restored."""
+    previous = set_plan_knobs(**knobs)
+    try:
+        yield
+    finally:
+        set_plan_knobs(**previous)
+
+
+def kernels_launched(fn):
+    """The names of the CUDA kernels (and copies) one call of fn launches (profiler, eager)."""
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
