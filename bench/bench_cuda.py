@@ -26,7 +26,7 @@ import torch
 
 import torch_argon
 from torch_argon import baselines
-from torch_argon._plan_tuning import kernels_launched, set_plan_knobs
+from torch_argon._plan_tuning import kernels_launched, plan_knobs
 from torch_argon._shapes import plan_rows
 from torch_argon.timing import cuda_events_us, cuda_graph_us
 
@@ -167,36 +167,29 @@ def bench_plan_variants(records):
     the default ("auto"), the sm_90 cluster kernel with 256 / 512 / 1024 threads per block, and
     the portable one-kernel and two-kernel paths (with and without dependent launch)."""
     ops = torch_argon.argon_ops
-    default = set_plan_knobs()
-    try:
-        for dist in DISTS:
-            for T in [1, 2, 4, 8, 16, 128, 409, 1024, 2048, 4096, 16384]:
-                ids, w = routing(T, dist, seed=T + 1)
-                out = ops.moe_plan(ids, w, E, TM)
-                n = T * K
-                big = 1 << 30
-                variants = [("auto", {})]
-                variants += [(f"cluster_t{t}", dict(cluster=big, cluster_threads=t))
-                             for t in (256, 512, 1024)]
-                if n <= 4096:
-                    variants += [("one_kernel", dict(cluster=0, single_max=big))]
-                if T >= 16:
-                    variants += [("two_kernels", dict(cluster=0, single_max=0))]
-                if T >= 128:
-                    variants += [("two_kernels_no_pdl", dict(cluster=0, single_max=0, pdl=0))]
-                for name, knobs in variants:
-                    set_plan_knobs(**knobs)
-                    try:
-                        ok = plan_bits_equal(ops.moe_plan(ids, w, E, TM), ids, w)
-                        heat(30)
-                        us, how = timed(lambda: ops.moe_plan(ids, w, E, TM, out=out))
-                    finally:
-                        set_plan_knobs(**default)
-                    records.append(rec("plan_variant", T, dist, us, None, None, variant=name,
-                                       timing=how, bit_exact=ok, sm_clock_mhz=sm_clock()))
-                    print(f"plan_variant {dist:8s} T={T:6d} {name:22s} {us:8.2f} us exact={ok}")
-    finally:
-        set_plan_knobs(**default)
+    for dist in DISTS:
+        for T in [1, 2, 4, 8, 16, 128, 409, 1024, 2048, 4096, 16384]:
+            ids, w = routing(T, dist, seed=T + 1)
+            out = ops.moe_plan(ids, w, E, TM)
+            n = T * K
+            big = 1 << 30
+            variants = [("auto", {})]
+            variants += [(f"cluster_t{t}", dict(cluster=big, cluster_threads=t))
+                         for t in (256, 512, 1024)]
+            if n <= 4096:
+                variants += [("one_kernel", dict(cluster=0, single_max=big))]
+            if T >= 16:
+                variants += [("two_kernels", dict(cluster=0, single_max=0))]
+            if T >= 128:
+                variants += [("two_kernels_no_pdl", dict(cluster=0, single_max=0, pdl=0))]
+            for name, knobs in variants:
+                with plan_knobs(**knobs):
+                    ok = plan_bits_equal(ops.moe_plan(ids, w, E, TM), ids, w)
+                    heat(30)
+                    us, how = timed(lambda: ops.moe_plan(ids, w, E, TM, out=out))
+                records.append(rec("plan_variant", T, dist, us, None, None, variant=name,
+                                   timing=how, bit_exact=ok, sm_clock_mhz=sm_clock()))
+                print(f"plan_variant {dist:8s} T={T:6d} {name:22s} {us:8.2f} us exact={ok}")
 
 
 def bench_plan_kernels(records):

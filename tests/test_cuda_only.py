@@ -6,9 +6,8 @@ values on every backend through the default path; these cover what only CUDA has
 import pytest
 import torch
 
-import torch_argon
 from torch_argon import backends, reference
-from torch_argon._plan_tuning import kernels_launched, plan_knobs
+from torch_argon._plan_tuning import kernels_launched, plan_knobs, set_plan_knobs
 from conftest import assert_bits_equal
 from routing_cases import garbage_like, make_ids, make_weights
 
@@ -111,6 +110,18 @@ def test_cluster_kernel_large_T(T, dist):
     assert_plan_equal(holder[0], reference.moe_plan(ids, w, E, 16))
     if T == 16384:
         assert any("plan_cluster_kernel" in n for n in names), names
+
+
+def test_plan_knobs_reject_bad_values():
+    """A thread count the cluster kernel cannot take is refused by name, and nothing changes;
+    so is a knob name that does not exist."""
+    before = set_plan_knobs()
+    for bad in (100, 2048, 96):
+        with pytest.raises(RuntimeError, match="cluster_threads"):
+            set_plan_knobs(cluster_threads=bad)
+    assert set_plan_knobs() == before
+    with pytest.raises(ValueError, match="unknown plan knobs"):
+        set_plan_knobs(cluster_thread=256)
 
 
 @pytest.mark.parametrize("E", [1, 31, 32, 1023, 1024, 4000])

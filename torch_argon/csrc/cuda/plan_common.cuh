@@ -19,7 +19,6 @@ struct PlanParams {
   int n, K, E, tm, r_max, n_tiles;
   int chunks;              // C: chunks of 32 entries per warp; entries per block = threads * C
   int passes, digit_bits;  // portable kernel: radix passes over the key bits, bits per pass
-  int key_bits;            // cluster kernel: bits of the largest key (E + 1)
   int* counts;
   int* offsets;
   int* sorted_token;

@@ -26,6 +26,8 @@ namespace {
 // Portable one-kernel path up to this n. H200 (plan_variants): at n = 1280 one kernel 10.7-11.7
 // us, two 12.1-12.4; at n = 4090 one kernel 22.5-22.8 us, two 11.4-11.9.
 constexpr int kSingleMaxEntries = 2048;
+// The cluster kernel up to this n: it beats the portable kernels at T <= 4 (K = 10) and ties
+// at T = 8 (plan_variants; see the header).
 constexpr int kClusterMaxEntries = 64;
 int g_single_max_entries = kSingleMaxEntries;
 int g_chunks = 0;          // portable two-kernel path: chunks per warp (0 = automatic)
@@ -120,15 +122,14 @@ int max_cluster_blocks() {
 }
 
 // Launch the cluster kernel if the plan fits it (returns false, launching nothing, if not).
-bool launch_plan_cluster(PlanParams& p, cudaStream_t s) {
+bool launch_plan_cluster(PlanParams& p, const cudaDeviceProp& props, cudaStream_t s) {
   if (p.n > g_cluster_max || p.E + 1 >= (1 << 16)) return false;
   const int max_blocks = max_cluster_blocks();
   if (max_blocks == 0) return false;
-  const auto* props = at::cuda::getCurrentDeviceProperties();
-  const size_t smem_limit = props->sharedMemPerBlockOptin - kStaticSmemMargin;
+  const size_t smem_limit = props.sharedMemPerBlockOptin - kStaticSmemMargin;
   const int target = g_cluster_chunks > 0 ? g_cluster_chunks : kClusterTargetChunks;
-  // Threads: 1024 unless the per-warp count tables (4 * (E + 1) bytes per warp) do not fit, then
-  // fewer (down to 128) with more chunks each.
+  // Threads: 256 for small n, else 1024; halved (down to 128, more chunks each) while the
+  // per-warp count tables (4 * (E + 1) bytes per warp) and entries do not fit.
   int threads = 0, blocks = 0, chunks = 0;
   size_t smem = 0;
   const int first_threads = g_cluster_threads > 0 ? g_cluster_threads
@@ -144,9 +145,8 @@ bool launch_plan_cluster(PlanParams& p, cudaStream_t s) {
   }
   if (smem > smem_limit) return false;
   p.chunks = chunks;
-  p.key_bits = 32 - __builtin_clz(static_cast<unsigned>(p.E + 1));
   const OneClusterLaunch launch(blocks, threads, smem, s);
-  const auto kernel = p.key_bits <= 10 ? plan_cluster_kernel<10> : plan_cluster_kernel<16>;
+  const auto kernel = p.E + 1 < (1 << 10) ? plan_cluster_kernel<10> : plan_cluster_kernel<16>;
   C10_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, kernel, p));
   ARGON_CUDA_CHECK_LAUNCH();
   return true;
@@ -188,7 +188,7 @@ void launch_plan(const PlanDims& d, const Tensor& ids, const Tensor& w, const Te
   p.tile_expert = tile_expert.data_ptr<int>();
   p.meta = meta.data_ptr<int>();
   const cudaStream_t s = stream();
-  if (launch_plan_cluster(p, s)) return;
+  if (launch_plan_cluster(p, *props, s)) return;
 
   if (p.n <= std::min(g_single_max_entries, kSingleThreads * kMaxChunks)) {
     // One kernel; every block computes the whole plan, so more blocks only split the writes
@@ -277,26 +277,25 @@ PlanOutputs moe_plan_cuda(
 // the chunks per warp of the two-kernel path (0: automatic), the blocks of the one-kernel path
 // (0: automatic), programmatic dependent launch of the two-kernel path (0 / 1). Cluster
 // kernel: the entries up to which it is used (where it fits; 0: never), its blocks, threads per
-// block (a multiple of 128) and target chunks per warp (0: automatic). Negative values leave a knob as is. Returns the
-// previous values, in this order.
+// block (a multiple of 128) and target chunks per warp (0: automatic). Negative values leave a
+// knob as is. Returns the previous values, in this order.
 std::vector<int64_t> plan_tuning(int64_t single_max_entries, int64_t chunks, int64_t single_blocks,
                                  int64_t pdl, int64_t cluster, int64_t cluster_blocks,
                                  int64_t cluster_threads, int64_t cluster_chunks) {
   std::vector<int64_t> previous{g_single_max_entries, g_chunks,         g_single_blocks,
                                 g_pdl,                g_cluster_max,    g_cluster_blocks,
                                 g_cluster_threads,    g_cluster_chunks};
+  // Checked before any knob changes, so a refused call changes nothing.
+  TORCH_CHECK(cluster_threads <= 0 || (cluster_threads % 128 == 0 && cluster_threads <= 1024),
+              "plan_tuning: cluster_threads must be 0 or a multiple of 128 up to 1024, got ",
+              cluster_threads);
   if (single_max_entries >= 0) g_single_max_entries = static_cast<int>(std::min<int64_t>(single_max_entries, 1 << 30));
   if (chunks >= 0) g_chunks = static_cast<int>(std::min<int64_t>(chunks, kMaxChunks));
   if (single_blocks >= 0) g_single_blocks = static_cast<int>(std::min<int64_t>(single_blocks, 1024));
   if (pdl >= 0) g_pdl = pdl != 0;
   if (cluster >= 0) g_cluster_max = static_cast<int>(std::min<int64_t>(cluster, 1 << 30));
   if (cluster_blocks >= 0) g_cluster_blocks = static_cast<int>(std::min<int64_t>(cluster_blocks, kClusterMaxBlocks));
-  if (cluster_threads >= 0) {
-    TORCH_CHECK(cluster_threads == 0 || (cluster_threads % 128 == 0 && cluster_threads <= 1024),
-                "plan_tuning: cluster_threads must be 0 or a multiple of 128 up to 1024, got ",
-                cluster_threads);
-    g_cluster_threads = static_cast<int>(cluster_threads);
-  }
+  if (cluster_threads >= 0) g_cluster_threads = static_cast<int>(cluster_threads);
   if (cluster_chunks >= 0) g_cluster_chunks = static_cast<int>(std::min<int64_t>(cluster_chunks, 64));
   return previous;
 }
