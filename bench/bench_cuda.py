@@ -127,10 +127,10 @@ def plan_bits_equal(plan, ids, w):
 
 
 def plan_path(fn):
-    """Which plan kernel fn runs: "cluster", "one_kernel" or "two_kernels" (portable)."""
+    """Which plan kernel fn runs: "grid", "one_kernel" or "two_kernels" (portable)."""
     names = kernels_launched(fn)
-    if any("plan_cluster_kernel" in n for n in names):
-        return "cluster"
+    if any("plan_grid_kernel" in n for n in names):
+        return "grid"
     return "two_kernels" if any("plan_count_kernel" in n for n in names) else "one_kernel"
 
 
@@ -164,24 +164,29 @@ def bench_plan(records):
 
 def bench_plan_variants(records):
     """The plan's kernels, each forced at every size, for choosing the launcher's thresholds:
-    the default ("auto"), the sm_90 cluster kernel with 256 / 512 / 1024 threads per block, and
-    the portable one-kernel and two-kernel paths (with and without dependent launch)."""
+    the default ("auto"); the grid kernel as one segment shared by 1 or 16 blocks, and as one
+    segment per block with 1, 2, 3 or 4 chunks per warp; the portable one-kernel and two-kernel
+    paths (with and without dependent launch)."""
     ops = torch_argon.argon_ops
     for dist in DISTS:
-        for T in [1, 2, 4, 8, 16, 128, 409, 1024, 2048, 4096, 16384]:
+        for T in [1, 4, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]:
             ids, w = routing(T, dist, seed=T + 1)
             out = ops.moe_plan(ids, w, E, TM)
             n = T * K
             big = 1 << 30
             variants = [("auto", {})]
-            variants += [(f"cluster_t{t}", dict(cluster=big, cluster_threads=t))
-                         for t in (256, 512, 1024)]
+            one_c = -(-n // 512)  # chunks that make the whole plan one segment
+            if one_c <= 8:
+                variants += [(f"grid_one_segment_b{b}", dict(grid=big, grid_chunks=one_c,
+                                                              grid_blocks=b)) for b in (1, 16)]
+            variants += [(f"grid_segments_c{c}", dict(grid=big, grid_chunks=c))
+                         for c in (1, 2, 3, 4) if c < one_c and -(-n // (512 * c)) <= 128]
             if n <= 4096:
-                variants += [("one_kernel", dict(cluster=0, single_max=big))]
+                variants += [("one_kernel", dict(grid=0, single_max=big))]
             if T >= 16:
-                variants += [("two_kernels", dict(cluster=0, single_max=0))]
+                variants += [("two_kernels", dict(grid=0, single_max=0))]
             if T >= 128:
-                variants += [("two_kernels_no_pdl", dict(cluster=0, single_max=0, pdl=0))]
+                variants += [("two_kernels_no_pdl", dict(grid=0, single_max=0, pdl=0))]
             for name, knobs in variants:
                 with plan_knobs(**knobs):
                     ok = plan_bits_equal(ops.moe_plan(ids, w, E, TM), ids, w)

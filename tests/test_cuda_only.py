@@ -1,6 +1,6 @@
 """CUDA-only properties: every op inside CUDA graph capture, no host sync, out-of-range ids
-counted in meta, every plan kernel (the sm_90 cluster kernel in several shapes, the portable
-one-kernel and two-kernel paths) bit for bit, and moe_mm's grouped-GEMM path with a
+counted in meta, every plan kernel (the grid kernel in several shapes, the portable one-kernel
+and two-kernel paths) bit for bit, and moe_mm's grouped-GEMM path with a
 tile_expert that is not in the plan's layout. The parity suite (test_plan.py & co.) covers the
 values on every backend through the default path; these cover what only CUDA has."""
 import pytest
@@ -17,20 +17,27 @@ ops = CUDA.ops
 FIELDS = ("counts", "offsets", "sorted_token", "sorted_weight", "pos", "tile_expert", "meta")
 
 
-# The plan's kernels, each forced where the inputs allow it (the cluster kernel needs sm_90).
+# The plan's kernels, each forced where the inputs allow it (the grid kernel needs E <= 1022
+# and a GPU with cooperative launch).
 PATHS = {
-    "cluster": dict(cluster=1 << 30),
-    "one_kernel": dict(cluster=0, single_max=1 << 20),
-    "two_kernels": dict(cluster=0, single_max=0),
+    "grid": dict(grid=1 << 30),
+    "one_kernel": dict(grid=0, single_max=1 << 20),
+    "two_kernels": dict(grid=0, single_max=0),
 }
-HAS_CLUSTERS = CUDA.available and torch.cuda.get_device_capability()[0] >= 9
-needs_clusters = pytest.mark.skipif(not HAS_CLUSTERS, reason="the cluster plan kernel needs sm_90+")
+GRID_MAX_EXPERTS = 1022
+HAS_COOPERATIVE = CUDA.available and torch.cuda.get_device_properties(0).major >= 6
+needs_cooperative = pytest.mark.skipif(not HAS_COOPERATIVE,
+                                       reason="the grid plan kernel needs cooperative launch")
+
+
+def ran_grid(names):
+    return any("plan_grid_kernel" in n for n in names)
 
 
 @pytest.fixture
 def two_kernel_plan():
     """Force the portable two-kernel plan path at every size."""
-    with plan_knobs(cluster=0, single_max=0, chunks=1):
+    with plan_knobs(grid=0, single_max=0, chunks=1):
         yield
 
 
@@ -53,7 +60,7 @@ def test_two_kernel_path_matches_reference(two_kernel_plan, T, K, E, tm, dist):
 @pytest.mark.parametrize("n_entries", [2047, 2048, 4095, 4096, 4097, 8193, 16384, 40960])
 @pytest.mark.parametrize("chunks,pdl", [(0, 1), (0, 0), (1, 1), (3, 0), (16, 1)])
 def test_plan_paths_agree(n_entries, chunks, pdl):
-    """The same routing through the cluster kernel, the portable one-kernel path (where n
+    """The same routing through the grid kernel, the portable one-kernel path (where n
     allows it) and the two-kernel path with several segment sizes (0: automatic), with and
     without programmatic dependent launch, gives the reference's bytes."""
     K, E = 8, 512
@@ -65,67 +72,60 @@ def test_plan_paths_agree(n_entries, chunks, pdl):
             assert_plan_equal(ops.moe_plan(ids, w, E, 16), want)
 
 
-@needs_clusters
+@needs_cooperative
 @pytest.mark.parametrize("T,K,E,tm,dist", [
     (0, 4, 8, 16, "uniform"), (1, 1, 1, 8, "uniform"), (1, 10, 512, 16, "uniform"),
     (37, 3, 5, 1, "neg_some"), (128, 10, 512, 16, "zipf"), (409, 10, 512, 16, "uniform"),
     (500, 6, 40, 16, "one_expert"), (700, 8, 64, 64, "neg_all"), (777, 4, 100, 2, "empty"),
-    (2048, 10, 512, 16, "zipf"), (4096, 10, 512, 16, "uniform"), (3000, 8, 4000, 16, "repeated"),
-    (1500, 2, 5000, 32, "uniform"),
+    (2048, 10, 512, 16, "zipf"), (4096, 10, 512, 16, "uniform"), (3000, 8, 1022, 16, "repeated"),
+    (3000, 8, 1023, 16, "uniform"), (1500, 2, 5000, 32, "uniform"),
 ])
-@pytest.mark.parametrize("blocks,threads,target", [
-    (0, 0, 0), (1, 1024, 0), (3, 512, 0), (8, 128, 0), (16, 1024, 0), (0, 0, 1), (0, 256, 7),
-])
-def test_cluster_kernel_shapes(T, K, E, tm, dist, blocks, threads, target):
-    """The cluster kernel over its shapes (blocks of the cluster, threads per block, chunks per
-    warp), on outputs pre-filled with garbage. The profiler confirms which kernel ran: the
-    cluster kernel up to E = 512; for E = 5000 with 1024 threads its count tables do not fit in
-    shared memory, and the portable kernels must take over (with fewer threads they fit)."""
+@pytest.mark.parametrize("blocks,chunks", [(0, 0), (1, 0), (3, 0), (16, 0), (40, 0), (0, 1),
+                                           (0, 3), (5, 8)])
+def test_grid_kernel_shapes(T, K, E, tm, dist, blocks, chunks):
+    """The grid kernel over its shapes (one segment shared by 1 to 40 blocks, or one segment
+    per block with 1 to 8 chunks per warp), on outputs pre-filled with garbage. The profiler
+    confirms which kernel ran: the grid kernel up to E = 1022 wherever its segments fit the
+    resident blocks (at most 128), the portable kernels above."""
     ids, w = make_ids(T, K, E, dist, seed=T + E), make_weights(T, K)
     want = reference.moe_plan(ids, w, E, tm)
     out = want._replace(**{f: garbage_like(getattr(want, f)).cuda() for f in FIELDS})
-    with plan_knobs(cluster=1 << 30, cluster_blocks=blocks, cluster_threads=threads,
-                    cluster_chunks=target):
+    with plan_knobs(grid=1 << 30, grid_blocks=blocks, grid_chunks=chunks):
         names = kernels_launched(lambda: ops.moe_plan(ids.cuda(), w.cuda(), E, tm, out=out))
     assert_plan_equal(out, want)
-    ran_cluster = any("plan_cluster_kernel" in n for n in names)
-    if E <= 512 and blocks == 0:
-        assert ran_cluster, names
-    if E == 5000 and threads == 1024:
-        assert not ran_cluster, names
+    segments = -(-max(T * K, 1) // (512 * chunks)) if chunks else 1
+    assert ran_grid(names) == (E <= GRID_MAX_EXPERTS and segments <= 128), names
 
 
-@needs_clusters
-@pytest.mark.parametrize("T,dist", [(16384, "uniform"), (16384, "zipf"), (40000, "uniform")])
-def test_cluster_kernel_large_T(T, dist):
-    """Large prefills: 16384 tokens x 10 in one cluster (16 blocks, 10 chunks per warp), and
-    400,000 entries (one cluster of smaller blocks with many chunks each, or the portable
-    kernels if the shared memory runs out)."""
+@needs_cooperative
+@pytest.mark.parametrize("T,dist", [(16384, "uniform"), (16384, "zipf"), (40000, "uniform"),
+                                    (60000, "zipf")])
+def test_grid_kernel_large_T(T, dist):
+    """Large prefills: 16384 tokens x 10 (3 chunks per warp over 107 blocks), 400,000 entries
+    (7 chunks over 112 blocks), and 600,000, past 8 chunks over 128 blocks, which the portable
+    kernels take."""
     K, E = 10, 512
     ids, w = make_ids(T, K, E, dist, seed=T), make_weights(T, K)
     holder = []
-    with plan_knobs(cluster=1 << 30):  # the default takes the cluster kernel for tiny plans only
-        names = kernels_launched(
-            lambda: holder.append(ops.moe_plan(ids.cuda(), w.cuda(), E, 16)))
+    names = kernels_launched(lambda: holder.append(ops.moe_plan(ids.cuda(), w.cuda(), E, 16)))
     assert_plan_equal(holder[0], reference.moe_plan(ids, w, E, 16))
-    if T == 16384:
-        assert any("plan_cluster_kernel" in n for n in names), names
+    assert ran_grid(names) == (T * K <= 8 * 512 * 128), names
 
 
 def test_plan_knobs_reject_bad_values():
-    """A thread count the cluster kernel cannot take is refused by name, and nothing changes;
-    so is a knob name that does not exist."""
+    """A chunk count the grid kernel cannot take is refused by name, and nothing changes; so is
+    a knob name that does not exist."""
     before = set_plan_knobs()
-    for bad in (100, 2048, 96):
-        with pytest.raises(RuntimeError, match="cluster_threads"):
-            set_plan_knobs(cluster_threads=bad)
+    for bad in (9, 100):
+        with pytest.raises(RuntimeError, match="grid_chunks"):
+            set_plan_knobs(grid_chunks=bad)
     assert set_plan_knobs() == before
     with pytest.raises(ValueError, match="unknown plan knobs"):
-        set_plan_knobs(cluster_thread=256)
+        set_plan_knobs(grid_chunk=2)
 
 
 @pytest.mark.parametrize("E", [1, 31, 32, 1023, 1024, 4000])
-@pytest.mark.parametrize("path", ["cluster", "cluster_3x128", "one_kernel_1block",
+@pytest.mark.parametrize("path", ["grid", "grid_3blocks", "grid_segments", "one_kernel_1block",
                                   "one_kernel_7blocks", "two_kernels"])
 def test_plan_radix_passes_and_paths(E, path):
     """Expert counts around the portable sort's pass boundaries (1, 2 and 3 radix passes; 4000
@@ -133,11 +133,12 @@ def test_plan_radix_passes_and_paths(E, path):
     T, K = 500, min(E, 8)  # 4000 entries at most: the one-kernel path takes them
     ids, w = make_ids(T, K, E, "zipf", seed=E), make_weights(T, K)
     ids[::7, 0] = -1
-    knobs = {"cluster": dict(cluster=1 << 30),
-             "cluster_3x128": dict(cluster=1 << 30, cluster_blocks=3, cluster_threads=128),
-             "one_kernel_1block": dict(cluster=0, single_max=1 << 20, single_blocks=1),
-             "one_kernel_7blocks": dict(cluster=0, single_max=1 << 20, single_blocks=7),
-             "two_kernels": dict(cluster=0, single_max=0, chunks=1)}[path]
+    knobs = {"grid": dict(grid=1 << 30),
+             "grid_3blocks": dict(grid=1 << 30, grid_blocks=3, grid_chunks=8),
+             "grid_segments": dict(grid=1 << 30, grid_chunks=1),
+             "one_kernel_1block": dict(grid=0, single_max=1 << 20, single_blocks=1),
+             "one_kernel_7blocks": dict(grid=0, single_max=1 << 20, single_blocks=7),
+             "two_kernels": dict(grid=0, single_max=0, chunks=1)}[path]
     with plan_knobs(**knobs):
         got = ops.moe_plan(ids.cuda(), w.cuda(), E, 16)
     assert_plan_equal(got, reference.moe_plan(ids, w, E, 16))

@@ -5,8 +5,7 @@ import contextlib
 
 import torch
 
-KNOBS = ("single_max", "chunks", "single_blocks", "pdl",
-         "cluster", "cluster_blocks", "cluster_threads", "cluster_chunks")
+KNOBS = ("single_max", "chunks", "single_blocks", "pdl", "grid", "grid_blocks", "grid_chunks")
 
 
 def set_plan_knobs(**knobs):

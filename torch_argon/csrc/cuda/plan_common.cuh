@@ -1,5 +1,5 @@
 // What the CUDA plan kernels share: their parameter block and how they read one entry.
-// Both kernels (plan_cluster.cuh on sm_90+, plan_portable.cuh everywhere) take a PlanParams;
+// Both kernels (plan_grid.cuh where cooperative launch is, plan_portable.cuh everywhere) take a PlanParams;
 // each uses the fields its comment names, and the launcher in plan_cuda.cu fills them.
 #pragma once
 #include <cuda_fp16.h>
@@ -26,7 +26,8 @@ struct PlanParams {
   int* pos;
   int* tile_expert;
   int* meta;
-  int* block_hist;  // portable two-kernel path: [n_blocks, E] per-block counts
+  int* block_hist;  // workspace: portable two-kernel path [n_blocks, E] per-block counts;
+                    // grid kernel, several segments: totals, then [E + 2][segments] counts
   int* block_bad;   // portable two-kernel path: [n_blocks]
 };
 

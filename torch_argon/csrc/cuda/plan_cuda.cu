@@ -1,9 +1,9 @@
 // moe_plan on CUDA: the launcher, which picks a kernel, and the op registrations.
-//   Tiny plans on sm_90+ (n <= kClusterMaxEntries, decode-sized: T <= 6 at K = 10):
-//     plan_cluster_kernel (plan_cluster.cuh), one block of 256 threads. It handles any n up to
-//     a 16-block cluster's shared memory, but the H200 sweep (bench_cuda.py plan_variants)
-//     has it faster than the portable kernels only there: 5.1 against 6.9 us at T = 1, even at
-//     T = 8, slower from T = 16 up (see that file's Status).
+//   Where the GPU has cooperative launch and E <= kGridMaxExperts: plan_grid_kernel
+//     (plan_grid.cuh), one launch for any n up to 8 chunks per warp over the resident blocks.
+//     Up to kGridOneSegmentEntries entries its blocks each rank every entry and share the writes;
+//     above, one segment per block, as many blocks as the GPU holds (up to 128), exchanging
+//     counts across grid barriers.
 //   Otherwise: the portable kernels (plan_portable.cuh): one kernel up to kSingleMaxEntries,
 //     count + place kernels above.
 // All give the same bytes (the reference's); the CUDA tests run each on the same inputs.
@@ -16,7 +16,7 @@
 
 #include "../checks.h"
 #include "../op_signatures.h"
-#include "plan_cluster.cuh"
+#include "plan_grid.cuh"
 #include "plan_portable.cuh"
 
 namespace argon::cuda {
@@ -26,27 +26,20 @@ namespace {
 // Portable one-kernel path up to this n. H200 (plan_variants): at n = 1280 one kernel 10.7-11.7
 // us, two 12.1-12.4; at n = 4090 one kernel 22.5-22.8 us, two 11.4-11.9.
 constexpr int kSingleMaxEntries = 2048;
-// The cluster kernel up to this n: it beats the portable kernels at T <= 4 (K = 10) and ties
-// at T = 8 (plan_variants; see the header).
-constexpr int kClusterMaxEntries = 64;
+// The grid kernel: keys are 10-bit (warp_peers) and E + 2 columns fit four per thread.
+constexpr int kGridMaxExperts = 1022;
+// One segment up to 5 chunks per warp, shared by 16 blocks (H200, bench_cuda.py plan_variants,
+// E = 512, K = 10, uniform: T = 16 5.7 us with 16 blocks against 7.0 with one; T = 128 7.5
+// against 12.4 for 3 segments; T = 256 (5 chunks) 9.4 against 11.3 for 5 segments).
+constexpr int kGridOneSegmentEntries = 5 * kGridThreads;
+constexpr int kGridOneSegmentBlocks = 16;
 int g_single_max_entries = kSingleMaxEntries;
 int g_chunks = 0;          // portable two-kernel path: chunks per warp (0 = automatic)
 int g_single_blocks = 0;   // portable one-kernel path: blocks sharing the writes (0 = automatic)
 int g_pdl = 1;             // portable two-kernel path: programmatic dependent launch (sm_90+)
-int g_cluster_max = kClusterMaxEntries;  // the cluster kernel up to this n (where it fits)
-int g_cluster_blocks = 0;  // cluster kernel: blocks (0 = automatic)
-int g_cluster_threads = 0; // cluster kernel: threads per block (0 = automatic)
-int g_cluster_chunks = 0;  // cluster kernel: chunks per warp the automatic block count aims at
-
-// Cluster kernel shape: 256 threads up to 4096 entries (H200, T = 1: 5.1 us, against 5.6 with
-// 512 and 7.6 with 1024: fewer warps to zero, scan and synchronise), 1024 above; blocks for
-// about 2 chunks per warp, up to the cluster limit (more blocks shorten the chunk loop and
-// spread the stores, and add one remote load per expert each).
-constexpr int kClusterThreads = 1024;
-constexpr int kClusterSmallThreads = 256;
-constexpr int kClusterSmallEntries = 4096;
-constexpr int kClusterTargetChunks = 2;
-constexpr size_t kStaticSmemMargin = 1024;  // the cluster kernel's static shared memory
+int g_grid_max = 1 << 30;  // the grid kernel up to this n (where it fits; 0: never)
+int g_grid_blocks = 0;     // grid kernel, one segment: blocks sharing the writes (0 = automatic)
+int g_grid_chunks = 0;     // grid kernel: chunks per warp (0 = automatic)
 
 // Dynamic shared memory above the default 48 KiB (static included) needs an opt-in per kernel
 // and device; granted sizes are remembered so the call is made once, not on every launch.
@@ -63,91 +56,65 @@ void allow_smem(size_t bytes) {
   if (dev < 64) granted[dev] = static_cast<int>(bytes);
 }
 
-// The launch of a grid that is exactly one cluster of `blocks` blocks (with one block, a plain
-// launch: no cluster scheduling). Holds the attribute the config points to, so it is not copied.
-struct OneClusterLaunch {
-  cudaLaunchAttribute attr{};
-  cudaLaunchConfig_t cfg{};
-  OneClusterLaunch(int blocks, int threads, size_t smem, cudaStream_t s) {
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = blocks;
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
-    cfg.gridDim = dim3(blocks);
-    cfg.blockDim = dim3(threads);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = s;
-    cfg.attrs = &attr;
-    cfg.numAttrs = blocks > 1 ? 1 : 0;
-  }
-  OneClusterLaunch(const OneClusterLaunch&) = delete;
-  OneClusterLaunch& operator=(const OneClusterLaunch&) = delete;
-};
-
-// The largest cluster of plan_cluster_kernel (up to 16 blocks of 1024 threads with the most
-// shared memory it may use) this device can run; 0 below sm_90. Found once per device.
-int max_cluster_blocks() {
+// Blocks of plan_grid_kernel the device holds at once (0: no cooperative launch). Found once
+// per device, for the most shared memory the kernel may ask for.
+int grid_resident_blocks(const cudaDeviceProp& props) {
   static int known[64] = {};  // blocks + 1; 0 = not asked yet
   int dev = 0;
   C10_CUDA_CHECK(cudaGetDevice(&dev));
   if (dev < 64 && known[dev]) return known[dev] - 1;
-  const auto* props = at::cuda::getCurrentDeviceProperties();
-  int best = 0;
-  if (props->major >= 9) {
-    const int smem = static_cast<int>(props->sharedMemPerBlockOptin - kStaticSmemMargin);
-    // Clusters above 8 blocks are "non-portable": allowed where the GPU has room for them.
-    bool big = true;
-    for (auto kernel : {plan_cluster_kernel<10>, plan_cluster_kernel<16>}) {
-      C10_CUDA_CHECK(
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-      big = big && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed,
-                                        1) == cudaSuccess;
-    }
-    (void)cudaGetLastError();
-    for (int blocks : {kClusterMaxBlocks, 8}) {
-      if (blocks > 8 && !big) continue;
-      const OneClusterLaunch launch(blocks, kClusterThreads, smem, nullptr);
-      int clusters = 0;
-      if (cudaOccupancyMaxActiveClusters(&clusters, plan_cluster_kernel<16>, &launch.cfg) ==
-              cudaSuccess &&
-          clusters >= 1) {
-        best = blocks;
-        break;
-      }
-      (void)cudaGetLastError();
-    }
-  }
-  if (dev < 64) known[dev] = best + 1;
-  return best;
+  int coop = 0, per_sm = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
+  const size_t smem = plan_grid_smem_bytes(kGridMaxExperts);
+  allow_smem<plan_grid_kernel>(smem);
+  C10_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, plan_grid_kernel, kGridThreads, smem));
+  const int blocks = coop ? per_sm * props.multiProcessorCount : 0;
+  if (dev < 64) known[dev] = blocks + 1;
+  return blocks;
 }
 
-// Launch the cluster kernel if the plan fits it (returns false, launching nothing, if not).
-bool launch_plan_cluster(PlanParams& p, const cudaDeviceProp& props, cudaStream_t s) {
-  if (p.n > g_cluster_max || p.E + 1 >= (1 << 16)) return false;
-  const int max_blocks = max_cluster_blocks();
-  if (max_blocks == 0) return false;
-  const size_t smem_limit = props.sharedMemPerBlockOptin - kStaticSmemMargin;
-  const int target = g_cluster_chunks > 0 ? g_cluster_chunks : kClusterTargetChunks;
-  // Threads: 256 for small n, else 1024; halved (down to 128, more chunks each) while the
-  // per-warp count tables (4 * (E + 1) bytes per warp) and entries do not fit.
-  int threads = 0, blocks = 0, chunks = 0;
-  size_t smem = 0;
-  const int first_threads = g_cluster_threads > 0 ? g_cluster_threads
-                            : p.n <= kClusterSmallEntries ? kClusterSmallThreads : kClusterThreads;
-  for (int t = first_threads; t >= 128; t /= 2) {
-    threads = t;
-    blocks = static_cast<int>(std::clamp<int64_t>(
-        g_cluster_blocks > 0 ? g_cluster_blocks : ceil_div(p.n, int64_t{t} * target), 1,
-        max_blocks));
-    chunks = static_cast<int>(std::max<int64_t>(1, ceil_div(p.n, int64_t{blocks} * t)));
-    smem = plan_cluster_smem_bytes(p.E, t, chunks);
-    if (smem <= smem_limit || g_cluster_threads > 0) break;
+// Launch the grid kernel if the plan fits it (returns false, launching nothing, if not).
+bool launch_plan_grid(PlanParams& p, const cudaDeviceProp& props, const at::Device& device,
+                      cudaStream_t s) {
+  if (p.n > g_grid_max || p.E > kGridMaxExperts) return false;
+  const int64_t max_segments = std::min(grid_resident_blocks(props), kGridMaxBlocks);
+  if (max_segments == 0) return false;
+  // Chunks: the fewest that fit one segment, or else that spread over the most blocks.
+  const int64_t n = std::max(p.n, 1);
+  const int64_t chunks =
+      g_grid_chunks > 0 ? g_grid_chunks
+      : n <= kGridOneSegmentEntries ? ceil_div(n, kGridThreads)
+                                    : ceil_div(n, int64_t{kGridThreads} * max_segments);
+  if (chunks > kGridMaxChunks) return false;
+  const int64_t segments = ceil_div(n, kGridThreads * chunks);
+  if (segments > max_segments) return false;
+  p.chunks = static_cast<int>(chunks);
+  const bool one_segment = segments == 1;
+  const int blocks = one_segment
+                         ? std::min(g_grid_blocks > 0 ? g_grid_blocks : kGridOneSegmentBlocks,
+                                    props.multiProcessorCount)
+                         : static_cast<int>(segments);
+  Tensor workspace;  // kept alive until the launch is queued (the allocator is stream-ordered)
+  if (!one_segment) {
+    const int64_t row = (p.E + 2 + 3) / 4 * 4;  // totals, then the [E + 2][blocks] counts
+    workspace = at::detail::empty_cuda({row + int64_t{p.E + 2} * blocks}, at::kInt, device,
+                                       std::nullopt);
+    p.block_hist = workspace.data_ptr<int>();
   }
-  if (smem > smem_limit) return false;
-  p.chunks = chunks;
-  const OneClusterLaunch launch(blocks, threads, smem, s);
-  const auto kernel = p.E + 1 < (1 << 10) ? plan_cluster_kernel<10> : plan_cluster_kernel<16>;
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&launch.cfg, kernel, p));
+  const size_t smem = plan_grid_smem_bytes(p.E);
+  allow_smem<plan_grid_kernel>(smem);
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeCooperative;  // every block resident: the kernel's grid barriers
+  attr.val.cooperative = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(blocks);
+  cfg.blockDim = dim3(kGridThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cfg.attrs = &attr;
+  cfg.numAttrs = one_segment ? 0 : 1;
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, plan_grid_kernel, p));
   ARGON_CUDA_CHECK_LAUNCH();
   return true;
 }
@@ -188,7 +155,7 @@ void launch_plan(const PlanDims& d, const Tensor& ids, const Tensor& w, const Te
   p.tile_expert = tile_expert.data_ptr<int>();
   p.meta = meta.data_ptr<int>();
   const cudaStream_t s = stream();
-  if (launch_plan_cluster(p, *props, s)) return;
+  if (launch_plan_grid(p, *props, ids.device(), s)) return;
 
   if (p.n <= std::min(g_single_max_entries, kSingleThreads * kMaxChunks)) {
     // One kernel; every block computes the whole plan, so more blocks only split the writes
@@ -275,28 +242,25 @@ PlanOutputs moe_plan_cuda(
 
 // Benchmark and test hook. Portable kernels: the entries up to which the one-kernel path runs,
 // the chunks per warp of the two-kernel path (0: automatic), the blocks of the one-kernel path
-// (0: automatic), programmatic dependent launch of the two-kernel path (0 / 1). Cluster
-// kernel: the entries up to which it is used (where it fits; 0: never), its blocks, threads per
-// block (a multiple of 128) and target chunks per warp (0: automatic). Negative values leave a
-// knob as is. Returns the previous values, in this order.
+// (0: automatic), programmatic dependent launch of the two-kernel path (0 / 1). Grid kernel:
+// the entries up to which it is used (where it fits; 0: never), its blocks when the plan is one
+// segment (0: automatic), its chunks per warp (0: automatic; at most kGridMaxChunks). Negative
+// values leave a knob as is. Returns the previous values, in this order.
 std::vector<int64_t> plan_tuning(int64_t single_max_entries, int64_t chunks, int64_t single_blocks,
-                                 int64_t pdl, int64_t cluster, int64_t cluster_blocks,
-                                 int64_t cluster_threads, int64_t cluster_chunks) {
-  std::vector<int64_t> previous{g_single_max_entries, g_chunks,         g_single_blocks,
-                                g_pdl,                g_cluster_max,    g_cluster_blocks,
-                                g_cluster_threads,    g_cluster_chunks};
+                                 int64_t pdl, int64_t grid, int64_t grid_blocks,
+                                 int64_t grid_chunks) {
+  std::vector<int64_t> previous{g_single_max_entries, g_chunks,      g_single_blocks, g_pdl,
+                                g_grid_max,           g_grid_blocks, g_grid_chunks};
   // Checked before any knob changes, so a refused call changes nothing.
-  TORCH_CHECK(cluster_threads <= 0 || (cluster_threads % 128 == 0 && cluster_threads <= 1024),
-              "plan_tuning: cluster_threads must be 0 or a multiple of 128 up to 1024, got ",
-              cluster_threads);
+  TORCH_CHECK(grid_chunks <= kGridMaxChunks,
+              "plan_tuning: grid_chunks must be at most ", kGridMaxChunks, ", got ", grid_chunks);
   if (single_max_entries >= 0) g_single_max_entries = static_cast<int>(std::min<int64_t>(single_max_entries, 1 << 30));
   if (chunks >= 0) g_chunks = static_cast<int>(std::min<int64_t>(chunks, kMaxChunks));
   if (single_blocks >= 0) g_single_blocks = static_cast<int>(std::min<int64_t>(single_blocks, 1024));
   if (pdl >= 0) g_pdl = pdl != 0;
-  if (cluster >= 0) g_cluster_max = static_cast<int>(std::min<int64_t>(cluster, 1 << 30));
-  if (cluster_blocks >= 0) g_cluster_blocks = static_cast<int>(std::min<int64_t>(cluster_blocks, kClusterMaxBlocks));
-  if (cluster_threads >= 0) g_cluster_threads = static_cast<int>(cluster_threads);
-  if (cluster_chunks >= 0) g_cluster_chunks = static_cast<int>(std::min<int64_t>(cluster_chunks, 64));
+  if (grid >= 0) g_grid_max = static_cast<int>(std::min<int64_t>(grid, 1 << 30));
+  if (grid_blocks >= 0) g_grid_blocks = static_cast<int>(std::min<int64_t>(grid_blocks, 1024));
+  if (grid_chunks >= 0) g_grid_chunks = static_cast<int>(grid_chunks);
   return previous;
 }
 
@@ -310,8 +274,7 @@ TORCH_LIBRARY_IMPL(argon, CUDA, m) {
 // Internal knobs of the CUDA backend, for the benchmark and tests (not part of the public API).
 TORCH_LIBRARY(argon_cuda, m) {
   m.def("plan_tuning(int single_max_entries, int chunks, int single_blocks=-1, int pdl=-1, "
-        "int cluster_max_entries=-1, int cluster_blocks=-1, int cluster_threads=-1, int cluster_chunks=-1) "
-        "-> int[]",
+        "int grid_max_entries=-1, int grid_blocks=-1, int grid_chunks=-1) -> int[]",
         TORCH_FN(plan_tuning));
 }
 

@@ -1,6 +1,6 @@
-// moe_plan on any CUDA GPU (the portable kernels; on sm_90+ the launcher prefers the one-launch
-// cluster kernel of plan_cluster.cuh where it fits): deterministic, no global atomics, no host
-// sync, graph-capturable.
+// moe_plan on any CUDA GPU (the portable kernels; the launcher prefers the one-launch grid
+// kernel of plan_grid.cuh where it fits): deterministic, no global atomics, no host sync,
+// graph-capturable.
 //
 // Algorithm. The row of entry i (expert e) is
 //     offsets[e] + (entries of e in earlier blocks) + (entries of e before i in i's block),
