@@ -56,6 +56,20 @@ void allow_smem(size_t bytes) {
   if (dev < 64) granted[dev] = static_cast<int>(bytes);
 }
 
+// Launch a plan kernel with one launch attribute, or with none (a plain launch) if attr is null.
+void launch_plan_kernel(void (*kernel)(PlanParams), const PlanParams& p, int blocks, int threads,
+                        size_t smem, cudaStream_t s, cudaLaunchAttribute* attr) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(blocks);
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cfg.attrs = attr;
+  cfg.numAttrs = attr != nullptr ? 1 : 0;
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+  ARGON_CUDA_CHECK_LAUNCH();
+}
+
 // Blocks of plan_grid_kernel the device holds at once (0: no cooperative launch). Found once
 // per device, for the most shared memory the kernel may ask for.
 int grid_resident_blocks(const cudaDeviceProp& props) {
@@ -107,15 +121,8 @@ bool launch_plan_grid(PlanParams& p, const cudaDeviceProp& props, const at::Devi
   cudaLaunchAttribute attr{};
   attr.id = cudaLaunchAttributeCooperative;  // every block resident: the kernel's grid barriers
   attr.val.cooperative = 1;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(blocks);
-  cfg.blockDim = dim3(kGridThreads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = s;
-  cfg.attrs = &attr;
-  cfg.numAttrs = one_segment ? 0 : 1;
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, plan_grid_kernel, p));
-  ARGON_CUDA_CHECK_LAUNCH();
+  launch_plan_kernel(plan_grid_kernel, p, blocks, kGridThreads, smem, s,
+                     one_segment ? nullptr : &attr);
   return true;
 }
 
@@ -188,24 +195,14 @@ void launch_plan(const PlanDims& d, const Tensor& ids, const Tensor& w, const Te
   constexpr auto place = plan_kernel<kMultiThreads, true>;
   const size_t smem = plan_smem_bytes(E, kMultiThreads * p.chunks);
   allow_smem<place>(smem);
-  if (g_pdl && props->major >= 9) {
-    // May start while the count kernel runs: it waits (griddepcontrol.wait) before reading
-    // the counts. Captured into CUDA graphs as a programmatic edge.
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(n_blocks);
-    cfg.blockDim = dim3(kMultiThreads);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = s;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, place, p));
-  } else {
-    place<<<n_blocks, kMultiThreads, smem, s>>>(p);
-  }
-  ARGON_CUDA_CHECK_LAUNCH();
+  // With dependent launch (sm_90+) it may start while the count kernel runs: it waits
+  // (griddepcontrol.wait) before reading the counts. Captured into CUDA graphs as a
+  // programmatic edge.
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  launch_plan_kernel(place, p, n_blocks, kMultiThreads, smem, s,
+                     g_pdl && props->major >= 9 ? &attr : nullptr);
 }
 
 void moe_plan_out_cuda(const Tensor& topk_ids, const Tensor& topk_weights, int64_t n_expert,
