@@ -49,7 +49,6 @@
 #include "block_scan.cuh"
 #include "plan_common.cuh"
 
-
 namespace argon::cuda {
 
 constexpr int kGridThreads = 512;          // threads per block (16 warps)
@@ -63,10 +62,6 @@ constexpr int kGridMaxBlocks = 128;        // segments: four per lane of one war
 inline size_t plan_grid_smem_bytes(int E) {
   return (size_t(E) * kGridHStride + 3 * size_t(E) + 1) * sizeof(int);
 }
-
-// Peers of the calling lane in its warp: the lanes holding the same key (keys < 2^10), from
-// one ballot per key bit (H200: 1.9K cycles for two chunks against 2.9K with __match_any_sync).
-__device__ __forceinline__ unsigned warp_peers(int key);
 
 // Exclusive prefix sum within each segment of `width` lanes (a power of two); `total` gets the
 // segment's sum. All lanes of the warp must call it.
@@ -82,6 +77,8 @@ __device__ __forceinline__ int warp_segment_exclusive_scan(int x, int width, int
   return incl - x;
 }
 
+// Peers of the calling lane in its warp: the lanes holding the same key (keys < 2^10), from
+// one ballot per key bit (H200: 1.9K cycles for two chunks against 2.9K with __match_any_sync).
 __device__ __forceinline__ unsigned warp_peers(int key) {
   unsigned peers = 0xffffffffu;
 #pragma unroll
@@ -97,7 +94,7 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
   __shared__ int s_warp[32];
   __shared__ int s_invalid, s_bad;
   const int E = p.E, C = p.chunks;
-  int* s_h = smem_words;                // [E][kGridHStride] per-warp counts, then scratch
+  int* s_h = smem_words;                 // [E][kGridHStride] per-warp counts of each expert
   int* s_base = s_h + E * kGridHStride;  // [E] row of this block's first entry of e
   int* s_pad = s_base + E;              // [E] first padding row of e
   int* s_off = s_pad + E;               // [E + 1] padded offsets
