@@ -26,6 +26,10 @@ PATHS = {
 }
 GRID_MAX_EXPERTS = 1022
 HAS_COOPERATIVE = CUDA.available and torch.cuda.get_device_properties(0).major >= 6
+# Segments the grid kernel takes: one resident block per SM (its registers allow no second),
+# at most 128.
+GRID_MAX_SEGMENTS = (min(128, torch.cuda.get_device_properties(0).multi_processor_count)
+                     if CUDA.available else 0)
 needs_cooperative = pytest.mark.skipif(not HAS_COOPERATIVE,
                                        reason="the grid plan kernel needs cooperative launch")
 
@@ -86,7 +90,7 @@ def test_grid_kernel_shapes(T, K, E, tm, dist, blocks, chunks):
     """The grid kernel over its shapes (one segment shared by 1 to 40 blocks, or one segment
     per block with 1 to 8 chunks per warp), on outputs pre-filled with garbage. The profiler
     confirms which kernel ran: the grid kernel up to E = 1022 wherever its segments fit the
-    resident blocks (at most 128), the portable kernels above."""
+    resident blocks (one per SM, at most 128), the portable kernels above."""
     ids, w = make_ids(T, K, E, dist, seed=T + E), make_weights(T, K)
     want = reference.moe_plan(ids, w, E, tm)
     out = want._replace(**{f: garbage_like(getattr(want, f)).cuda() for f in FIELDS})
@@ -94,22 +98,22 @@ def test_grid_kernel_shapes(T, K, E, tm, dist, blocks, chunks):
         names = kernels_launched(lambda: ops.moe_plan(ids.cuda(), w.cuda(), E, tm, out=out))
     assert_plan_equal(out, want)
     segments = -(-max(T * K, 1) // (512 * chunks)) if chunks else 1
-    assert ran_grid(names) == (E <= GRID_MAX_EXPERTS and segments <= 128), names
+    assert ran_grid(names) == (E <= GRID_MAX_EXPERTS and segments <= GRID_MAX_SEGMENTS), names
 
 
 @needs_cooperative
 @pytest.mark.parametrize("T,dist", [(16384, "uniform"), (16384, "zipf"), (40000, "uniform"),
                                     (60000, "zipf")])
 def test_grid_kernel_large_T(T, dist):
-    """Large prefills: 16384 tokens x 10 (3 chunks per warp over 107 blocks), 400,000 entries
-    (7 chunks over 112 blocks), and 600,000, past 8 chunks over 128 blocks, which the portable
-    kernels take."""
+    """Large prefills: 16384 tokens x 10 (on an H200: 3 chunks per warp over 107 blocks),
+    400,000 entries (7 chunks over 112 blocks), and 600,000, past 8 chunks over 128 blocks,
+    which the portable kernels take."""
     K, E = 10, 512
     ids, w = make_ids(T, K, E, dist, seed=T), make_weights(T, K)
     holder = []
     names = kernels_launched(lambda: holder.append(ops.moe_plan(ids.cuda(), w.cuda(), E, 16)))
     assert_plan_equal(holder[0], reference.moe_plan(ids, w, E, 16))
-    assert ran_grid(names) == (T * K <= 8 * 512 * 128), names
+    assert ran_grid(names) == (T * K <= 8 * 512 * GRID_MAX_SEGMENTS), names
 
 
 def test_plan_knobs_reject_bad_values():

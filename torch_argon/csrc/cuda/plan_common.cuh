@@ -49,11 +49,11 @@ __device__ __forceinline__ float weight_of(const PlanParams& p, int64_t i) {
 }
 
 // Keys and weights of four chunks of a lane, c0 .. c0 + 3 (slot = slot0 + 32 * c, entry
-// begin + slot), loaded together so four loads are in flight; slots past chunk C or past
-// n_local get key `absent` and weight 0 and read nothing.
+// begin + slot), into key[0..3] and wv[0..3], loaded together so four loads are in flight;
+// slots past chunk C or past n_local get key `absent` and weight 0 and read nothing.
 __device__ __forceinline__ void load_four_chunks(const PlanParams& p, int64_t begin, int slot0,
                                                  int c0, int C, int n_local, int absent,
-                                                 int (&key)[4], float (&wv)[4], int& bad) {
+                                                 int* key, float* wv, int& bad) {
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     const int idx = slot0 + 32 * (c0 + j);

@@ -111,9 +111,8 @@ bool launch_plan_grid(PlanParams& p, const cudaDeviceProp& props, const at::Devi
                          : static_cast<int>(segments);
   Tensor workspace;  // kept alive until the launch is queued (the allocator is stream-ordered)
   if (!one_segment) {
-    const int64_t row = (p.E + 2 + 3) / 4 * 4;  // totals, then the [E + 2][blocks] counts
-    workspace = at::detail::empty_cuda({row + int64_t{p.E + 2} * blocks}, at::kInt, device,
-                                       std::nullopt);
+    workspace = at::detail::empty_cuda({plan_grid_workspace_ints(p.E, blocks)}, at::kInt,
+                                       device, std::nullopt);
     p.block_hist = workspace.data_ptr<int>();
   }
   const size_t smem = plan_grid_smem_bytes(p.E);

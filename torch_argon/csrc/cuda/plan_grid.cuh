@@ -59,6 +59,13 @@ constexpr int kGridHStride = kGridWarps + 4;  // h row of one expert: int4 colum
 constexpr int kGridKeyBits = 10;           // ballots per chunk: keys up to E + 1 < 1024
 constexpr int kGridMaxBlocks = 128;        // segments: four per lane of one warp in step 4
 
+// The workspace of a plan of several segments, in ints: the plan's totals per column (a row
+// padded to whole int4), then the [E + 2][blocks] table of block counts.
+__host__ __device__ inline int plan_grid_totals_row(int E) { return (E + 2 + 3) & ~3; }
+inline int64_t plan_grid_workspace_ints(int E, int blocks) {
+  return plan_grid_totals_row(E) + int64_t{E + 2} * blocks;
+}
+
 inline size_t plan_grid_smem_bytes(int E) {
   return (size_t(E) * kGridHStride + 3 * size_t(E) + 1) * sizeof(int);
 }
@@ -114,8 +121,7 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
   int key[kGridMaxChunks];
   float wv[kGridMaxChunks];
   int bad = 0;
-  load_four_chunks(p, begin, slot0, 0, C, n_local, kAbsent, *reinterpret_cast<int(*)[4]>(key),
-                   *reinterpret_cast<float(*)[4]>(wv), bad);
+  load_four_chunks(p, begin, slot0, 0, C, n_local, kAbsent, key, wv, bad);
   {
     const int words = E * kGridHStride;  // a multiple of 4
     int4* h4 = reinterpret_cast<int4*>(s_h);
@@ -124,8 +130,7 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
     if (tid == 0) s_invalid = s_bad = 0;
   }
   if (C > 4) {
-    load_four_chunks(p, begin, slot0, 4, C, n_local, kAbsent, *reinterpret_cast<int(*)[4]>(key + 4),
-                     *reinterpret_cast<float(*)[4]>(wv + 4), bad);
+    load_four_chunks(p, begin, slot0, 4, C, n_local, kAbsent, key + 4, wv + 4, bad);
   }
   __syncthreads();
 
@@ -159,7 +164,7 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
   // 3. Column scan (thread e, its h row as four int4): h[e][w] becomes the entries of e in
   //    warps before w. The block's counts (columns E, E + 1: invalid and out-of-range ids) go
   //    to column b of the workspace's count table [E + 2][G], or stay in shared memory.
-  const int ws_row = round_up_pow2(E + 2, 4);
+  const int ws_row = plan_grid_totals_row(E);
   int* ws_tot = p.block_hist;             // [ws_row] plan totals per column
   int* ws_cnt = p.block_hist + ws_row;    // [E + 2][G] block counts, then exclusive prefixes
   int* s_cnt = s_base;  // [E + 2] block counts with one segment (s_base is written after use)
