@@ -26,7 +26,7 @@ import torch
 
 import torch_argon
 from torch_argon import baselines
-from torch_argon._plan_tuning import kernels_launched, plan_knobs
+from torch_argon._plan_tuning import GRID_SHAPE, kernels_launched, plan_knobs
 from torch_argon._shapes import plan_rows
 from torch_argon.timing import cuda_events_us, cuda_graph_us
 
@@ -164,9 +164,9 @@ def bench_plan(records):
 
 def bench_plan_variants(records):
     """The plan's kernels, each forced at every size, for choosing the launcher's thresholds:
-    the default ("auto"); the grid kernel as one segment shared by 1 or 16 blocks, and as one
-    segment per block with 1, 2, 3 or 4 chunks per warp; the portable one-kernel and two-kernel
-    paths (with and without dependent launch)."""
+    the default ("auto"); the grid kernel as one segment on 16 or 32 replicas, as clusters of 4
+    or 8 segments, and in the grid shape with 1, 2, 3 or 4 chunks per warp; the portable
+    one-kernel and two-kernel paths (with and without dependent launch)."""
     ops = torch_argon.argon_ops
     for dist in DISTS:
         for T in [1, 4, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]:
@@ -177,9 +177,13 @@ def bench_plan_variants(records):
             variants = [("auto", {})]
             one_c = -(-n // 512)  # chunks that make the whole plan one segment
             if one_c <= 8:
-                variants += [(f"grid_one_segment_b{b}", dict(grid=big, grid_chunks=one_c,
-                                                              grid_blocks=b)) for b in (1, 16)]
-            variants += [(f"grid_segments_c{c}", dict(grid=big, grid_chunks=c))
+                variants += [(f"grid_one_segment_r{r}",
+                              dict(grid=big, grid_cluster=1, grid_chunks=one_c, grid_replicas=r))
+                             for r in (16, 32)]
+            variants += [(f"grid_cluster{k}", dict(grid=big, grid_cluster=k))
+                         for k in (4, 8) if 512 * k // 2 < n <= 512 * 8 * k]
+            variants += [(f"grid_segments_c{c}",
+                          dict(grid=big, grid_cluster=GRID_SHAPE, grid_chunks=c))
                          for c in (1, 2, 3, 4) if c < one_c and -(-n // (512 * c)) <= 128]
             if n <= 4096:
                 variants += [("one_kernel", dict(grid=0, single_max=big))]

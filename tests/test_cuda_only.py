@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from torch_argon import backends, reference
-from torch_argon._plan_tuning import kernels_launched, plan_knobs, set_plan_knobs
+from torch_argon._plan_tuning import GRID_SHAPE, kernels_launched, plan_knobs, set_plan_knobs
 from conftest import assert_bits_equal
 from routing_cases import garbage_like, make_ids, make_weights
 
@@ -17,15 +17,20 @@ ops = CUDA.ops
 FIELDS = ("counts", "offsets", "sorted_token", "sorted_weight", "pos", "tile_expert", "meta")
 
 
-# The plan's kernels, each forced where the inputs allow it (the grid kernel needs E <= 1022
-# and a GPU with cooperative launch).
+# The plan's kernels, each forced where the inputs allow it (the grid kernel needs E <= 1022;
+# its cluster shape sm_90, its grid shape cooperative launch; a plan a shape cannot hold goes
+# to the portable kernels).
 PATHS = {
     "grid": dict(grid=1 << 30),
+    "grid_one_segment": dict(grid=1 << 30, grid_cluster=1),
+    "grid_cluster8": dict(grid=1 << 30, grid_cluster=8),
+    "grid_shape": dict(grid=1 << 30, grid_cluster=GRID_SHAPE),
     "one_kernel": dict(grid=0, single_max=1 << 20),
     "two_kernels": dict(grid=0, single_max=0),
 }
 GRID_MAX_EXPERTS = 1022
 HAS_COOPERATIVE = CUDA.available and torch.cuda.get_device_properties(0).major >= 6
+HAS_CLUSTERS = CUDA.available and torch.cuda.get_device_properties(0).major >= 9
 # Segments the grid kernel takes: one resident block per SM (its registers allow no second),
 # at most 128.
 GRID_MAX_SEGMENTS = (min(128, torch.cuda.get_device_properties(0).multi_processor_count)
@@ -36,6 +41,23 @@ needs_cooperative = pytest.mark.skipif(not HAS_COOPERATIVE,
 
 def ran_grid(names):
     return any("plan_grid_kernel" in n for n in names)
+
+
+def grid_fits(n, E, cluster, chunks):
+    """Whether the grid kernel takes a plan of n entries with the grid_cluster and grid_chunks
+    knobs as given (0: automatic), as the launcher decides."""
+    if E > GRID_MAX_EXPERTS:
+        return False
+    n = max(n, 1)
+    if cluster == 0:
+        return n <= 8 * 512 * GRID_MAX_SEGMENTS
+    if cluster == GRID_SHAPE:
+        c = chunks or -(-n // (512 * GRID_MAX_SEGMENTS))
+        return c <= 8 and -(-n // (512 * c)) <= GRID_MAX_SEGMENTS
+    if cluster > 1 and not HAS_CLUSTERS:
+        return False
+    c = chunks or -(-n // (512 * cluster))
+    return c <= 8 and n <= 512 * c * cluster
 
 
 @pytest.fixture
@@ -84,21 +106,23 @@ def test_plan_paths_agree(n_entries, chunks, pdl):
     (2048, 10, 512, 16, "zipf"), (4096, 10, 512, 16, "uniform"), (3000, 8, 1022, 16, "repeated"),
     (3000, 8, 1023, 16, "uniform"), (1500, 2, 5000, 32, "uniform"),
 ])
-@pytest.mark.parametrize("blocks,chunks", [(0, 0), (1, 0), (3, 0), (16, 0), (40, 0), (0, 1),
-                                           (0, 3), (5, 8)])
-def test_grid_kernel_shapes(T, K, E, tm, dist, blocks, chunks):
-    """The grid kernel over its shapes (one segment shared by 1 to 40 blocks, or one segment
-    per block with 1 to 8 chunks per warp), on outputs pre-filled with garbage. The profiler
-    confirms which kernel ran: the grid kernel up to E = 1022 wherever its segments fit the
-    resident blocks (one per SM, at most 128), the portable kernels above."""
+@pytest.mark.parametrize("cluster,replicas,chunks", [
+    (0, 0, 0), (1, 1, 0), (1, 3, 0), (1, 40, 0), (4, 16, 0), (8, 8, 0), (8, 3, 8), (2, 5, 1),
+    (GRID_SHAPE, 0, 1), (GRID_SHAPE, 0, 3), (GRID_SHAPE, 0, 8)])
+def test_grid_kernel_shapes(T, K, E, tm, dist, cluster, replicas, chunks):
+    """The grid kernel in each shape: one segment on 1 to 40 replicas; clusters of 2, 4 or 8
+    segments; one segment per block (the grid shape) with 1 chunk per warp (placed directly)
+    or 3 and 8 (placed through the block-sorted staging); on outputs pre-filled with garbage.
+    The profiler confirms which kernel ran: the grid kernel up to E = 1022 wherever the shape
+    holds the plan (grid_fits), the portable kernels otherwise."""
     ids, w = make_ids(T, K, E, dist, seed=T + E), make_weights(T, K)
     want = reference.moe_plan(ids, w, E, tm)
     out = want._replace(**{f: garbage_like(getattr(want, f)).cuda() for f in FIELDS})
-    with plan_knobs(grid=1 << 30, grid_blocks=blocks, grid_chunks=chunks):
+    with plan_knobs(grid=1 << 30, grid_cluster=cluster, grid_replicas=replicas,
+                    grid_chunks=chunks):
         names = kernels_launched(lambda: ops.moe_plan(ids.cuda(), w.cuda(), E, tm, out=out))
     assert_plan_equal(out, want)
-    segments = -(-max(T * K, 1) // (512 * chunks)) if chunks else 1
-    assert ran_grid(names) == (E <= GRID_MAX_EXPERTS and segments <= GRID_MAX_SEGMENTS), names
+    assert ran_grid(names) == grid_fits(T * K, E, cluster, chunks), names
 
 
 @needs_cooperative
@@ -123,14 +147,16 @@ def test_plan_knobs_reject_bad_values():
     for bad in (9, 100):
         with pytest.raises(RuntimeError, match="grid_chunks"):
             set_plan_knobs(grid_chunks=bad)
+    with pytest.raises(RuntimeError, match="grid_cluster"):
+        set_plan_knobs(grid_cluster=GRID_SHAPE + 1, grid_chunks=2)
     assert set_plan_knobs() == before
     with pytest.raises(ValueError, match="unknown plan knobs"):
         set_plan_knobs(grid_chunk=2)
 
 
 @pytest.mark.parametrize("E", [1, 31, 32, 1023, 1024, 4000])
-@pytest.mark.parametrize("path", ["grid", "grid_3blocks", "grid_segments", "one_kernel_1block",
-                                  "one_kernel_7blocks", "two_kernels"])
+@pytest.mark.parametrize("path", ["grid", "grid_3replicas", "grid_cluster4", "grid_segments",
+                                  "one_kernel_1block", "one_kernel_7blocks", "two_kernels"])
 def test_plan_radix_passes_and_paths(E, path):
     """Expert counts around the portable sort's pass boundaries (1, 2 and 3 radix passes; 4000
     needs more than 48 KiB of shared memory), through each path and block count."""
@@ -138,8 +164,9 @@ def test_plan_radix_passes_and_paths(E, path):
     ids, w = make_ids(T, K, E, "zipf", seed=E), make_weights(T, K)
     ids[::7, 0] = -1
     knobs = {"grid": dict(grid=1 << 30),
-             "grid_3blocks": dict(grid=1 << 30, grid_blocks=3, grid_chunks=8),
-             "grid_segments": dict(grid=1 << 30, grid_chunks=1),
+             "grid_3replicas": dict(grid=1 << 30, grid_cluster=1, grid_replicas=3, grid_chunks=8),
+             "grid_cluster4": dict(grid=1 << 30, grid_cluster=4),
+             "grid_segments": dict(grid=1 << 30, grid_cluster=GRID_SHAPE, grid_chunks=1),
              "one_kernel_1block": dict(grid=0, single_max=1 << 20, single_blocks=1),
              "one_kernel_7blocks": dict(grid=0, single_max=1 << 20, single_blocks=7),
              "two_kernels": dict(grid=0, single_max=0, chunks=1)}[path]

@@ -63,26 +63,27 @@ static __device__ __noinline__ int block_exclusive_scan(int* s, int n, int* s_wa
 // warp 0's result). Returns the thread's exclusive prefix and sets `total` in every thread.
 // `s_warp` (32 ints) must not be in use by the block, and is left holding warp totals; a
 // caller that scans again needs a barrier first. All threads of the block must call it.
-__device__ __forceinline__ int block_exclusive_scan_1bar(int x, int* s_warp, int& total) {
+template <class V>
+__device__ __forceinline__ V block_exclusive_scan_1bar(V x, V* s_warp, V& total) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n_warps = blockDim.x >> 5;
-  int incl = x;
+  V incl = x;
 #pragma unroll
   for (int d = 1; d < 32; d <<= 1) {
-    const int y = __shfl_up_sync(0xffffffffu, incl, d);
+    const V y = __shfl_up_sync(0xffffffffu, incl, d);
     if (lane >= d) incl += y;
   }
   if (lane == 31) s_warp[warp] = incl;
   __syncthreads();
-  int v = lane < n_warps ? s_warp[lane] : 0;
+  V v = lane < n_warps ? s_warp[lane] : V{0};
 #pragma unroll
   for (int d = 1; d < 32; d <<= 1) {
-    const int y = __shfl_up_sync(0xffffffffu, v, d);
+    const V y = __shfl_up_sync(0xffffffffu, v, d);
     if (lane >= d) v += y;
   }
   total = __shfl_sync(0xffffffffu, v, 31);
-  const int warps_before = __shfl_sync(0xffffffffu, v, (warp + 31) & 31);
-  return (warp > 0 ? warps_before : 0) + incl - x;
+  const V warps_before = __shfl_sync(0xffffffffu, v, (warp + 31) & 31);
+  return (warp > 0 ? warps_before : V{0}) + incl - x;
 }
 
 }  // namespace argon::cuda

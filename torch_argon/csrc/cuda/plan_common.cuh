@@ -17,7 +17,10 @@ struct PlanParams {
   FloatKind w_kind;
   int ids_64;  // ids are int64 (else int32)
   int n, K, E, tm, r_max, n_tiles;
-  int chunks;              // C: chunks of 32 entries per warp; entries per block = threads * C
+  int chunks;              // portable kernels: chunks of 32 entries per warp (the grid kernel's
+                           // is its template parameter)
+  int cluster;             // grid kernel: segments, one per block of a cluster (replicas = grid /
+                           // cluster); 0: one segment per block, exchanged over the grid
   int passes, digit_bits;  // portable kernel: radix passes over the key bits, bits per pass
   int* counts;
   int* offsets;

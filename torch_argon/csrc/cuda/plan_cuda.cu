@@ -1,9 +1,10 @@
 // moe_plan on CUDA: the launcher, which picks a kernel, and the op registrations.
-//   Where the GPU has cooperative launch and E <= kGridMaxExperts: plan_grid_kernel
-//     (plan_grid.cuh), one launch for any n up to 8 chunks per warp over the resident blocks.
-//     Up to kGridOneSegmentEntries entries its blocks each rank every entry and share the writes;
-//     above, one segment per block, as many blocks as the GPU holds (up to 128), exchanging
-//     counts across grid barriers.
+//   Where E <= kGridMaxExperts: plan_grid_kernel<C> (plan_grid.cuh), one launch for any n up
+//     to 8 chunks per warp over the resident blocks. Up to kGridOneSegmentEntries entries the
+//     plan is one segment that every block ranks (the blocks share the writes); on sm_90 up to
+//     kGridClusterEntries, 4 or 8 segments on the blocks of a cluster, replicated; above, with
+//     cooperative launch, one segment per block, as many blocks as the GPU holds (up to 128),
+//     exchanging counts across grid barriers.
 //   Otherwise: the portable kernels (plan_portable.cuh): one kernel up to kSingleMaxEntries,
 //     count + place kernels above.
 // All give the same bytes (the reference's); the CUDA tests run each on the same inputs.
@@ -28,18 +29,31 @@ namespace {
 constexpr int kSingleMaxEntries = 2048;
 // The grid kernel: keys are 10-bit (warp_peers) and E + 2 columns fit four per thread.
 constexpr int kGridMaxExperts = 1022;
-// One segment up to 5 chunks per warp, shared by 16 blocks (H200, bench_cuda.py plan_variants,
-// E = 512, K = 10, uniform: T = 16 5.7 us with 16 blocks against 7.0 with one; T = 128 7.5
-// against 12.4 for 3 segments; T = 256 (5 chunks) 9.4 against 11.3 for 5 segments).
-constexpr int kGridOneSegmentEntries = 5 * kGridThreads;
-constexpr int kGridOneSegmentBlocks = 16;
+// Its shapes (H200, lab sweep of every shape, E = 512, K = 10, graph replay; uniform, Zipf
+// within 0.2 us): one segment up to 3 chunks per warp (T = 128: 7.0 us, against 7.1 for 4
+// segments), on 32 replicas (16: +0.1 us); then clusters of 4 segments on 16 replicas up to 3
+// chunks (T = 256 7.7, T = 512 8.3 us, against 10.3 and 10.2 for the grid shape), and of 8
+// segments on 8 replicas (T = 1024 9.3 against 10.4); then the grid shape (T = 2048 10.6
+// against 11.0 for clusters of 8).
+constexpr int kGridOneSegmentEntries = 3 * kGridThreads;
+constexpr int kGridReplicas = 32;
+constexpr int kGridClusterChunks = 3;
+constexpr int kGridMaxCluster = 8;   // portable cluster sizes only
+constexpr int kGridForceGrid = kGridMaxCluster + 1;  // the grid_cluster knob's "grid shape"
 int g_single_max_entries = kSingleMaxEntries;
 int g_chunks = 0;          // portable two-kernel path: chunks per warp (0 = automatic)
 int g_single_blocks = 0;   // portable one-kernel path: blocks sharing the writes (0 = automatic)
 int g_pdl = 1;             // portable two-kernel path: programmatic dependent launch (sm_90+)
 int g_grid_max = 1 << 30;  // the grid kernel up to this n (where it fits; 0: never)
-int g_grid_blocks = 0;     // grid kernel, one segment: blocks sharing the writes (0 = automatic)
+int g_grid_replicas = 0;   // grid kernel, cluster shape: replicas (0 = automatic)
 int g_grid_chunks = 0;     // grid kernel: chunks per warp (0 = automatic)
+int g_grid_cluster = 0;    // grid kernel: 0 automatic, 1..8 the cluster shape with that many
+                           // segments, kGridForceGrid the grid shape
+
+using PlanKernel = void (*)(PlanParams);
+constexpr PlanKernel kGridKernels[kGridMaxChunks] = {
+    plan_grid_kernel<1>, plan_grid_kernel<2>, plan_grid_kernel<3>, plan_grid_kernel<4>,
+    plan_grid_kernel<5>, plan_grid_kernel<6>, plan_grid_kernel<7>, plan_grid_kernel<8>};
 
 // Dynamic shared memory above the default 48 KiB (static included) needs an opt-in per kernel
 // and device; granted sizes are remembered so the call is made once, not on every launch.
@@ -70,58 +84,117 @@ void launch_plan_kernel(void (*kernel)(PlanParams), const PlanParams& p, int blo
   ARGON_CUDA_CHECK_LAUNCH();
 }
 
-// Blocks of plan_grid_kernel the device holds at once (0: no cooperative launch). Found once
-// per device, for the most shared memory the kernel may ask for.
-int grid_resident_blocks(const cudaDeviceProp& props) {
-  static int known[64] = {};  // blocks + 1; 0 = not asked yet
+// What the device offers the grid kernel, found once per device (for the most shared memory
+// the kernel may ask for, which also opts every instantiation in to it): the blocks it holds
+// at once with cooperative launch (0: none), and whether it runs clusters of up to
+// kGridMaxCluster blocks (sm_90+).
+struct GridDevice {
+  int resident_blocks = 0;
+  bool clusters = false;
+};
+GridDevice grid_device(const cudaDeviceProp& props) {
+  static GridDevice known[64];
+  static bool asked[64] = {};
   int dev = 0;
   C10_CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev < 64 && known[dev]) return known[dev] - 1;
+  if (dev < 64 && asked[dev]) return known[dev];
+  GridDevice d;
+  for (int c = 1; c <= kGridMaxChunks; ++c) {
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kGridKernels[c - 1],
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(plan_grid_smem_bytes(kGridMaxExperts, c))));
+  }
+  const PlanKernel widest = kGridKernels[kGridMaxChunks - 1];
+  const size_t smem = plan_grid_smem_bytes(kGridMaxExperts, kGridMaxChunks);
   int coop = 0, per_sm = 0;
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
-  const size_t smem = plan_grid_smem_bytes(kGridMaxExperts);
-  allow_smem<plan_grid_kernel>(smem);
   C10_CUDA_CHECK(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, plan_grid_kernel, kGridThreads, smem));
-  const int blocks = coop ? per_sm * props.multiProcessorCount : 0;
-  if (dev < 64) known[dev] = blocks + 1;
-  return blocks;
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, widest, kGridThreads, smem));
+  d.resident_blocks = coop ? per_sm * props.multiProcessorCount : 0;
+  if (props.major >= 9) {
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim = {kGridMaxCluster, 1, 1};
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(kGridMaxCluster);
+    cfg.blockDim = dim3(kGridThreads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    d.clusters = cudaOccupancyMaxActiveClusters(&clusters, widest, &cfg) == cudaSuccess &&
+                 clusters >= 1;
+    (void)cudaGetLastError();  // a refused query is an answer (no clusters), not an error
+  }
+  if (dev < 64) {
+    known[dev] = d;
+    asked[dev] = true;
+  }
+  return d;
+}
+
+// The grid kernel's shape for a plan: `cluster` segments per cluster (0: the grid shape),
+// C chunks per warp, `blocks` blocks; false if the plan does not fit it.
+struct GridShape {
+  int cluster = 0, chunks = 0, blocks = 0;
+};
+bool grid_shape(int64_t n, const cudaDeviceProp& props, GridShape& shape) {
+  const GridDevice dev = grid_device(props);
+  n = std::max<int64_t>(n, 1);
+  int cluster = g_grid_cluster;
+  if (cluster == 0) {  // automatic
+    const int64_t cluster_max = int64_t{kGridMaxCluster} * kGridThreads * kGridClusterChunks;
+    cluster = n <= kGridOneSegmentEntries ? 1
+              : dev.clusters && n <= cluster_max / 2 ? 4
+              : dev.clusters && n <= cluster_max ? 8
+              : kGridForceGrid;
+    if (cluster == kGridForceGrid && dev.resident_blocks == 0) cluster = 1;
+  }
+  if (cluster == kGridForceGrid) {
+    const int64_t max_segments = std::min(dev.resident_blocks, kGridMaxBlocks);
+    if (max_segments == 0) return false;
+    const int64_t chunks = g_grid_chunks > 0 ? g_grid_chunks
+                                             : ceil_div(n, int64_t{kGridThreads} * max_segments);
+    if (chunks > kGridMaxChunks) return false;
+    const int64_t segments = ceil_div(n, kGridThreads * chunks);
+    if (segments > max_segments) return false;
+    shape = {0, static_cast<int>(chunks), static_cast<int>(segments)};
+    return true;
+  }
+  if (cluster > 1 && !dev.clusters) return false;
+  const int64_t chunks =
+      g_grid_chunks > 0 ? g_grid_chunks : ceil_div(n, int64_t{kGridThreads} * cluster);
+  if (chunks > kGridMaxChunks || n > int64_t{kGridThreads} * chunks * cluster) return false;
+  // Replicas: 32 blocks in all for one segment; 64 for clusters (16 of 4, 8 of 8).
+  const int replicas = g_grid_replicas > 0 ? g_grid_replicas
+                       : cluster == 1      ? kGridReplicas
+                                           : 64 / cluster;
+  shape = {cluster, static_cast<int>(chunks),
+           std::min(replicas, std::max(1, props.multiProcessorCount / cluster)) * cluster};
+  return true;
 }
 
 // Launch the grid kernel if the plan fits it (returns false, launching nothing, if not).
 bool launch_plan_grid(PlanParams& p, const cudaDeviceProp& props, const at::Device& device,
                       cudaStream_t s) {
-  if (p.n > g_grid_max || p.E > kGridMaxExperts) return false;
-  const int64_t max_segments = std::min(grid_resident_blocks(props), kGridMaxBlocks);
-  if (max_segments == 0) return false;
-  // Chunks: the fewest that fit one segment, or else that spread over the most blocks.
-  const int64_t n = std::max(p.n, 1);
-  const int64_t chunks =
-      g_grid_chunks > 0 ? g_grid_chunks
-      : n <= kGridOneSegmentEntries ? ceil_div(n, kGridThreads)
-                                    : ceil_div(n, int64_t{kGridThreads} * max_segments);
-  if (chunks > kGridMaxChunks) return false;
-  const int64_t segments = ceil_div(n, kGridThreads * chunks);
-  if (segments > max_segments) return false;
-  p.chunks = static_cast<int>(chunks);
-  const bool one_segment = segments == 1;
-  const int blocks = one_segment
-                         ? std::min(g_grid_blocks > 0 ? g_grid_blocks : kGridOneSegmentBlocks,
-                                    props.multiProcessorCount)
-                         : static_cast<int>(segments);
+  GridShape shape;
+  if (p.n > g_grid_max || p.E > kGridMaxExperts || !grid_shape(p.n, props, shape)) return false;
+  p.cluster = shape.cluster;
   Tensor workspace;  // kept alive until the launch is queued (the allocator is stream-ordered)
-  if (!one_segment) {
-    workspace = at::detail::empty_cuda({plan_grid_workspace_ints(p.E, blocks)}, at::kInt,
+  cudaLaunchAttribute attr{};
+  if (shape.cluster == 0) {
+    workspace = at::detail::empty_cuda({plan_grid_workspace_ints(p.E, shape.blocks)}, at::kInt,
                                        device, std::nullopt);
     p.block_hist = workspace.data_ptr<int>();
+    attr.id = cudaLaunchAttributeCooperative;  // every block resident: the grid barriers
+    attr.val.cooperative = 1;
+  } else if (shape.cluster > 1) {
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim = {static_cast<unsigned>(shape.cluster), 1, 1};
   }
-  const size_t smem = plan_grid_smem_bytes(p.E);
-  allow_smem<plan_grid_kernel>(smem);
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeCooperative;  // every block resident: the kernel's grid barriers
-  attr.val.cooperative = 1;
-  launch_plan_kernel(plan_grid_kernel, p, blocks, kGridThreads, smem, s,
-                     one_segment ? nullptr : &attr);
+  launch_plan_kernel(kGridKernels[shape.chunks - 1], p, shape.blocks, kGridThreads,
+                     plan_grid_smem_bytes(p.E, shape.chunks), s,
+                     shape.cluster == 1 ? nullptr : &attr);
   return true;
 }
 
@@ -239,24 +312,30 @@ PlanOutputs moe_plan_cuda(
 // Benchmark and test hook. Portable kernels: the entries up to which the one-kernel path runs,
 // the chunks per warp of the two-kernel path (0: automatic), the blocks of the one-kernel path
 // (0: automatic), programmatic dependent launch of the two-kernel path (0 / 1). Grid kernel:
-// the entries up to which it is used (where it fits; 0: never), its blocks when the plan is one
-// segment (0: automatic), its chunks per warp (0: automatic; at most kGridMaxChunks). Negative
-// values leave a knob as is. Returns the previous values, in this order.
+// the entries up to which it is used (where it fits; 0: never), its replicas in the cluster
+// shape (0: automatic), its chunks per warp (0: automatic; at most kGridMaxChunks), its shape
+// (0: automatic; 1 to kGridMaxCluster: the cluster shape with that many segments, 1 being one
+// segment; kGridForceGrid: the grid shape). Negative values leave a knob as is. Returns the
+// previous values, in this order.
 std::vector<int64_t> plan_tuning(int64_t single_max_entries, int64_t chunks, int64_t single_blocks,
-                                 int64_t pdl, int64_t grid, int64_t grid_blocks,
-                                 int64_t grid_chunks) {
-  std::vector<int64_t> previous{g_single_max_entries, g_chunks,      g_single_blocks, g_pdl,
-                                g_grid_max,           g_grid_blocks, g_grid_chunks};
+                                 int64_t pdl, int64_t grid, int64_t grid_replicas,
+                                 int64_t grid_chunks, int64_t grid_cluster) {
+  std::vector<int64_t> previous{g_single_max_entries, g_chunks,        g_single_blocks,
+                                g_pdl,                g_grid_max,      g_grid_replicas,
+                                g_grid_chunks,        g_grid_cluster};
   // Checked before any knob changes, so a refused call changes nothing.
   TORCH_CHECK(grid_chunks <= kGridMaxChunks,
               "plan_tuning: grid_chunks must be at most ", kGridMaxChunks, ", got ", grid_chunks);
+  TORCH_CHECK(grid_cluster <= kGridForceGrid, "plan_tuning: grid_cluster must be at most ",
+              kGridForceGrid, " (the grid shape), got ", grid_cluster);
   if (single_max_entries >= 0) g_single_max_entries = static_cast<int>(std::min<int64_t>(single_max_entries, 1 << 30));
   if (chunks >= 0) g_chunks = static_cast<int>(std::min<int64_t>(chunks, kMaxChunks));
   if (single_blocks >= 0) g_single_blocks = static_cast<int>(std::min<int64_t>(single_blocks, 1024));
   if (pdl >= 0) g_pdl = pdl != 0;
   if (grid >= 0) g_grid_max = static_cast<int>(std::min<int64_t>(grid, 1 << 30));
-  if (grid_blocks >= 0) g_grid_blocks = static_cast<int>(std::min<int64_t>(grid_blocks, 1024));
+  if (grid_replicas >= 0) g_grid_replicas = static_cast<int>(std::min<int64_t>(grid_replicas, 1024));
   if (grid_chunks >= 0) g_grid_chunks = static_cast<int>(grid_chunks);
+  if (grid_cluster >= 0) g_grid_cluster = static_cast<int>(grid_cluster);
   return previous;
 }
 
@@ -270,7 +349,8 @@ TORCH_LIBRARY_IMPL(argon, CUDA, m) {
 // Internal knobs of the CUDA backend, for the benchmark and tests (not part of the public API).
 TORCH_LIBRARY(argon_cuda, m) {
   m.def("plan_tuning(int single_max_entries, int chunks, int single_blocks=-1, int pdl=-1, "
-        "int grid_max_entries=-1, int grid_blocks=-1, int grid_chunks=-1) -> int[]",
+        "int grid_max_entries=-1, int grid_replicas=-1, int grid_chunks=-1, "
+        "int grid_cluster=-1) -> int[]",
         TORCH_FN(plan_tuning));
 }
 

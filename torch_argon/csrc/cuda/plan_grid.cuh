@@ -1,48 +1,62 @@
-// moe_plan in ONE launch on any GPU with cooperative launch: 512-thread blocks spread over the
-// whole GPU. A plan of up to 5 chunks per warp (2560 entries) is one segment: every block ranks
-// all of it and writes its share of the outputs, with no exchange. A larger plan is cut into
-// one segment per block (G blocks, all resident: the launcher sizes G from the occupancy query
-// and launches with the cooperative attribute), and the blocks exchange their per-expert
-// counts through a global workspace across two grid barriers (cooperative_groups grid sync).
+// moe_plan in ONE launch, 512-thread blocks, in one of two shapes the launcher picks:
 //
-// Algorithm. Block b owns the entries [b * S, (b + 1) * S), S = 512 * C; warp w of it owns
-// C consecutive chunks of 32 consecutive entries, so (b, w, chunk, lane) is flat-index order.
-// The row of entry i, expert e, is
+//   * Cluster shape (small and medium plans): the plan is cut into p.cluster segments (1, or
+//     4 or 8 on sm_90+), one per block of a thread-block cluster, and the blocks of a cluster
+//     exchange their per-expert counts through distributed shared memory (one cluster
+//     barrier). The grid holds several such clusters, the replicas: each ranks every entry
+//     and writes its share of the outputs, so the writes spread over many SMs.
+//   * Grid shape (large plans, cooperative launch): one segment per block, one block per SM,
+//     up to 128 blocks; the blocks exchange their counts through a global workspace across
+//     two grid barriers (cooperative_groups grid sync).
+//
+// Algorithm. Segment s owns the entries [s * S, (s + 1) * S), S = 512 * C (C, the chunks per
+// warp, is a template parameter: the instruction cache holds a kernel of one C much better
+// than one loop over up to eight); warp w owns C consecutive chunks of 32 consecutive entries,
+// so (segment, warp, chunk, lane) is flat-index order. The row of entry i, expert e, is
 //     offsets[e]                      exclusive scan of the padded totals over experts
-//   + (entries of e in blocks < b)    exclusive scan over blocks of the workspace counts
+//   + (entries of e in segments < s)  exclusive scan over segments of their counts
 //   + (entries of e in warps < w)     scan of the block's per-warp count table h[e][w]
 //   + (entries of e before i in w)    h[e][w] before i's chunk + lanes below i with its key
 // where a lane's peers (the lanes of its chunk with the same key) come from one ballot per key
 // bit, and the lowest peer adds the chunk's count to h[e][w] for the next chunk. Keys, weights
-// and ranks stay in registers (C <= 8). That is a stable rank without a sort and without global
+// and ranks stay in registers. That is a stable rank without a sort and without global
 // atomics; integer sums are exact, so the bytes are the same on every run. Ids that are -1 or
 // out of range get key E (counted, not ranked; out-of-range ones also for meta); slots past
 // the last entry get key E + 1 and touch nothing.
 //
-// Steps (B = block barrier, GB = grid barrier):
+// Steps (B = block barrier, CB = cluster barrier, GB = grid barrier):
 //   load keys and weights (four chunks in flight), zero h meanwhile         B
 //   ranks inside each warp, chunk by chunk                                  B
-//   scan of h per expert (one thread, four int4); the block's counts go to column b of the
-//   workspace table [E + 2][G] (columns E, E + 1: invalid and out-of-range counts)    GB
-//   one warp segment per table row scans the G block counts in place (exclusive) and writes
-//   the row total                                                           GB
-//   per four experts (thread order = expert order): totals and this block's prefix; padded
-//   offsets by a one-barrier scan                                           B
-//   placement of the block's entries; then, strided over the grid's warps, one lane per tile
-//   finds its expert by binary search over the offsets and writes tile_expert, and the warp
-//   writes each padded tile's padding rows with its lanes side by side; the tail rows.
+//   scan of h per expert (one thread, four int4); the block's counts (columns E, E + 1:
+//   invalid and out-of-range ids) go to shared memory, and in the grid shape to column b of
+//   the workspace table [E + 2][G]                                          B / CB / GB
+//   grid shape: one warp segment per table row scans the G block counts in place (exclusive)
+//   and writes the row total                                                GB
+//   per four experts (thread order = expert order): totals and this block's prefix (from the
+//   cluster's blocks' shared memory, or from the workspace); padded offsets by a one-barrier
+//   scan                                                                    B
+//   placement: the entries of chunk q (q = warp * C + c) by replica q mod replicas; in the grid
+//   shape with C >= 2, staged: each entry goes to shared memory in block-sorted order (by
+//   expert, then rank), and the block writes from there, so entries of one expert, which have
+//   consecutive rows, are written by neighbouring lanes and their stores coalesce
+//   tiles, strided over the grid's warps: one lane per tile finds its expert by binary search
+//   over the offsets and writes tile_expert, the warp writes each padded tile's padding rows
+//   with its lanes side by side; then the tail rows.
 // Block 0 writes counts, offsets and meta. Every output element is written on every call.
 //
-// Where the time goes (H200, E = 512, K = 10, uniform; lab clocks per step, cycles at ~1.9 GHz;
-// graph replay 5.2 us at T = 1, 6.9 at T = 128, 10.8 at T = 4096, 15.7 at T = 16384):
-// launch ~0.9 us; load + zero ~1.3K cycles; ranks ~1.3K (C = 1) to ~2.4K (C = 3); h scan
-// ~0.9-1.7K; the exchange (two grid barriers of ~2K each and the row scans) 5-7K; offsets
-// ~1.3-1.6K; placement ~2.5K per 512 entries a block (scattered 4-byte stores); tiles and
-// padding 0.2-2K. The exchange is what keeps T >= 256 above 10 us.
+// Where the time goes (H200, E = 512, K = 10, uniform; lab clocks per step, cycles at ~1.9 GHz,
+// the same on a warm second pass in one launch, so not cold caches): with no entries at all
+// the steps cost ~1.2K (zeroing), ~1.1K, ~0.85K (h scan), ~1.8K (offsets) and ~0.4K: the
+// block's 16 warps issue every step's instructions, so a step costs what its code does, and a
+// smaller kernel is faster (the runtime-C kernel before this one: 4.75 against 4.0 us at T = 0).
+// Per C: ranks ~0.55K. The grid exchange costs 5-7K (two grid barriers ~2K each); the cluster
+// exchange ~1.2-1.5K. Placement: ~2.5K per 512 entries a block unstaged (scattered 4-byte
+// stores); staged halves it at C = 3.
 //
 // Limits (the launcher checks them and otherwise takes the portable kernels): E <= 1022 (keys
-// are 10 bits; E + 2 columns fit four per thread); C <= 8; G <= 128 resident blocks; shared
-// memory 4 * (20 E + 3 E + 1) bytes.
+// are 10 bits; E + 2 columns fit four per thread); C <= 8; grid shape: G <= 128 resident
+// blocks; cluster shape: sm_90+, p.cluster <= 8 (portable cluster sizes); shared memory
+// plan_grid_smem_bytes(E, C).
 #pragma once
 #include <cooperative_groups.h>
 
@@ -66,9 +80,31 @@ inline int64_t plan_grid_workspace_ints(int E, int blocks) {
   return plan_grid_totals_row(E) + int64_t{E + 2} * blocks;
 }
 
-inline size_t plan_grid_smem_bytes(int E) {
-  return (size_t(E) * kGridHStride + 3 * size_t(E) + 1) * sizeof(int);
+// Shared memory: h (reused to stage the placement: row, token, weight per entry), the block's
+// counts (a totals row), then four per-expert arrays (bases, padding starts, local starts,
+// offsets + 1).
+__host__ __device__ inline int plan_grid_h_words(int E, int C) {
+  return E * kGridHStride > 3 * kGridThreads * C ? E * kGridHStride : 3 * kGridThreads * C;
 }
+inline size_t plan_grid_smem_bytes(int E, int C) {
+  return (size_t(plan_grid_h_words(E, C)) + plan_grid_totals_row(E) + 4 * size_t(E) + 1) *
+         sizeof(int);
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define ARGON_PLAN_CLUSTERS 1
+// Cluster barrier halves: arrive releases this thread's shared-memory writes to the cluster
+// (relaxed: only signals progress); wait returns once every thread of the cluster arrived.
+__device__ __forceinline__ void cluster_arrive_release() {
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+#endif
 
 // Exclusive prefix sum within each segment of `width` lanes (a power of two); `total` gets the
 // segment's sum. All lanes of the warp must call it.
@@ -96,40 +132,52 @@ __device__ __forceinline__ unsigned warp_peers(int key) {
   return peers;
 }
 
+template <int C>
 __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p) {
+  static_assert(C >= 1 && C <= kGridMaxChunks, "chunks per warp");
+  constexpr int S = kGridThreads * C;          // entries per segment
+  constexpr int kChunkSlots = (C + 3) / 4 * 4;  // loaded four chunks at a time
   extern __shared__ __align__(16) int smem_words[];
-  __shared__ int s_warp[32];
+  __shared__ long long s_warp[32];
   __shared__ int s_invalid, s_bad;
-  const int E = p.E, C = p.chunks;
-  int* s_h = smem_words;                 // [E][kGridHStride] per-warp counts of each expert
-  int* s_base = s_h + E * kGridHStride;  // [E] row of this block's first entry of e
-  int* s_pad = s_base + E;              // [E] first padding row of e
-  int* s_off = s_pad + E;               // [E + 1] padded offsets
+  const int E = p.E;
+  int* s_h = smem_words;  // [E][kGridHStride] per-warp counts of each expert; later the staging
+  int* s_cnt = s_h + plan_grid_h_words(E, C);     // [totals row] block counts (cluster peers
+                                                  // read it)
+  int* s_base = s_cnt + plan_grid_totals_row(E);  // [E] row of this block's first entry of e
+  int* s_pad = s_base + E;                        // [E] first padding row of e
+  int* s_loc = s_pad + E;                         // [E] first block-sorted slot of e (staged)
+  int* s_off = s_loc + E;                         // [E + 1] padded offsets
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int b = blockIdx.x, G = gridDim.x, S = kGridThreads * C;
-  // One segment: every block ranks all entries and writes its share of the outputs (no
-  // exchange). Several: block b owns segment b (G == segments, all resident: cooperative).
-  const bool one_segment = p.n <= S;
-  const int64_t begin = one_segment ? 0 : int64_t{b} * S;
+  const int b = blockIdx.x, G = gridDim.x;
+  // Segments exchanged over the grid (p.cluster == 0): block b owns segment b (G segments, all
+  // resident: cooperative launch). Else p.cluster segments, one per block of a cluster, and the
+  // G / p.cluster clusters are replicas: each ranks every entry and writes its share.
+  const bool grid_exchange = p.cluster == 0;
+  const int segs = grid_exchange ? G : p.cluster;
+  const int seg = grid_exchange ? b : b % segs;       // 1-D clusters: the rank in the cluster
+  const int replicas = grid_exchange ? 1 : G / segs;
+  const int replica = grid_exchange ? 0 : b / segs;
+  const int64_t begin = int64_t{seg} * S;
   const int n_local = static_cast<int>(max(int64_t{0}, min(int64_t{S}, int64_t{p.n} - begin)));
   const int slot0 = warp * 32 * C + lane;  // chunk c of this lane: slot0 + 32 * c
   const int kAbsent = E + 1;
 
   // 1. Keys and weights into registers (four chunks' loads in flight at a time); h is zeroed
   //    while the first loads are in flight.
-  int key[kGridMaxChunks];
-  float wv[kGridMaxChunks];
+  int key[kChunkSlots];
+  float wv[kChunkSlots];
   int bad = 0;
   load_four_chunks(p, begin, slot0, 0, C, n_local, kAbsent, key, wv, bad);
   {
-    const int words = E * kGridHStride;  // a multiple of 4
+    const int words = E * kGridHStride;  // a multiple of 4 (the part the ranks use)
     int4* h4 = reinterpret_cast<int4*>(s_h);
 #pragma unroll 1
     for (int q = tid; q < words / 4; q += kGridThreads) h4[q] = make_int4(0, 0, 0, 0);
     if (tid == 0) s_invalid = s_bad = 0;
   }
-  if (C > 4) {
+  if constexpr (C > 4) {
     load_four_chunks(p, begin, slot0, 4, C, n_local, kAbsent, key + 4, wv + 4, bad);
   }
   __syncthreads();
@@ -137,23 +185,20 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
   // 2. Rank inside the warp: the lane's peers in its chunk, plus the warp's earlier chunks
   //    (h[e][warp] counts the warp's entries of e so far; the lowest peer adds the chunk's).
   const unsigned lanes_below = (1u << lane) - 1u;
-  int rank[kGridMaxChunks];
+  int rank[C];
   int invalid = 0;
 #pragma unroll
-  for (int c = 0; c < kGridMaxChunks; ++c) {
-    rank[c] = 0;
-    if (c < C) {
-      const int k = key[c];
-      invalid += k == E;
-      const unsigned peers = warp_peers(k);
-      int* h = s_h + k * kGridHStride + warp;
-      const bool valid = k < E;
-      const int earlier = valid ? *h : 0;
-      __syncwarp();  // every peer has read h before the leader adds to it
-      if (valid && lane == __ffs(peers) - 1) *h = earlier + __popc(peers);
-      __syncwarp();
-      rank[c] = earlier + __popc(peers & lanes_below);
-    }
+  for (int c = 0; c < C; ++c) {
+    const int k = key[c];
+    invalid += k == E;
+    const unsigned peers = warp_peers(k);
+    int* h = s_h + k * kGridHStride + warp;
+    const bool valid = k < E;
+    const int earlier = valid ? *h : 0;
+    __syncwarp();  // every peer has read h before the leader adds to it
+    if (valid && lane == __ffs(peers) - 1) *h = earlier + __popc(peers);
+    __syncwarp();
+    rank[c] = earlier + __popc(peers & lanes_below);
   }
   invalid = warp_sum(invalid);
   bad = warp_sum(bad);
@@ -167,7 +212,6 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
   const int ws_row = plan_grid_totals_row(E);
   int* ws_tot = p.block_hist;             // [ws_row] plan totals per column
   int* ws_cnt = p.block_hist + ws_row;    // [E + 2][G] block counts, then exclusive prefixes
-  int* s_cnt = s_base;  // [E + 2] block counts with one segment (s_base is written after use)
 #pragma unroll 1
   for (int e = tid; e < E; e += kGridThreads) {
     int4* row = reinterpret_cast<int4*>(s_h + e * kGridHStride);
@@ -183,22 +227,23 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
     }
 #pragma unroll
     for (int j = 0; j < kGridWarps / 4; ++j) row[j] = v[j];
-    if (one_segment) s_cnt[e] = run; else ws_cnt[int64_t{e} * G + b] = run;
+    s_cnt[e] = run;
+    if (grid_exchange) ws_cnt[int64_t{e} * G + b] = run;
   }
   if (tid == 0) {
-    if (one_segment) {
-      s_cnt[E] = s_invalid;
-      s_cnt[E + 1] = s_bad;
-    } else {
+    if (grid_exchange) {
       ws_cnt[int64_t{E} * G + b] = s_invalid;
       ws_cnt[int64_t{E + 1} * G + b] = s_bad;
+    } else {
+      s_cnt[E] = s_invalid;
+      s_cnt[E + 1] = s_bad;
     }
   }
 
   // 4. Per column: the plan's total and the entries in earlier blocks. With several segments,
   //    one warp per column scans its G block counts (a row of the table, a few loads per lane)
   //    between two grid barriers, so each block then loads only what it needs.
-  if (!one_segment) {
+  if (grid_exchange) {
     cooperative_groups::this_grid().sync();  // also a block barrier
     // Lanes per column: enough for four blocks each (a power of two, so segments align).
     const int lanes = min(32, 1 << (32 - __clz(max(1, (G + 3) / 4) - 1)));
@@ -227,38 +272,82 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
       if (col < E + 2 && sub == 0) ws_tot[col] = total;
     }
     cooperative_groups::this_grid().sync();
+  } else if (segs > 1) {
+#ifdef ARGON_PLAN_CLUSTERS
+    cluster_arrive_release();  // s_cnt is complete in every block of the cluster
+    cluster_wait();            // (also a block barrier)
+#endif
   } else {
     __syncthreads();
   }
 
   // Each entry's rank across the block's warps; h is free from here on.
 #pragma unroll
-  for (int c = 0; c < kGridMaxChunks; ++c) {
-    if (c < C && key[c] < E) rank[c] += s_h[key[c] * kGridHStride + warp];
+  for (int c = 0; c < C; ++c) {
+    if (key[c] < E) rank[c] += s_h[key[c] * kGridHStride + warp];
   }
   // Thread m owns columns 4m .. 4m + 3, so thread order is expert order for the scan below.
   const int quads = ws_row / 4;
   int tq[4] = {0, 0, 0, 0}, bq[4] = {0, 0, 0, 0};
   if (tid < quads) {
-    const int4 t4 = one_segment ? reinterpret_cast<const int4*>(s_cnt)[tid]
-                                : __ldcg(reinterpret_cast<const int4*>(ws_tot) + tid);
-    tq[0] = t4.x; tq[1] = t4.y; tq[2] = t4.z; tq[3] = t4.w;
-    if (!one_segment) {
+    if (grid_exchange) {
+      const int4 t4 = __ldcg(reinterpret_cast<const int4*>(ws_tot) + tid);
+      tq[0] = t4.x; tq[1] = t4.y; tq[2] = t4.z; tq[3] = t4.w;
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         if (4 * tid + k < E + 2) bq[k] = __ldcg(ws_cnt + int64_t{4 * tid + k} * G + b);
       }
+    } else if (segs == 1) {
+      const int4 t4 = reinterpret_cast<const int4*>(s_cnt)[tid];
+      tq[0] = t4.x; tq[1] = t4.y; tq[2] = t4.z; tq[3] = t4.w;
+    } else {
+#ifdef ARGON_PLAN_CLUSTERS
+      // The cluster's blocks' counts (distributed shared memory): all of them for the totals,
+      // those of earlier segments for this block's prefix.
+      const auto cluster = cooperative_groups::this_cluster();
+#pragma unroll 1
+      for (int g = 0; g < segs; ++g) {
+        const int4 v = reinterpret_cast<const int4*>(cluster.map_shared_rank(s_cnt, g))[tid];
+        tq[0] += v.x; tq[1] += v.y; tq[2] += v.z; tq[3] += v.w;
+        if (g < seg) { bq[0] += v.x; bq[1] += v.y; bq[2] += v.z; bq[3] += v.w; }
+      }
+#endif
     }
   }
 
   // 5. Padded offsets (one scan over the block), per-expert bases, counts / offsets / meta.
+  //    Staged, the block's own counts are scanned alongside (the high word of one 64-bit scan)
+  //    for each expert's first slot in block-sorted order.
+  const bool staged = C >= 2 && grid_exchange;
   const int e0 = 4 * tid;
-  int padded = 0;
+  int lq[4] = {0, 0, 0, 0};
+  if (staged && tid < quads) {
+    const int4 l4 = reinterpret_cast<const int4*>(s_cnt)[tid];
+    lq[0] = l4.x; lq[1] = l4.y; lq[2] = l4.z; lq[3] = l4.w;
+  }
+  int padded = 0, local = 0;
 #pragma unroll
-  for (int k = 0; k < 4; ++k) padded += e0 + k < E ? round_up_pow2(tq[k], p.tm) : 0;
-  int n_rows = 0;
-  int off = block_exclusive_scan_1bar(padded, s_warp, n_rows);
-  __syncthreads();  // s_cnt (in s_base) is read before s_base is written
+  for (int k = 0; k < 4; ++k) {
+    if (e0 + k < E) {
+      padded += round_up_pow2(tq[k], p.tm);
+      local += lq[k];
+    }
+  }
+  int n_rows = 0, n_staged = 0, off = 0, loc = 0;
+  if constexpr (C >= 2) {  // padded sums stay below 2^31: the low word never carries
+    long long total = 0;
+    const long long both = block_exclusive_scan_1bar(
+        padded + (static_cast<long long>(local) << 32), s_warp, total);
+    n_rows = static_cast<int>(total & 0xffffffffll);
+    n_staged = static_cast<int>(total >> 32);
+    off = static_cast<int>(both & 0xffffffffll);
+    loc = static_cast<int>(both >> 32);
+  } else {
+    off = block_exclusive_scan_1bar(padded, reinterpret_cast<int*>(s_warp), n_rows);
+  }
+#ifdef ARGON_PLAN_CLUSTERS
+  if (!grid_exchange && segs > 1) cluster_arrive_relaxed();  // done reading the peers' s_cnt
+#endif
   const bool writer = b == 0;  // every block has the same values
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
@@ -267,6 +356,8 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
       s_off[e] = off;
       s_base[e] = off + bq[k];
       s_pad[e] = off + tq[k];
+      s_loc[e] = loc;
+      loc += lq[k];
       if (writer) {
         p.counts[e] = tq[k];
         p.offsets[e] = off;
@@ -289,20 +380,44 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
   }
   __syncthreads();
 
-  // 6. Placement of this block's entries (one segment: block b places the warps w = b mod G).
-  const bool places = !one_segment || warp % G == b;
+  // 6. Placement of this block's entries: chunk q of the segment (q = warp * C + c) by the
+  //    replica q mod replicas. Staged (h is free now): each entry goes to shared memory in
+  //    block-sorted order, then the block writes them in that order.
+  int* s_row = s_h;
+  int* s_tok = s_h + S;
+  float* s_w = reinterpret_cast<float*>(s_h + 2 * S);
+  int chunk_owner = (warp * C) % replicas;
 #pragma unroll
-  for (int c = 0; c < kGridMaxChunks; ++c) {
+  for (int c = 0; c < C; ++c) {
     const int slot = slot0 + 32 * c;
-    if (places && c < C && slot < n_local) {
+    const bool mine = chunk_owner == replica;
+    chunk_owner = chunk_owner + 1 == replicas ? 0 : chunk_owner + 1;
+    if ((mine || staged) && slot < n_local) {
       const int64_t i = begin + slot;
       int row = -1;
       if (key[c] < E) {
         row = s_base[key[c]] + rank[c];
-        p.sorted_token[row] = static_cast<int>(static_cast<uint32_t>(i) / static_cast<uint32_t>(p.K));
-        p.sorted_weight[row] = wv[c];
+        const int token = static_cast<int>(static_cast<uint32_t>(i) / static_cast<uint32_t>(p.K));
+        if (staged) {
+          const int at = s_loc[key[c]] + rank[c];
+          s_row[at] = row;
+          s_tok[at] = token;
+          s_w[at] = wv[c];
+        } else {
+          p.sorted_token[row] = token;
+          p.sorted_weight[row] = wv[c];
+        }
       }
-      p.pos[i] = row;
+      if (mine) p.pos[i] = row;
+    }
+  }
+  if (staged) {
+    __syncthreads();
+#pragma unroll 1
+    for (int at = tid; at < n_staged; at += kGridThreads) {
+      const int row = s_row[at];
+      p.sorted_token[row] = s_tok[at];
+      p.sorted_weight[row] = s_w[at];
     }
   }
 
@@ -353,6 +468,9 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
     p.sorted_token[r] = -1;
     p.sorted_weight[r] = 0.f;
   }
+#ifdef ARGON_PLAN_CLUSTERS
+  if (!grid_exchange && segs > 1) cluster_wait();  // peers may read s_cnt until they arrive
+#endif
 }
 
 }  // namespace argon::cuda
