@@ -29,16 +29,16 @@ namespace {
 constexpr int kSingleMaxEntries = 2048;
 // The grid kernel: keys are 10-bit (warp_peers) and E + 2 columns fit four per thread.
 constexpr int kGridMaxExperts = 1022;
-// Its shapes (H200, lab sweep of every shape, E = 512, K = 10, graph replay; uniform, Zipf
-// within 0.2 us): one segment up to 3 chunks per warp (T = 128: 7.0 us, against 7.1 for 4
-// segments), on 32 replicas (16: +0.1 us); then clusters of 4 segments on 16 replicas up to 3
-// chunks (T = 256 7.7, T = 512 8.3 us, against 10.3 and 10.2 for the grid shape), and of 8
-// segments on 8 replicas (T = 1024 9.3 against 10.4); then the grid shape (T = 2048 10.6
-// against 11.0 for clusters of 8).
-constexpr int kGridOneSegmentEntries = 3 * kGridThreads;
+// Its shapes (H200, E = 512, K = 10, graph replay, uniform; Zipf within 0.2 us). One segment up
+// to 2 chunks per warp, on 32 replicas (16: within 0.1 us either way). Then clusters of 4
+// segments on 16 replicas up to 3 chunks: T = 128 5.2 us against 5.9 for one segment (lab,
+// this kernel), T = 256 7.7 and T = 512 8.3 against 10.3 and 10.2 for the grid shape (lab, the
+// kernel before templates); then of 8 segments on 8 replicas: T = 1024 9.3 against 10.4; then
+// the grid shape: T = 2048 10.6 against 11.0 for clusters of 8 (same sweep).
+constexpr int kGridOneSegmentEntries = 2 * kGridThreads;
 constexpr int kGridReplicas = 32;
 constexpr int kGridClusterChunks = 3;
-constexpr int kGridMaxCluster = 8;   // portable cluster sizes only
+constexpr int kGridMaxCluster = kGridMaxClusterSegments;
 constexpr int kGridForceGrid = kGridMaxCluster + 1;  // the grid_cluster knob's "grid shape"
 int g_single_max_entries = kSingleMaxEntries;
 int g_chunks = 0;          // portable two-kernel path: chunks per warp (0 = automatic)

@@ -72,6 +72,7 @@ constexpr int kGridHStride = kGridWarps + 4;  // h row of one expert: int4 colum
                                               // every bank once per quarter warp
 constexpr int kGridKeyBits = 10;           // ballots per chunk: keys up to E + 1 < 1024
 constexpr int kGridMaxBlocks = 128;        // segments: four per lane of one warp in step 4
+constexpr int kGridMaxClusterSegments = 8;  // cluster shape: portable cluster sizes only
 
 // The workspace of a plan of several segments, in ints: the plan's totals per column (a row
 // padded to whole int4), then the [E + 2][blocks] table of block counts.
@@ -140,6 +141,9 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
   extern __shared__ __align__(16) int smem_words[];
   __shared__ long long s_warp[32];
   __shared__ int s_invalid, s_bad;
+  // The parameters span three constant-cache lines; reading one field of each here lets their
+  // misses overlap at the start instead of stalling later steps (lab: -0.05 us at T <= 128).
+  asm volatile("" ::"l"(p.ids), "r"(p.cluster), "l"(p.meta));
   const int E = p.E;
   int* s_h = smem_words;  // [E][kGridHStride] per-warp counts of each expert; later the staging
   int* s_cnt = s_h + plan_grid_h_words(E, C);     // [totals row] block counts (cluster peers
@@ -304,12 +308,21 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
 #ifdef ARGON_PLAN_CLUSTERS
       // The cluster's blocks' counts (distributed shared memory): all of them for the totals,
       // those of earlier segments for this block's prefix.
+      // Every load is issued before the first sum, so their latencies overlap.
       const auto cluster = cooperative_groups::this_cluster();
-#pragma unroll 1
-      for (int g = 0; g < segs; ++g) {
-        const int4 v = reinterpret_cast<const int4*>(cluster.map_shared_rank(s_cnt, g))[tid];
-        tq[0] += v.x; tq[1] += v.y; tq[2] += v.z; tq[3] += v.w;
-        if (g < seg) { bq[0] += v.x; bq[1] += v.y; bq[2] += v.z; bq[3] += v.w; }
+      int4 v[kGridMaxClusterSegments];
+#pragma unroll
+      for (int g = 0; g < kGridMaxClusterSegments; ++g) {
+        if (g < segs) v[g] = reinterpret_cast<const int4*>(cluster.map_shared_rank(s_cnt, g))[tid];
+      }
+#pragma unroll
+      for (int g = 0; g < kGridMaxClusterSegments; ++g) {
+        if (g < segs) {
+          tq[0] += v[g].x; tq[1] += v[g].y; tq[2] += v[g].z; tq[3] += v[g].w;
+        }
+        if (g < seg) {
+          bq[0] += v[g].x; bq[1] += v[g].y; bq[2] += v[g].z; bq[3] += v[g].w;
+        }
       }
 #endif
     }
