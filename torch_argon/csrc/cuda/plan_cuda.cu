@@ -2,9 +2,10 @@
 //   Where E <= kGridMaxExperts: plan_grid_kernel<C> (plan_grid.cuh), one launch for any n up
 //     to 8 chunks per warp over the resident blocks. Up to kGridOneSegmentEntries entries the
 //     plan is one segment that every block ranks (the blocks share the writes); on sm_90 up to
-//     kGridClusterEntries, 4 or 8 segments on the blocks of a cluster, replicated; above, with
-//     cooperative launch, one segment per block, as many blocks as the GPU holds (up to 128),
-//     exchanging counts across grid barriers.
+//     kGridClusterChunks per warp, 4 or 8 segments on the blocks of a cluster, replicated;
+//     above, with cooperative launch, one segment per block, as many blocks as the GPU holds
+//     (up to 128), exchanging counts across grid barriers. Where a shape does not fit (no
+//     clusters, no cooperative launch, too many entries), the next one or the portable kernels.
 //   Otherwise: the portable kernels (plan_portable.cuh): one kernel up to kSingleMaxEntries,
 //     count + place kernels above.
 // All give the same bytes (the reference's); the CUDA tests run each on the same inputs.
@@ -29,12 +30,13 @@ namespace {
 constexpr int kSingleMaxEntries = 2048;
 // The grid kernel: keys are 10-bit (warp_peers) and E + 2 columns fit four per thread.
 constexpr int kGridMaxExperts = 1022;
-// Its shapes (H200, E = 512, K = 10, graph replay, uniform; Zipf within 0.2 us). One segment up
-// to 2 chunks per warp, on 32 replicas (16: within 0.1 us either way). Then clusters of 4
-// segments on 16 replicas up to 3 chunks: T = 128 5.2 us against 5.9 for one segment (lab,
-// this kernel), T = 256 7.7 and T = 512 8.3 against 10.3 and 10.2 for the grid shape (lab, the
-// kernel before templates); then of 8 segments on 8 replicas: T = 1024 9.3 against 10.4; then
-// the grid shape: T = 2048 10.6 against 11.0 for clusters of 8 (same sweep).
+// Its shapes (H200, E = 512, K = 10, graph replay, bench_cuda.py plan_variants, uniform / Zipf):
+// one segment up to 2 chunks per warp, on 32 replicas (16: within 0.2 us); then clusters of 4
+// segments on 16 replicas up to 3 chunks (T = 128: 5.5-6.1 us against 6.5-6.8 for one
+// segment; the kernel alone, lab: 5.2 against 5.9), then of 8 on 8 replicas (T = 1024: 7.6-8.0
+// against 9.1-9.6 for clusters of 4, 10.4-10.5 for the grid shape); then the grid shape.
+// Clusters of 8 from T = 256 and up to 5 chunks measured better still in that run (T = 256:
+// 6.1-6.3 against 6.5-6.8, T = 2048: 9.5 against 9.8-10.6); not yet taken.
 constexpr int kGridOneSegmentEntries = 2 * kGridThreads;
 constexpr int kGridReplicas = 32;
 constexpr int kGridClusterChunks = 3;

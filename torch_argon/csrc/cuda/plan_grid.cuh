@@ -44,14 +44,19 @@
 //   with its lanes side by side; then the tail rows.
 // Block 0 writes counts, offsets and meta. Every output element is written on every call.
 //
-// Where the time goes (H200, E = 512, K = 10, uniform; lab clocks per step, cycles at ~1.9 GHz,
-// the same on a warm second pass in one launch, so not cold caches): with no entries at all
-// the steps cost ~1.2K (zeroing), ~1.1K, ~0.85K (h scan), ~1.8K (offsets) and ~0.4K: the
-// block's 16 warps issue every step's instructions, so a step costs what its code does, and a
-// smaller kernel is faster (the runtime-C kernel before this one: 4.75 against 4.0 us at T = 0).
-// Per C: ranks ~0.55K. The grid exchange costs 5-7K (two grid barriers ~2K each); the cluster
-// exchange ~1.2-1.5K. Placement: ~2.5K per 512 entries a block unstaged (scattered 4-byte
-// stores); staged halves it at C = 3.
+// Where the time goes (H200, E = 512, K = 10, uniform). The kernel alone under graph replay
+// (lab harness, 20 launches per graph; a tiny kernel costs 1.0 us): 3.1 us with no entries,
+// 4.0 at T = 16 (one segment), 5.2 at T = 128 and 6.8 at T = 512 (clusters of 4), 7.2 at
+// T = 1024 (clusters of 8), 9.6 at T = 2048, 10.1 at T = 4096 and 12.8 at T = 16384 (grid).
+// Per step (clock64 lab reads, cycles at ~1.9 GHz, on the kernel before it was templated; a
+// warm second pass inside one launch costs the same, so these are not cold caches): with no
+// entries ~1.2K zeroing, ~1.1K ranks, ~0.85K h scan, ~1.8K offsets, ~0.4K placement; ranks
+// ~0.55K more per chunk; the grid exchange 5-7K (two grid barriers, ~2K each); placement
+// ~2.5K per 512 entries a block unstaged, about half staged at C = 3 (T = 16384: 16.1 ->
+// 13.4 us). Nsight Compute: 7-13 % of issue slots busy, 10-18 cycles per instruction per warp,
+// so the steps are chains of latencies (barriers, shared-memory round trips, loads), not
+// throughput. A smaller kernel is faster all the same: with C a runtime value (58 KB of code)
+// the kernel took 4.75 us with no entries, against 4.0 with one C compiled (22 KB).
 //
 // Limits (the launcher checks them and otherwise takes the portable kernels): E <= 1022 (keys
 // are 10 bits; E + 2 columns fit four per thread); C <= 8; grid shape: G <= 128 resident
