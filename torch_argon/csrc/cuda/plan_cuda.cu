@@ -89,7 +89,7 @@ void launch_plan_kernel(void (*kernel)(PlanParams), const PlanParams& p, int blo
 // What the device offers the grid kernel, found once per device (for the most shared memory
 // the kernel may ask for, which also opts every instantiation in to it): the blocks it holds
 // at once with cooperative launch (0: none), and whether it runs clusters of up to
-// kGridMaxCluster blocks (sm_90+).
+// kGridMaxCluster blocks (sm_90+, with the kernel compiled for sm_90+).
 struct GridDevice {
   int resident_blocks = 0;
   bool clusters = false;
@@ -113,7 +113,11 @@ GridDevice grid_device(const cudaDeviceProp& props) {
   C10_CUDA_CHECK(
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, widest, kGridThreads, smem));
   d.resident_blocks = coop ? per_sm * props.multiProcessorCount : 0;
-  if (props.major >= 9) {
+  // Clusters need an sm_90+ device and a kernel compiled for it (one JIT-compiled from older
+  // PTX has no cluster code).
+  cudaFuncAttributes compiled{};
+  C10_CUDA_CHECK(cudaFuncGetAttributes(&compiled, widest));
+  if (props.major >= 9 && compiled.ptxVersion >= 90) {
     cudaLaunchAttribute attr{};
     attr.id = cudaLaunchAttributeClusterDimension;
     attr.val.clusterDim = {kGridMaxCluster, 1, 1};

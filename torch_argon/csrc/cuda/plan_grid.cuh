@@ -285,6 +285,8 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
 #ifdef ARGON_PLAN_CLUSTERS
     cluster_arrive_release();  // s_cnt is complete in every block of the cluster
     cluster_wait();            // (also a block barrier)
+#else
+    __trap();  // no cluster code in this build: the launcher never picks this shape for it
 #endif
   } else {
     __syncthreads();
