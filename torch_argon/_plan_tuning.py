@@ -8,7 +8,8 @@ import torch
 KNOBS = ("single_max", "chunks", "single_blocks", "pdl", "grid", "grid_replicas", "grid_chunks",
          "grid_cluster")
 # grid_cluster: 0 automatic, 1 one segment, 2-8 clusters of that many segments (sm_90+), and
-# this value the grid shape (one segment per block, cooperative launch).
+# this value the grid shape (one segment per block, cooperative launch; kGridForceGrid in
+# csrc/cuda/plan_cuda.cu).
 GRID_SHAPE = 9
 
 

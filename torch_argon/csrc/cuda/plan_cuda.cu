@@ -38,10 +38,10 @@ constexpr int kGridMaxExperts = 1022;
 // Clusters of 8 from T = 256 and up to 5 chunks measured better still in that run (T = 256:
 // 6.1-6.3 against 6.5-6.8, T = 2048: 9.5 against 9.8-10.6); not yet taken.
 constexpr int kGridOneSegmentEntries = 2 * kGridThreads;
-constexpr int kGridReplicas = 32;
+constexpr int kGridReplicas = 32;       // one segment: blocks in all
+constexpr int kGridClusterBlocks = 64;  // clusters: blocks in all (16 clusters of 4, 8 of 8)
 constexpr int kGridClusterChunks = 3;
-constexpr int kGridMaxCluster = kGridMaxClusterSegments;
-constexpr int kGridForceGrid = kGridMaxCluster + 1;  // the grid_cluster knob's "grid shape"
+constexpr int kGridForceGrid = kGridMaxClusterSegments + 1;  // grid_cluster knob: grid shape
 int g_single_max_entries = kSingleMaxEntries;
 int g_chunks = 0;          // portable two-kernel path: chunks per warp (0 = automatic)
 int g_single_blocks = 0;   // portable one-kernel path: blocks sharing the writes (0 = automatic)
@@ -89,7 +89,7 @@ void launch_plan_kernel(void (*kernel)(PlanParams), const PlanParams& p, int blo
 // What the device offers the grid kernel, found once per device (for the most shared memory
 // the kernel may ask for, which also opts every instantiation in to it): the blocks it holds
 // at once with cooperative launch (0: none), and whether it runs clusters of up to
-// kGridMaxCluster blocks (sm_90+, with the kernel compiled for sm_90+).
+// kGridMaxClusterSegments blocks (sm_90+, with the kernel compiled for sm_90+).
 struct GridDevice {
   int resident_blocks = 0;
   bool clusters = false;
@@ -120,17 +120,18 @@ GridDevice grid_device(const cudaDeviceProp& props) {
   if (props.major >= 9 && compiled.ptxVersion >= 90) {
     cudaLaunchAttribute attr{};
     attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim = {kGridMaxCluster, 1, 1};
+    attr.val.clusterDim = {kGridMaxClusterSegments, 1, 1};
     cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(kGridMaxCluster);
+    cfg.gridDim = dim3(kGridMaxClusterSegments);
     cfg.blockDim = dim3(kGridThreads);
     cfg.dynamicSmemBytes = smem;
     cfg.attrs = &attr;
     cfg.numAttrs = 1;
     int clusters = 0;
-    d.clusters = cudaOccupancyMaxActiveClusters(&clusters, widest, &cfg) == cudaSuccess &&
-                 clusters >= 1;
-    (void)cudaGetLastError();  // a refused query is an answer (no clusters), not an error
+    const cudaError_t asked_clusters = cudaOccupancyMaxActiveClusters(&clusters, widest, &cfg);
+    // A refused query is an answer (no clusters), not an error to leave pending.
+    if (asked_clusters != cudaSuccess) (void)cudaGetLastError();
+    d.clusters = asked_clusters == cudaSuccess && clusters >= 1;
   }
   if (dev < 64) {
     known[dev] = d;
@@ -149,11 +150,14 @@ bool grid_shape(int64_t n, const cudaDeviceProp& props, GridShape& shape) {
   n = std::max<int64_t>(n, 1);
   int cluster = g_grid_cluster;
   if (cluster == 0) {  // automatic
-    const int64_t cluster_max = int64_t{kGridMaxCluster} * kGridThreads * kGridClusterChunks;
+    // Clusters of k segments take up to kGridClusterChunks per warp.
+    const auto clusters_hold = [&](int64_t k) {
+      return dev.clusters && n <= k * kGridThreads * kGridClusterChunks;
+    };
     cluster = n <= kGridOneSegmentEntries ? 1
-              : dev.clusters && n <= cluster_max / 2 ? 4
-              : dev.clusters && n <= cluster_max ? 8
-              : kGridForceGrid;
+              : clusters_hold(4)           ? 4
+              : clusters_hold(8)           ? 8
+                                           : kGridForceGrid;
     if (cluster == kGridForceGrid && dev.resident_blocks == 0) cluster = 1;
   }
   if (cluster == kGridForceGrid) {
@@ -171,10 +175,9 @@ bool grid_shape(int64_t n, const cudaDeviceProp& props, GridShape& shape) {
   const int64_t chunks =
       g_grid_chunks > 0 ? g_grid_chunks : ceil_div(n, int64_t{kGridThreads} * cluster);
   if (chunks > kGridMaxChunks || n > int64_t{kGridThreads} * chunks * cluster) return false;
-  // Replicas: 32 blocks in all for one segment; 64 for clusters (16 of 4, 8 of 8).
   const int replicas = g_grid_replicas > 0 ? g_grid_replicas
                        : cluster == 1      ? kGridReplicas
-                                           : 64 / cluster;
+                                           : kGridClusterBlocks / cluster;
   shape = {cluster, static_cast<int>(chunks),
            std::min(replicas, std::max(1, props.multiProcessorCount / cluster)) * cluster};
   return true;
@@ -320,7 +323,7 @@ PlanOutputs moe_plan_cuda(
 // (0: automatic), programmatic dependent launch of the two-kernel path (0 / 1). Grid kernel:
 // the entries up to which it is used (where it fits; 0: never), its replicas in the cluster
 // shape (0: automatic), its chunks per warp (0: automatic; at most kGridMaxChunks), its shape
-// (0: automatic; 1 to kGridMaxCluster: the cluster shape with that many segments, 1 being one
+// (0: automatic; 1 to kGridMaxClusterSegments: the cluster shape with that many segments, 1 being one
 // segment; kGridForceGrid: the grid shape). Negative values leave a knob as is. Returns the
 // previous values, in this order.
 std::vector<int64_t> plan_tuning(int64_t single_max_entries, int64_t chunks, int64_t single_blocks,
