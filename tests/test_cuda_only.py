@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from torch_argon import backends, reference
-from torch_argon._plan_tuning import GRID_SHAPE, kernels_launched, plan_knobs, set_plan_knobs
+from torch_argon._plan_tuning import (GRID_SHAPE, grid_device, kernels_launched, plan_knobs,
+                                      set_plan_knobs)
 from conftest import assert_bits_equal
 from routing_cases import garbage_like, make_ids, make_weights
 
@@ -24,6 +25,7 @@ PATHS = {
     "grid": dict(grid=1 << 30),
     "grid_one_segment": dict(grid=1 << 30, grid_cluster=1),
     "grid_cluster8": dict(grid=1 << 30, grid_cluster=8),
+    "grid_cluster16": dict(grid=1 << 30, grid_cluster=16),
     "grid_shape": dict(grid=1 << 30, grid_cluster=GRID_SHAPE),
     "one_kernel": dict(grid=0, single_max=1 << 20),
     "two_kernels": dict(grid=0, single_max=0),
@@ -31,6 +33,9 @@ PATHS = {
 GRID_MAX_EXPERTS = 1022
 HAS_COOPERATIVE = CUDA.available and torch.cuda.get_device_properties(0).major >= 6
 HAS_CLUSTERS = CUDA.available and torch.cuda.get_device_properties(0).major >= 9
+# Clusters of 16 blocks are a non-portable size: the launcher asks the device (an H100 / H200
+# runs them), and so does this oracle.
+HAS_BIG_CLUSTERS = CUDA.available and grid_device()["big_clusters"] > 0
 # Segments the grid kernel takes: one resident block per SM (its registers allow no second),
 # at most 128.
 GRID_MAX_SEGMENTS = (min(128, torch.cuda.get_device_properties(0).multi_processor_count)
@@ -55,6 +60,8 @@ def grid_fits(n, E, cluster, chunks):
         c = chunks or -(-n // (512 * GRID_MAX_SEGMENTS))
         return c <= 8 and -(-n // (512 * c)) <= GRID_MAX_SEGMENTS
     if cluster > 1 and not HAS_CLUSTERS:
+        return False
+    if cluster > 8 and not HAS_BIG_CLUSTERS:
         return False
     c = chunks or -(-n // (512 * cluster))
     return c <= 8 and n <= 512 * c * cluster
@@ -108,10 +115,10 @@ def test_plan_paths_agree(n_entries, chunks, pdl):
 ])
 @pytest.mark.parametrize("cluster,replicas,chunks", [
     (0, 0, 0), (1, 1, 0), (1, 3, 0), (1, 40, 0), (4, 16, 0), (8, 8, 0), (8, 3, 8), (2, 5, 1),
-    (GRID_SHAPE, 0, 1), (GRID_SHAPE, 0, 3), (GRID_SHAPE, 0, 8)])
+    (16, 6, 0), (16, 1, 3), (GRID_SHAPE, 0, 1), (GRID_SHAPE, 0, 3), (GRID_SHAPE, 0, 8)])
 def test_grid_kernel_shapes(T, K, E, tm, dist, cluster, replicas, chunks):
-    """The grid kernel in each shape: one segment on 1 to 40 replicas; clusters of 2, 4 or 8
-    segments; one segment per block (the grid shape) with 1 chunk per warp (placed directly)
+    """The grid kernel in each shape: one segment on 1 to 40 replicas; clusters of 2, 4, 8 or
+    16 segments; one segment per block (the grid shape) with 1 chunk per warp (placed directly)
     or 3 and 8 (placed through the block-sorted staging); on outputs pre-filled with garbage.
     The profiler confirms which kernel ran: the grid kernel up to E = 1022 wherever the shape
     holds the plan (grid_fits), the portable kernels otherwise."""

@@ -7,10 +7,19 @@ import torch
 
 KNOBS = ("single_max", "chunks", "single_blocks", "pdl", "grid", "grid_replicas", "grid_chunks",
          "grid_cluster")
-# grid_cluster: 0 automatic, 1 one segment, 2-8 clusters of that many segments (sm_90+), and
-# this value the grid shape (one segment per block, cooperative launch; kGridForceGrid in
+# grid_cluster: 0 automatic, 1 one segment, 2-16 clusters of that many segments (sm_90+; above
+# 8 only where the device runs such clusters: grid_device()["big_clusters"]), and this value the
+# grid shape (one segment per block, cooperative launch; kGridForceGrid in
 # csrc/cuda/plan_cuda.cu).
-GRID_SHAPE = 9
+GRID_SHAPE = 17
+
+
+def grid_device():
+    """What the CUDA plan's launcher found on the current device: the blocks it holds at once
+    under cooperative launch, whether it runs clusters of up to 8 blocks (0 / 1), and how many
+    clusters of 16 it holds at once (0: none)."""
+    keys = ("resident_blocks", "clusters", "big_clusters")
+    return dict(zip(keys, torch.ops.argon_cuda.plan_grid_device()))
 
 
 def set_plan_knobs(**knobs):

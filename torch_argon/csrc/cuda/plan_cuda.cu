@@ -2,7 +2,8 @@
 //   Where E <= kGridMaxExperts: plan_grid_kernel<C> (plan_grid.cuh), one launch for any n up
 //     to 8 chunks per warp over the resident blocks. Up to kGridOneSegmentEntries entries the
 //     plan is one segment that every block ranks (the blocks share the writes); on sm_90 up to
-//     kGridClusterChunks per warp, 4 or 8 segments on the blocks of a cluster, replicated;
+//     kGridClusterChunks per warp, 4, 8 or 16 segments on the blocks of a cluster (16: where
+//     the device runs that non-portable size), replicated;
 //     above, with cooperative launch, one segment per block, as many blocks as the GPU holds
 //     (up to 128), exchanging counts across grid barriers. Where a shape does not fit (no
 //     clusters, no cooperative launch, too many entries), the next one or the portable kernels.
@@ -30,17 +31,22 @@ namespace {
 constexpr int kSingleMaxEntries = 2048;
 // The grid kernel: keys are 10-bit (warp_peers) and E + 2 columns fit four per thread.
 constexpr int kGridMaxExperts = 1022;
-// Its shapes (H200, E = 512, K = 10, graph replay, bench_cuda.py plan_variants, uniform / Zipf):
-// one segment up to 2 chunks per warp, on 32 replicas (16: within 0.2 us); then clusters of 4
-// segments on 16 replicas up to 3 chunks (T = 128: 5.5-6.1 us against 6.5-6.8 for one
-// segment; the kernel alone, lab: 5.2 against 5.9), then of 8 on 8 replicas (T = 1024: 7.6-8.0
-// against 9.1-9.6 for clusters of 4, 10.4-10.5 for the grid shape); then the grid shape.
-// Clusters of 8 from T = 256 and up to 5 chunks measured better still in that run (T = 256:
-// 6.1-6.3 against 6.5-6.8, T = 2048: 9.5 against 9.8-10.6); not yet taken.
+// Its shapes (H200, E = 512, K = 10, the kernel alone under graph replay, lab; us):
+//   one segment up to 2 chunks per warp, on 32 replicas (T = 16: 4.2, against 5.2 for
+//   clusters of 4);
+//   clusters of 4 segments (16 replicas) up to 1 chunk (T = 128: 5.4, one segment 5.9);
+//   clusters of 8 (8 replicas) up to 1 chunk (T = 256: 5.6, clusters of 4 6.2);
+//   clusters of 16 (6 replicas; a non-portable size, where the device runs it) up to 5 chunks
+//   (T = 512: 6.2 against 6.4 for clusters of 8 with 2 chunks; T = 2048: 7.8 against 8.5 and
+//   9.7 for the grid shape; T = 4096: 9.4 against 10.3);
+//   where clusters of 16 do not run, clusters of 8 up to 5 chunks (T = 2048: 8.5 against 9.7);
+//   then the grid shape.
 constexpr int kGridOneSegmentEntries = 2 * kGridThreads;
 constexpr int kGridReplicas = 32;       // one segment: blocks in all
-constexpr int kGridClusterBlocks = 64;  // clusters: blocks in all (16 clusters of 4, 8 of 8)
-constexpr int kGridClusterChunks = 3;
+constexpr int kGridClusterBlocks = 64;  // clusters of up to 8: blocks in all (16 of 4, 8 of 8)
+constexpr int kGridBigCluster = 16;     // the non-portable cluster size
+constexpr int kGridBigClusterReplicas = 6;  // lab: 6 clusters of 16 beat 4 by 0.3-0.7 us
+constexpr int kGridClusterChunks = 5;   // clusters of 8 or 16: chunks per warp at most
 constexpr int kGridForceGrid = kGridMaxClusterSegments + 1;  // grid_cluster knob: grid shape
 int g_single_max_entries = kSingleMaxEntries;
 int g_chunks = 0;          // portable two-kernel path: chunks per warp (0 = automatic)
@@ -49,7 +55,7 @@ int g_pdl = 1;             // portable two-kernel path: programmatic dependent l
 int g_grid_max = 1 << 30;  // the grid kernel up to this n (where it fits; 0: never)
 int g_grid_replicas = 0;   // grid kernel, cluster shape: replicas (0 = automatic)
 int g_grid_chunks = 0;     // grid kernel: chunks per warp (0 = automatic)
-int g_grid_cluster = 0;    // grid kernel: 0 automatic, 1..8 the cluster shape with that many
+int g_grid_cluster = 0;    // grid kernel: 0 automatic, 1..16 the cluster shape with that many
                            // segments, kGridForceGrid the grid shape
 
 using PlanKernel = void (*)(PlanParams);
@@ -88,12 +94,35 @@ void launch_plan_kernel(void (*kernel)(PlanParams), const PlanParams& p, int blo
 
 // What the device offers the grid kernel, found once per device (for the most shared memory
 // the kernel may ask for, which also opts every instantiation in to it): the blocks it holds
-// at once with cooperative launch (0: none), and whether it runs clusters of up to
-// kGridMaxClusterSegments blocks (sm_90+, with the kernel compiled for sm_90+).
+// at once with cooperative launch (0: none), whether it runs clusters of up to 8 blocks (sm_90+,
+// with the kernel compiled for sm_90+), and how many clusters of kGridBigCluster blocks it holds
+// at once (0: it runs none).
 struct GridDevice {
   int resident_blocks = 0;
   bool clusters = false;
+  int big_clusters = 0;
 };
+
+// Clusters of `size` blocks of the widest grid kernel the device holds at once (0 if none, or
+// if it refuses the query: an answer, not an error to leave pending).
+int active_clusters(int size) {
+  const PlanKernel widest = kGridKernels[kGridMaxChunks - 1];
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim = {static_cast<unsigned>(size), 1, 1};
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(size);
+  cfg.blockDim = dim3(kGridThreads);
+  cfg.dynamicSmemBytes = plan_grid_smem_bytes(kGridMaxExperts, kGridMaxChunks);
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, widest, &cfg) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return clusters;
+}
 GridDevice grid_device(const cudaDeviceProp& props) {
   static GridDevice known[64];
   static bool asked[64] = {};
@@ -118,20 +147,15 @@ GridDevice grid_device(const cudaDeviceProp& props) {
   cudaFuncAttributes compiled{};
   C10_CUDA_CHECK(cudaFuncGetAttributes(&compiled, widest));
   if (props.major >= 9 && compiled.ptxVersion >= 90) {
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim = {kGridMaxClusterSegments, 1, 1};
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(kGridMaxClusterSegments);
-    cfg.blockDim = dim3(kGridThreads);
-    cfg.dynamicSmemBytes = smem;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    int clusters = 0;
-    const cudaError_t asked_clusters = cudaOccupancyMaxActiveClusters(&clusters, widest, &cfg);
-    // A refused query is an answer (no clusters), not an error to leave pending.
-    if (asked_clusters != cudaSuccess) (void)cudaGetLastError();
-    d.clusters = asked_clusters == cudaSuccess && clusters >= 1;
+    d.clusters = active_clusters(8) >= 1;
+    // Clusters above 8 blocks need the kernels' opt-in; a device that refuses it runs none.
+    bool big = d.clusters;
+    for (int c = 1; c <= kGridMaxChunks && big; ++c) {
+      big = cudaFuncSetAttribute(kGridKernels[c - 1],
+                                 cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
+    }
+    if (!big) (void)cudaGetLastError();
+    d.big_clusters = big ? active_clusters(kGridBigCluster) : 0;
   }
   if (dev < 64) {
     known[dev] = d;
@@ -150,14 +174,17 @@ bool grid_shape(int64_t n, const cudaDeviceProp& props, GridShape& shape) {
   n = std::max<int64_t>(n, 1);
   int cluster = g_grid_cluster;
   if (cluster == 0) {  // automatic
-    // Clusters of k segments take up to kGridClusterChunks per warp.
-    const auto clusters_hold = [&](int64_t k) {
-      return dev.clusters && n <= k * kGridThreads * kGridClusterChunks;
+    // Clusters of k segments with up to `chunks` per warp hold k * kGridThreads * chunks.
+    const auto clusters_hold = [&](int64_t k, int64_t chunks) {
+      return dev.clusters && (k <= 8 || dev.big_clusters > 0) &&
+             n <= k * kGridThreads * chunks;
     };
-    cluster = n <= kGridOneSegmentEntries ? 1
-              : clusters_hold(4)           ? 4
-              : clusters_hold(8)           ? 8
-                                           : kGridForceGrid;
+    cluster = n <= kGridOneSegmentEntries                   ? 1
+              : clusters_hold(4, 1)                         ? 4
+              : clusters_hold(8, 1)                         ? 8
+              : clusters_hold(kGridBigCluster, kGridClusterChunks) ? kGridBigCluster
+              : clusters_hold(8, kGridClusterChunks)        ? 8
+                                                            : kGridForceGrid;
     if (cluster == kGridForceGrid && dev.resident_blocks == 0) cluster = 1;
   }
   if (cluster == kGridForceGrid) {
@@ -172,12 +199,14 @@ bool grid_shape(int64_t n, const cudaDeviceProp& props, GridShape& shape) {
     return true;
   }
   if (cluster > 1 && !dev.clusters) return false;
+  if (cluster > 8 && dev.big_clusters == 0) return false;
   const int64_t chunks =
       g_grid_chunks > 0 ? g_grid_chunks : ceil_div(n, int64_t{kGridThreads} * cluster);
   if (chunks > kGridMaxChunks || n > int64_t{kGridThreads} * chunks * cluster) return false;
   const int replicas = g_grid_replicas > 0 ? g_grid_replicas
                        : cluster == 1      ? kGridReplicas
-                                           : kGridClusterBlocks / cluster;
+                       : cluster <= 8      ? kGridClusterBlocks / cluster
+                                           : std::min(kGridBigClusterReplicas, dev.big_clusters);
   shape = {cluster, static_cast<int>(chunks),
            std::min(replicas, std::max(1, props.multiProcessorCount / cluster)) * cluster};
   return true;
@@ -324,7 +353,7 @@ PlanOutputs moe_plan_cuda(
 // the entries up to which it is used (where it fits; 0: never), its replicas in the cluster
 // shape (0: automatic), its chunks per warp (0: automatic; at most kGridMaxChunks), its shape
 // (0: automatic; 1 to kGridMaxClusterSegments: the cluster shape with that many segments, 1 being one
-// segment; kGridForceGrid: the grid shape). Negative values leave a knob as is. Returns the
+// segment, above 8 only where the device runs such clusters; kGridForceGrid: the grid shape). Negative values leave a knob as is. Returns the
 // previous values, in this order.
 std::vector<int64_t> plan_tuning(int64_t single_max_entries, int64_t chunks, int64_t single_blocks,
                                  int64_t pdl, int64_t grid, int64_t grid_replicas,
@@ -348,6 +377,13 @@ std::vector<int64_t> plan_tuning(int64_t single_max_entries, int64_t chunks, int
   return previous;
 }
 
+// Test hook: what grid_device found on the current device: [resident blocks under cooperative
+// launch, clusters of up to 8 (0 / 1), clusters of kGridBigCluster held at once].
+std::vector<int64_t> plan_grid_device() {
+  const GridDevice d = grid_device(*at::cuda::getCurrentDeviceProperties());
+  return {d.resident_blocks, d.clusters ? 1 : 0, d.big_clusters};
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(argon, CUDA, m) {
@@ -361,6 +397,7 @@ TORCH_LIBRARY(argon_cuda, m) {
         "int grid_max_entries=-1, int grid_replicas=-1, int grid_chunks=-1, "
         "int grid_cluster=-1) -> int[]",
         TORCH_FN(plan_tuning));
+  m.def("plan_grid_device() -> int[]", TORCH_FN(plan_grid_device));
 }
 
 }  // namespace argon::cuda

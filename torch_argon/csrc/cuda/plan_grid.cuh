@@ -1,10 +1,10 @@
 // moe_plan in ONE launch, 512-thread blocks, in one of two shapes the launcher picks:
 //
 //   * Cluster shape (small and medium plans): the plan is cut into p.cluster segments (1, or
-//     4 or 8 on sm_90+), one per block of a thread-block cluster, and the blocks of a cluster
-//     exchange their per-expert counts through distributed shared memory (one cluster
-//     barrier). The grid holds several such clusters, the replicas: each ranks every entry
-//     and writes its share of the outputs, so the writes spread over many SMs.
+//     up to 16 on sm_90+), one per block of a thread-block cluster, and the blocks of a cluster
+//     exchange their per-expert counts (as u16) through distributed shared memory (one
+//     cluster barrier). The grid holds several such clusters, the replicas: each ranks every
+//     entry and writes its share of the outputs, so the writes spread over many SMs.
 //   * Grid shape (large plans, cooperative launch): one segment per block, one block per SM,
 //     up to 128 blocks; the blocks exchange their counts through a global workspace across
 //     two grid barriers (cooperative_groups grid sync).
@@ -45,22 +45,28 @@
 // Block 0 writes counts, offsets and meta. Every output element is written on every call.
 //
 // Where the time goes (H200, E = 512, K = 10, uniform). The kernel alone under graph replay
-// (lab harness, 20 launches per graph; a tiny kernel costs 1.0 us): 3.1 us with no entries,
-// 4.0 at T = 16 (one segment), 5.2 at T = 128 and 6.8 at T = 512 (clusters of 4), 7.2 at
-// T = 1024 (clusters of 8), 9.6 at T = 2048, 10.1 at T = 4096 and 12.8 at T = 16384 (grid).
-// Per step (clock64 lab reads, cycles at ~1.9 GHz, on the kernel before it was templated; a
-// warm second pass inside one launch costs the same, so these are not cold caches): with no
-// entries ~1.2K zeroing, ~1.1K ranks, ~0.85K h scan, ~1.8K offsets, ~0.4K placement; ranks
-// ~0.55K more per chunk; the grid exchange 5-7K (two grid barriers, ~2K each); placement
-// ~2.5K per 512 entries a block unstaged, about half staged at C = 3 (T = 16384: 16.1 ->
-// 13.4 us). Nsight Compute: 7-13 % of issue slots busy, 10-18 cycles per instruction per warp,
-// so the steps are chains of latencies (barriers, shared-memory round trips, loads), not
-// throughput. A smaller kernel is faster all the same: with C a runtime value (58 KB of code)
-// the kernel took 4.75 us with no entries, against 4.0 with one C compiled (22 KB).
+// (lab harness, 20 launches per graph; a tiny kernel costs 1.0 us): 3.2 us with no entries,
+// 4.2 at T = 16 (one segment), 5.4 at T = 128 (clusters of 4), 5.6 at T = 256 (of 8), 6.2 at
+// T = 512, 7.0 at T = 1024, 7.8 at T = 2048 and 9.4 at T = 4096 (of 16, 6 replicas); the grid
+// shape 9.4 at T = 1024, 10.3 at T = 4096, 11.2 at T = 8192, 12.8 at T = 16384.
+// Per step (clock64 at the barriers, thread 0, median over blocks; cycles at 1.97 GHz): with
+// no entries ~1.2K prologue and zeroing, ~0.9K ranks, ~0.8K h scan, ~1.25K offsets, ~0.4K
+// placement; loads and ranks ~0.5K and ~0.65K more per chunk; a cluster barrier ~1.0-1.3K,
+// then the peers' counts 1.75K for 8 peers (2.2K as int4 through generic pointers); the grid
+// exchange 5.5-6.9K (two grid barriers). Nsight Compute: 7-13 % of issue slots busy, 10-18
+// cycles per instruction per warp: chains of latencies (barriers, shared-memory round trips,
+// loads), not throughput. Distributed shared memory moved about 8 bytes per cycle per SM in
+// this exchange. Measured and slower: pushing counts into the peers (remote stores), spreading
+// the peer loads over all warps, exchanging through L2 behind the cluster barrier (its release
+// half is a MEMBAR.GPU), 1024-thread blocks (+1.3 us with no entries); the same (within 0.05
+// us): computing every chunk's ballots before the rank chain. Code size matters: with C a
+// runtime value (58 KB of code) the kernel took 4.75 us with no entries, against 4.0 with one
+// C compiled (22 KB).
 //
 // Limits (the launcher checks them and otherwise takes the portable kernels): E <= 1022 (keys
 // are 10 bits; E + 2 columns fit four per thread); C <= 8; grid shape: G <= 128 resident
-// blocks; cluster shape: sm_90+, p.cluster <= 8 (portable cluster sizes); shared memory
+// blocks; cluster shape: sm_90+, p.cluster <= 16 (above 8 where the device allows non-portable
+// cluster sizes); a block's count of one expert is below 2^16 (S <= 4096); shared memory
 // plan_grid_smem_bytes(E, C).
 #pragma once
 #include <cooperative_groups.h>
@@ -77,7 +83,8 @@ constexpr int kGridHStride = kGridWarps + 4;  // h row of one expert: int4 colum
                                               // every bank once per quarter warp
 constexpr int kGridKeyBits = 10;           // ballots per chunk: keys up to E + 1 < 1024
 constexpr int kGridMaxBlocks = 128;        // segments: four per lane of one warp in step 4
-constexpr int kGridMaxClusterSegments = 8;  // cluster shape: portable cluster sizes only
+constexpr int kGridMaxClusterSegments = 16;  // cluster shape: 16 is a non-portable size (the
+                                            // launcher asks the device whether it runs it)
 
 // The workspace of a plan of several segments, in ints: the plan's totals per column (a row
 // padded to whole int4), then the [E + 2][blocks] table of block counts.
@@ -109,6 +116,17 @@ __device__ __forceinline__ void cluster_arrive_relaxed() {
 }
 __device__ __forceinline__ void cluster_wait() {
   asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+// Eight bytes at the same shared-memory address in block `rank` of the cluster. Explicit
+// shared::cluster addressing: through a generic pointer the same exchange took longer (lab,
+// H200, clusters of 16: 0.4-0.6 us). Volatile, so it stays after the cluster barrier.
+__device__ __forceinline__ uint2 cluster_load_u32x2(const void* local, int rank) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(local));
+  uint32_t remote;
+  uint2 v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
+  asm volatile("ld.shared::cluster.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(remote));
+  return v;
 }
 #endif
 
@@ -151,8 +169,8 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
   asm volatile("" ::"l"(p.ids), "r"(p.cluster), "l"(p.meta));
   const int E = p.E;
   int* s_h = smem_words;  // [E][kGridHStride] per-warp counts of each expert; later the staging
-  int* s_cnt = s_h + plan_grid_h_words(E, C);     // [totals row] block counts (cluster peers
-                                                  // read it)
+  int* s_cnt = s_h + plan_grid_h_words(E, C);     // [totals row] block counts (in the cluster
+                                                  // shape as u16, which the peers read)
   int* s_base = s_cnt + plan_grid_totals_row(E);  // [E] row of this block's first entry of e
   int* s_pad = s_base + E;                        // [E] first padding row of e
   int* s_loc = s_pad + E;                         // [E] first block-sorted slot of e (staged)
@@ -168,6 +186,10 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
   const int seg = grid_exchange ? b : b % segs;       // 1-D clusters: the rank in the cluster
   const int replicas = grid_exchange ? 1 : G / segs;
   const int replica = grid_exchange ? 0 : b / segs;
+  const bool cluster_exchange = !grid_exchange && segs > 1;
+  // A block's count of one expert is at most S <= 4096 entries: u16 halves the bytes the
+  // cluster's blocks exchange (distributed shared memory moved ~8 bytes per cycle per SM here).
+  unsigned short* s_cnt16 = reinterpret_cast<unsigned short*>(s_cnt);
   const int64_t begin = int64_t{seg} * S;
   const int n_local = static_cast<int>(max(int64_t{0}, min(int64_t{S}, int64_t{p.n} - begin)));
   const int slot0 = warp * 32 * C + lane;  // chunk c of this lane: slot0 + 32 * c
@@ -236,13 +258,20 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
     }
 #pragma unroll
     for (int j = 0; j < kGridWarps / 4; ++j) row[j] = v[j];
-    s_cnt[e] = run;
+    if (cluster_exchange) {
+      s_cnt16[e] = static_cast<unsigned short>(run);
+    } else {
+      s_cnt[e] = run;
+    }
     if (grid_exchange) ws_cnt[int64_t{e} * G + b] = run;
   }
   if (tid == 0) {
     if (grid_exchange) {
       ws_cnt[int64_t{E} * G + b] = s_invalid;
       ws_cnt[int64_t{E + 1} * G + b] = s_bad;
+    } else if (cluster_exchange) {
+      s_cnt16[E] = static_cast<unsigned short>(s_invalid);
+      s_cnt16[E + 1] = static_cast<unsigned short>(s_bad);
     } else {
       s_cnt[E] = s_invalid;
       s_cnt[E + 1] = s_bad;
@@ -281,7 +310,7 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
       if (col < E + 2 && sub == 0) ws_tot[col] = total;
     }
     cooperative_groups::this_grid().sync();
-  } else if (segs > 1) {
+  } else if (cluster_exchange) {
 #ifdef ARGON_PLAN_CLUSTERS
     cluster_arrive_release();  // s_cnt is complete in every block of the cluster
     cluster_wait();            // (also a block barrier)
@@ -313,22 +342,24 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
       tq[0] = t4.x; tq[1] = t4.y; tq[2] = t4.z; tq[3] = t4.w;
     } else {
 #ifdef ARGON_PLAN_CLUSTERS
-      // The cluster's blocks' counts (distributed shared memory): all of them for the totals,
-      // those of earlier segments for this block's prefix.
-      // Every load is issued before the first sum, so their latencies overlap.
-      const auto cluster = cooperative_groups::this_cluster();
-      int4 v[kGridMaxClusterSegments];
+      // The cluster's blocks' counts (distributed shared memory, four u16 columns per block):
+      // all of them for the totals, those of earlier segments for this block's prefix. Every
+      // load is issued before the first sum, so their latencies overlap.
+      uint2 v[kGridMaxClusterSegments];
 #pragma unroll
       for (int g = 0; g < kGridMaxClusterSegments; ++g) {
-        if (g < segs) v[g] = reinterpret_cast<const int4*>(cluster.map_shared_rank(s_cnt, g))[tid];
+        if (g < segs) v[g] = cluster_load_u32x2(s_cnt16 + 4 * tid, g);
       }
 #pragma unroll
       for (int g = 0; g < kGridMaxClusterSegments; ++g) {
         if (g < segs) {
-          tq[0] += v[g].x; tq[1] += v[g].y; tq[2] += v[g].z; tq[3] += v[g].w;
-        }
-        if (g < seg) {
-          bq[0] += v[g].x; bq[1] += v[g].y; bq[2] += v[g].z; bq[3] += v[g].w;
+          const int c[4] = {static_cast<int>(v[g].x & 0xffffu), static_cast<int>(v[g].x >> 16),
+                            static_cast<int>(v[g].y & 0xffffu), static_cast<int>(v[g].y >> 16)};
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            tq[k] += c[k];
+            if (g < seg) bq[k] += c[k];
+          }
         }
       }
 #endif
@@ -366,7 +397,7 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
     off = block_exclusive_scan_1bar(padded, reinterpret_cast<int*>(s_warp), n_rows);
   }
 #ifdef ARGON_PLAN_CLUSTERS
-  if (!grid_exchange && segs > 1) cluster_arrive_relaxed();  // done reading the peers' s_cnt
+  if (cluster_exchange) cluster_arrive_relaxed();  // done reading the peers' s_cnt
 #endif
   const bool writer = b == 0;  // every block has the same values
 #pragma unroll
@@ -489,7 +520,7 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
     p.sorted_weight[r] = 0.f;
   }
 #ifdef ARGON_PLAN_CLUSTERS
-  if (!grid_exchange && segs > 1) cluster_wait();  // peers may read s_cnt until they arrive
+  if (cluster_exchange) cluster_wait();  // peers may read s_cnt until they arrive
 #endif
 }
 
