@@ -26,7 +26,7 @@ import torch
 
 import torch_argon
 from torch_argon import baselines
-from torch_argon._plan_tuning import GRID_SHAPE, kernels_launched, plan_knobs
+from torch_argon._plan_tuning import GRID_SHAPE, grid_device, kernels_launched, plan_knobs
 from torch_argon._shapes import plan_rows
 from torch_argon.timing import cuda_events_us, cuda_graph_us
 
@@ -48,15 +48,19 @@ def routing(T, dist, seed=0):
     return ids, w  # int64 ids, as torch.topk returns them
 
 
-def heat(ms=60):
+def heat(ms=60, settle_s=0.3):
     """Keep the GPU busy with matrix products for a moment, so its clocks are up (an idle H200
-    here sits at 345 MHz and tiny kernels alone do not always raise it)."""
+    here sits at 345 MHz and tiny kernels alone do not always raise it), then let it settle:
+    timed within milliseconds of the last product, a plan call read up to 1.1 us slower
+    (H200, bench/plan_heat_ab.py, T = 512: 7.6-7.9 us against 6.8 untouched or after 0.3 s, the
+    clock still at 1965 MHz), a transient of the heavy load, not the kernel's steady state."""
     a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
     t0 = time.perf_counter()
     while (time.perf_counter() - t0) * 1e3 < ms:
         for _ in range(10):
             a @ a
         torch.cuda.synchronize()
+    time.sleep(settle_s)
 
 
 def sm_clock():
@@ -164,8 +168,8 @@ def bench_plan(records):
 
 def bench_plan_variants(records):
     """The plan's kernels, each forced at every size, for choosing the launcher's thresholds:
-    the default ("auto"); the grid kernel as one segment on 16 or 32 replicas, as clusters of 4
-    or 8 segments, and in the grid shape with 1, 2, 3 or 4 chunks per warp; the portable
+    the default ("auto"); the grid kernel as one segment on 16 or 32 replicas, as clusters of 4,
+    8 or 16 segments (16 where the device runs them), and in the grid shape with 1, 2, 3 or 4 chunks per warp; the portable
     one-kernel and two-kernel paths (with and without dependent launch)."""
     ops = torch_argon.argon_ops
     for dist in DISTS:
@@ -181,7 +185,8 @@ def bench_plan_variants(records):
                               dict(grid=big, grid_cluster=1, grid_chunks=one_c, grid_replicas=r))
                              for r in (16, 32)]
             variants += [(f"grid_cluster{k}", dict(grid=big, grid_cluster=k))
-                         for k in (4, 8) if 512 * k // 2 < n <= 512 * 8 * k]
+                         for k in (4, 8, 16) if 512 * k // 2 < n <= 512 * 8 * k
+                         and (k <= 8 or grid_device()["big_clusters"] > 0)]
             variants += [(f"grid_segments_c{c}",
                           dict(grid=big, grid_cluster=GRID_SHAPE, grid_chunks=c))
                          for c in (1, 2, 3, 4) if c < one_c and -(-n // (512 * c)) <= 128]
