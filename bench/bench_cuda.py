@@ -169,9 +169,11 @@ def bench_plan(records):
 def bench_plan_variants(records):
     """The plan's kernels, each forced at every size, for choosing the launcher's thresholds:
     the default ("auto"); the grid kernel as one segment on 16 or 32 replicas, as clusters of 4,
-    8 or 16 segments (16 where the device runs them), and in the grid shape with 1, 2, 3 or 4 chunks per warp; the portable
-    one-kernel and two-kernel paths (with and without dependent launch)."""
+    8 or 16 segments (16 where the device runs them), and in the grid shape with 1, 2, 3 or 4
+    chunks per warp; the portable one-kernel and two-kernel paths (with and without dependent
+    launch)."""
     ops = torch_argon.argon_ops
+    big_clusters = grid_device()["big_clusters"] > 0
     for dist in DISTS:
         for T in [1, 4, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]:
             ids, w = routing(T, dist, seed=T + 1)
@@ -186,7 +188,7 @@ def bench_plan_variants(records):
                              for r in (16, 32)]
             variants += [(f"grid_cluster{k}", dict(grid=big, grid_cluster=k))
                          for k in (4, 8, 16) if 512 * k // 2 < n <= 512 * 8 * k
-                         and (k <= 8 or grid_device()["big_clusters"] > 0)]
+                         and (k <= 8 or big_clusters)]
             variants += [(f"grid_segments_c{c}",
                           dict(grid=big, grid_cluster=GRID_SHAPE, grid_chunks=c))
                          for c in (1, 2, 3, 4) if c < one_c and -(-n // (512 * c)) <= 128]

@@ -1,6 +1,7 @@
 // What the CUDA plan kernels share: their parameter block and how they read one entry.
-// Both kernels (plan_grid.cuh where cooperative launch is, plan_portable.cuh everywhere) take a PlanParams;
-// each uses the fields its comment names, and the launcher in plan_cuda.cu fills them.
+// Both kernels (plan_grid.cuh where cooperative launch or clusters are, plan_portable.cuh
+// everywhere) take a PlanParams; each uses the fields its comment names, and the launcher in
+// plan_cuda.cu fills them.
 #pragma once
 #include <cuda_fp16.h>
 

@@ -104,21 +104,21 @@ struct GridDevice {
   int big_clusters = 0;
 };
 
-// Clusters of `size` blocks of the widest grid kernel the device holds at once (0 if none, or
-// if it refuses the query: an answer, not an error to leave pending).
-int active_clusters(int size) {
-  const PlanKernel widest = kGridKernels[kGridMaxChunks - 1];
+// Clusters of `size` blocks of `kernel` with `smem` bytes of dynamic shared memory each that
+// the device holds at once (0 if none, or if it refuses the query: an answer, not an error to
+// leave pending).
+int active_clusters(PlanKernel kernel, size_t smem, int size) {
   cudaLaunchAttribute attr{};
   attr.id = cudaLaunchAttributeClusterDimension;
   attr.val.clusterDim = {static_cast<unsigned>(size), 1, 1};
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(size);
   cfg.blockDim = dim3(kGridThreads);
-  cfg.dynamicSmemBytes = plan_grid_smem_bytes(kGridMaxExperts, kGridMaxChunks);
+  cfg.dynamicSmemBytes = smem;
   cfg.attrs = &attr;
   cfg.numAttrs = 1;
   int clusters = 0;
-  if (cudaOccupancyMaxActiveClusters(&clusters, widest, &cfg) != cudaSuccess) {
+  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
     (void)cudaGetLastError();
     return 0;
   }
@@ -132,9 +132,9 @@ GridDevice grid_device(const cudaDeviceProp& props) {
   if (dev < 64 && asked[dev]) return known[dev];
   GridDevice d;
   for (int c = 1; c <= kGridMaxChunks; ++c) {
+    const int bytes = static_cast<int>(plan_grid_smem_bytes(kGridMaxExperts, c));
     C10_CUDA_CHECK(cudaFuncSetAttribute(kGridKernels[c - 1],
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(plan_grid_smem_bytes(kGridMaxExperts, c))));
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   }
   const PlanKernel widest = kGridKernels[kGridMaxChunks - 1];
   const size_t smem = plan_grid_smem_bytes(kGridMaxExperts, kGridMaxChunks);
@@ -148,7 +148,7 @@ GridDevice grid_device(const cudaDeviceProp& props) {
   cudaFuncAttributes compiled{};
   C10_CUDA_CHECK(cudaFuncGetAttributes(&compiled, widest));
   if (props.major >= 9 && compiled.ptxVersion >= 90) {
-    d.clusters = active_clusters(8) >= 1;
+    d.clusters = active_clusters(widest, smem, 8) >= 1;
     // Clusters above 8 blocks need the kernels' opt-in; a device that refuses it runs none.
     bool big = d.clusters;
     for (int c = 1; c <= kGridMaxChunks && big; ++c) {
@@ -156,7 +156,7 @@ GridDevice grid_device(const cudaDeviceProp& props) {
                                  cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
     }
     if (!big) (void)cudaGetLastError();
-    d.big_clusters = big ? active_clusters(kGridBigCluster) : 0;
+    d.big_clusters = big ? active_clusters(widest, smem, kGridBigCluster) : 0;
   }
   if (dev < 64) {
     known[dev] = d;
@@ -180,12 +180,12 @@ bool grid_shape(int64_t n, const cudaDeviceProp& props, GridShape& shape) {
       return dev.clusters && (k <= 8 || dev.big_clusters > 0) &&
              n <= k * kGridThreads * chunks;
     };
-    cluster = n <= kGridOneSegmentEntries                   ? 1
-              : clusters_hold(4, 1)                         ? 4
-              : clusters_hold(8, 1)                         ? 8
+    cluster = n <= kGridOneSegmentEntries                          ? 1
+              : clusters_hold(4, 1)                                ? 4
+              : clusters_hold(8, 1)                                ? 8
               : clusters_hold(kGridBigCluster, kGridClusterChunks) ? kGridBigCluster
-              : clusters_hold(8, kGridClusterChunks)        ? 8
-                                                            : kGridForceGrid;
+              : clusters_hold(8, kGridClusterChunks)               ? 8
+                                                                   : kGridForceGrid;
     if (cluster == kGridForceGrid && dev.resident_blocks == 0) cluster = 1;
   }
   if (cluster == kGridForceGrid) {
@@ -353,9 +353,9 @@ PlanOutputs moe_plan_cuda(
 // (0: automatic), programmatic dependent launch of the two-kernel path (0 / 1). Grid kernel:
 // the entries up to which it is used (where it fits; 0: never), its replicas in the cluster
 // shape (0: automatic), its chunks per warp (0: automatic; at most kGridMaxChunks), its shape
-// (0: automatic; 1 to kGridMaxClusterSegments: the cluster shape with that many segments, 1 being one
-// segment, above 8 only where the device runs such clusters; kGridForceGrid: the grid shape). Negative values leave a knob as is. Returns the
-// previous values, in this order.
+// (0: automatic; 1 to kGridMaxClusterSegments: the cluster shape with that many segments, 1
+// being one segment, above 8 only where the device runs such clusters; kGridForceGrid: the grid
+// shape). Negative values leave a knob as is. Returns the previous values, in this order.
 std::vector<int64_t> plan_tuning(int64_t single_max_entries, int64_t chunks, int64_t single_blocks,
                                  int64_t pdl, int64_t grid, int64_t grid_replicas,
                                  int64_t grid_chunks, int64_t grid_cluster) {
