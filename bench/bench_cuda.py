@@ -168,10 +168,10 @@ def bench_plan(records):
 
 def bench_plan_variants(records):
     """The plan's kernels, each forced at every size, for choosing the launcher's thresholds:
-    the default ("auto"); the grid kernel as one segment on 16 or 32 replicas, as clusters of 4,
-    8 or 16 segments (16 where the device runs them), and in the grid shape with 1, 2, 3 or 4
-    chunks per warp; the portable one-kernel and two-kernel paths (with and without dependent
-    launch)."""
+    the default ("auto", and "auto_no_pdl" without programmatic dependent launch); the grid kernel
+    as one segment on 16 or 32 replicas, as clusters of 4, 8 or 16 segments (16 where the device
+    runs them), and in the grid shape with 1, 2, 3 or 4 chunks per warp; the portable one-kernel
+    and two-kernel paths (with and without dependent launch)."""
     ops = torch_argon.argon_ops
     big_clusters = grid_device()["big_clusters"] > 0
     for dist in DISTS:
@@ -180,7 +180,7 @@ def bench_plan_variants(records):
             out = ops.moe_plan(ids, w, E, TM)
             n = T * K
             big = 1 << 30
-            variants = [("auto", {})]
+            variants = [("auto", {}), ("auto_no_pdl", dict(pdl=0))]
             one_c = -(-n // 512)  # chunks that make the whole plan one segment
             if one_c <= 8:
                 variants += [(f"grid_one_segment_r{r}",

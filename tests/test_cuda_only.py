@@ -26,6 +26,7 @@ PATHS = {
     "grid_one_segment": dict(grid=1 << 30, grid_cluster=1),
     "grid_cluster8": dict(grid=1 << 30, grid_cluster=8),
     "grid_cluster16": dict(grid=1 << 30, grid_cluster=16),
+    "grid_no_pdl": dict(grid=1 << 30, pdl=0),
     "grid_shape": dict(grid=1 << 30, grid_cluster=GRID_SHAPE),
     "one_kernel": dict(grid=0, single_max=1 << 20),
     "two_kernels": dict(grid=0, single_max=0),
@@ -101,7 +102,8 @@ def test_plan_paths_agree(n_entries, chunks, pdl):
     ids, w = make_ids(T, K, E, "zipf", seed=n_entries).cuda(), make_weights(T, K).cuda()
     want = reference.moe_plan(ids.cpu(), w.cpu(), E, 16)
     for path in PATHS:
-        with plan_knobs(chunks=chunks, pdl=pdl, **PATHS[path]):
+        knobs = {"chunks": chunks, "pdl": pdl, **PATHS[path]}  # the path's own knobs win
+        with plan_knobs(**knobs):
             assert_plan_equal(ops.moe_plan(ids, w, E, 16), want)
 
 
@@ -250,6 +252,65 @@ def test_every_op_in_cuda_graph(dtype, T, path):
             torch.cuda.synchronize()
             assert_plan_equal(g_plan, e_plan)
             assert_bits_equal(g_out, e_out, "layer output")
+
+
+@pytest.mark.parametrize("T", [20, 2000, 4000, 8000])
+@pytest.mark.parametrize("path", list(PATHS))
+def test_plan_waits_for_the_plan_before_it(T, path):
+    """With programmatic dependent launch a plan kernel may start before the kernel before it
+    ends, and that kernel lets it start at once when it is a plan kernel too. So feed one plan
+    the previous plan's output: its tile_expert (experts or -1) as the ids of a second plan,
+    launched right after it with no kernel between. The second must read the first's bytes,
+    and write its outputs after the first is done with them (five rounds on new routings;
+    T = 20 to 8000 gives 40 to 5480 tiles: one segment, clusters of 4, 8 and 16)."""
+    K, E, tm = 10, 512, 16
+    with plan_knobs(**PATHS[path]):
+        for seed in range(5):
+            ids = make_ids(T, K, E, "zipf", seed=seed).cuda()
+            w = make_weights(T, K).cuda()
+            n_tiles = reference.moe_plan(ids.cpu(), w.cpu(), E, tm).tile_expert.numel()
+            w2 = torch.rand(n_tiles, 1, generator=torch.Generator().manual_seed(seed)).cuda()
+            torch.cuda.synchronize()
+            first = ops.moe_plan(ids, w, E, tm)
+            second = ops.moe_plan(first.tile_expert.view(-1, 1), w2, E, tm)
+            want_first = reference.moe_plan(ids.cpu(), w.cpu(), E, tm)
+            assert_plan_equal(first, want_first)
+            want = reference.moe_plan(want_first.tile_expert.view(-1, 1), w2.cpu(), E, tm)
+            assert_plan_equal(second, want)
+
+
+@pytest.mark.parametrize("T", [20, 2000, 4000])
+@pytest.mark.parametrize("pdl", [1, 0])
+def test_plan_waits_for_the_router_top_k(T, pdl):
+    """The Triton top-k lets the next kernel start early on sm_90+ (topk_kernel.py), and the
+    plan is launched to start early: the plan right after it must still read the top-k's
+    final ids and weights (eager and replayed from a CUDA graph, over new scores each round)."""
+    from torch_argon import triton_ops
+    if not triton_ops.AVAILABLE:
+        pytest.skip(triton_ops.REASON)
+    K, E, tm = 10, 512, 16
+    g = torch.Generator(device="cuda").manual_seed(T)
+    scores = torch.empty(T, E, device="cuda")
+    out = ops.moe_plan(*(t.cuda() for t in (make_ids(T, K, E, "uniform"), make_weights(T, K))),
+                       E, tm)
+
+    def route_and_plan():
+        w, ids = triton_ops.topk_triton(scores, K)
+        return ids, w, ops.moe_plan(ids, w, E, tm, out=out)
+    with plan_knobs(pdl=pdl):
+        graph = torch.cuda.CUDAGraph()
+        scores.copy_(torch.rand(T, E, device="cuda", generator=g))
+        route_and_plan()
+        with torch.cuda.graph(graph):
+            g_ids, g_w, _ = route_and_plan()
+        for round_ in range(4):
+            scores.copy_(torch.rand(T, E, device="cuda", generator=g))
+            if round_ % 2:
+                graph.replay()
+                ids, w = g_ids, g_w
+            else:
+                ids, w, _ = route_and_plan()
+            assert_plan_equal(out, reference.moe_plan(ids.cpu(), w.cpu(), E, tm))
 
 
 def test_no_host_sync():

@@ -33,7 +33,23 @@ struct PlanParams {
   int* block_hist;  // workspace: portable two-kernel path [n_blocks, E] per-block counts;
                     // grid kernel, several segments: totals, then [E + 2][segments] counts
   int* block_bad;   // portable two-kernel path: [n_blocks]
+  int pdl;          // grid kernel: launched with programmatic dependent launch (it then zeroes
+                    // its shared memory before waiting for the previous kernel)
 };
+
+// Programmatic dependent launch (sm_90+; no-ops below): a kernel launched with it may start
+// before the previous kernel in the stream ends, and must wait before it touches what that
+// kernel writes or reads; a kernel lets the next such launch start early.
+__device__ __forceinline__ void let_dependents_start() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_prerequisites() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
 
 // The key of entry i: its expert, or E for -1 and for out-of-range ids (counted in bad).
 __device__ __forceinline__ int key_of(const PlanParams& p, int64_t i, int& bad) {

@@ -52,7 +52,8 @@ constexpr int kGridForceGrid = kGridMaxClusterSegments + 1;  // grid_cluster kno
 int g_single_max_entries = kSingleMaxEntries;
 int g_chunks = 0;          // portable two-kernel path: chunks per warp (0 = automatic)
 int g_single_blocks = 0;   // portable one-kernel path: blocks sharing the writes (0 = automatic)
-int g_pdl = 1;             // portable two-kernel path: programmatic dependent launch (sm_90+)
+int g_pdl = 1;             // programmatic dependent launch (sm_90+) of the portable two-kernel
+                           // path's second kernel and of the grid kernel's cluster shape
 int g_grid_max = 1 << 30;  // the grid kernel up to this n (where it fits; 0: never)
 int g_grid_replicas = 0;   // grid kernel, cluster shape: replicas (0 = automatic)
 int g_grid_chunks = 0;     // grid kernel: chunks per warp (0 = automatic)
@@ -79,27 +80,28 @@ void allow_smem(size_t bytes) {
   if (dev < 64) granted[dev] = static_cast<int>(bytes);
 }
 
-// Launch a plan kernel with one launch attribute, or with none (a plain launch) if attr is null.
+// Launch a plan kernel with n_attrs launch attributes (none: a plain launch).
 void launch_plan_kernel(void (*kernel)(PlanParams), const PlanParams& p, int blocks, int threads,
-                        size_t smem, cudaStream_t s, cudaLaunchAttribute* attr) {
+                        size_t smem, cudaStream_t s, cudaLaunchAttribute* attrs, int n_attrs) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(blocks);
   cfg.blockDim = dim3(threads);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = s;
-  cfg.attrs = attr;
-  cfg.numAttrs = attr != nullptr ? 1 : 0;
+  cfg.attrs = attrs;
+  cfg.numAttrs = n_attrs;
   C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
   ARGON_CUDA_CHECK_LAUNCH();
 }
 
 // What the device offers the grid kernel, found once per device (for the most shared memory
 // the kernel may ask for, which also opts every instantiation in to it): the blocks it holds
-// at once with cooperative launch (0: none), whether it runs clusters of up to 8 blocks (sm_90+,
-// with the kernel compiled for sm_90+), and how many clusters of kGridBigCluster blocks it holds
-// at once (0: it runs none).
+// at once with cooperative launch (0: none), whether it is sm_90+ with the kernels compiled for
+// sm_90+ (griddepcontrol: programmatic dependent launch), whether it runs clusters of up to 8
+// blocks, and how many clusters of kGridBigCluster blocks it holds at once (0: it runs none).
 struct GridDevice {
   int resident_blocks = 0;
+  bool sm90_code = false;
   bool clusters = false;
   int big_clusters = 0;
 };
@@ -148,6 +150,7 @@ GridDevice grid_device(const cudaDeviceProp& props) {
   cudaFuncAttributes compiled{};
   C10_CUDA_CHECK(cudaFuncGetAttributes(&compiled, widest));
   if (props.major >= 9 && compiled.ptxVersion >= 90) {
+    d.sm90_code = true;
     d.clusters = active_clusters(widest, smem, 8) >= 1;
     // Clusters above 8 blocks need the kernels' opt-in; a device that refuses it runs none.
     bool big = d.clusters;
@@ -220,20 +223,28 @@ bool launch_plan_grid(PlanParams& p, const cudaDeviceProp& props, const at::Devi
   if (p.n > g_grid_max || p.E > kGridMaxExperts || !grid_shape(p.n, props, shape)) return false;
   p.cluster = shape.cluster;
   Tensor workspace;  // kept alive until the launch is queued (the allocator is stream-ordered)
-  cudaLaunchAttribute attr{};
+  cudaLaunchAttribute attrs[2] = {};
+  int n_attrs = 0;
   if (shape.cluster == 0) {
     workspace = at::detail::empty_cuda({plan_grid_workspace_ints(p.E, shape.blocks)}, at::kInt,
                                        device, std::nullopt);
     p.block_hist = workspace.data_ptr<int>();
-    attr.id = cudaLaunchAttributeCooperative;  // every block resident: the grid barriers
-    attr.val.cooperative = 1;
+    attrs[n_attrs].id = cudaLaunchAttributeCooperative;  // every block resident: grid barriers
+    attrs[n_attrs++].val.cooperative = 1;
   } else if (shape.cluster > 1) {
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim = {static_cast<unsigned>(shape.cluster), 1, 1};
+    attrs[n_attrs].id = cudaLaunchAttributeClusterDimension;
+    attrs[n_attrs++].val.clusterDim = {static_cast<unsigned>(shape.cluster), 1, 1};
+  }
+  // The cluster shape (not the cooperative grid shape, whose blocks must all be resident at
+  // once) may start while the previous kernel of the stream ends: its launch and its shared
+  // memory zeroing overlap that kernel. It waits for it before touching global memory.
+  p.pdl = g_pdl && shape.cluster > 0 && grid_device(props).sm90_code;
+  if (p.pdl) {
+    attrs[n_attrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[n_attrs++].val.programmaticStreamSerializationAllowed = 1;
   }
   launch_plan_kernel(kGridKernels[shape.chunks - 1], p, shape.blocks, kGridThreads,
-                     plan_grid_smem_bytes(p.E, shape.chunks), s,
-                     shape.cluster == 1 ? nullptr : &attr);
+                     plan_grid_smem_bytes(p.E, shape.chunks), s, attrs, n_attrs);
   return true;
 }
 
@@ -312,8 +323,10 @@ void launch_plan(const PlanDims& d, const Tensor& ids, const Tensor& w, const Te
   cudaLaunchAttribute attr{};
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr.val.programmaticStreamSerializationAllowed = 1;
-  launch_plan_kernel(place, p, n_blocks, kMultiThreads, smem, s,
-                     g_pdl && props->major >= 9 ? &attr : nullptr);
+  // Only with sm_90 code on an sm_90+ device: a kernel JIT-compiled from older PTX has no
+  // griddepcontrol.wait and would not wait for the counts.
+  const bool pdl = g_pdl && grid_device(*props).sm90_code;
+  launch_plan_kernel(place, p, n_blocks, kMultiThreads, smem, s, &attr, pdl ? 1 : 0);
 }
 
 void moe_plan_out_cuda(const Tensor& topk_ids, const Tensor& topk_weights, int64_t n_expert,
@@ -350,7 +363,8 @@ PlanOutputs moe_plan_cuda(
 
 // Benchmark and test hook. Portable kernels: the entries up to which the one-kernel path runs,
 // the chunks per warp of the two-kernel path (0: automatic), the blocks of the one-kernel path
-// (0: automatic), programmatic dependent launch of the two-kernel path (0 / 1). Grid kernel:
+// (0: automatic), programmatic dependent launch of the two-kernel path's second kernel and of
+// the grid kernel's cluster shape (0 / 1). Grid kernel:
 // the entries up to which it is used (where it fits; 0: never), its replicas in the cluster
 // shape (0: automatic), its chunks per warp (0: automatic; at most kGridMaxChunks), its shape
 // (0: automatic; 1 to kGridMaxClusterSegments: the cluster shape with that many segments, 1

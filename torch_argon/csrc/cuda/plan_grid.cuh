@@ -167,7 +167,7 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
   __shared__ int s_invalid, s_bad;
   // The parameters span three constant-cache lines; reading one field of each here lets their
   // misses overlap at the start instead of stalling later steps (lab: -0.05 us at T <= 128).
-  asm volatile("" ::"l"(p.ids), "r"(p.cluster), "l"(p.meta));
+  asm volatile("" ::"l"(p.ids), "l"(p.meta), "r"(p.pdl));
   const int E = p.E;
   int* s_h = smem_words;  // [E][kGridHStride] per-warp counts of each expert; later the staging
   int* s_cnt = s_h + plan_grid_h_words(E, C);     // [totals row] block counts (in the cluster
@@ -197,18 +197,26 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
   const int kAbsent = E + 1;
 
   // 1. Keys and weights into registers (four chunks' loads in flight at a time); h is zeroed
-  //    while the first loads are in flight.
-  int key[kChunkSlots];
-  float wv[kChunkSlots];
-  int bad = 0;
-  load_four_chunks(p, begin, slot0, 0, C, n_local, kAbsent, key, wv, bad);
-  {
+  //    while the first loads are in flight. Launched with programmatic dependent launch
+  //    (p.pdl), h is zeroed first, while the previous kernel may still run, and the loads wait
+  //    for it. Either way the next kernel of the stream may start now, if launched so.
+  let_dependents_start();
+  const auto zero_h = [&] {
     const int words = E * kGridHStride;  // a multiple of 4 (the part the ranks use)
     int4* h4 = reinterpret_cast<int4*>(s_h);
 #pragma unroll 1
     for (int q = tid; q < words / 4; q += kGridThreads) h4[q] = make_int4(0, 0, 0, 0);
     if (tid == 0) s_invalid = s_bad = 0;
+  };
+  int key[kChunkSlots];
+  float wv[kChunkSlots];
+  int bad = 0;
+  if (p.pdl) {
+    zero_h();
+    wait_for_prerequisites();
   }
+  load_four_chunks(p, begin, slot0, 0, C, n_local, kAbsent, key, wv, bad);
+  if (!p.pdl) zero_h();
   if constexpr (C > 4) {
     load_four_chunks(p, begin, slot0, 4, C, n_local, kAbsent, key + 4, wv + 4, bad);
   }

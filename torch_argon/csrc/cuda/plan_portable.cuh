@@ -68,18 +68,9 @@ constexpr int kMultiThreads = 512;   // two-kernel path: segments of up to 8192 
 constexpr int kTargetSegments = 32;  // two-kernel path: about this many blocks (column reads)
 static_assert(kMultiThreads * kMaxChunks <= (1 << kIdxBits), "block index must fit its bits");
 
-// Programmatic dependent launch (sm_90+): the count kernel lets the place kernel start at
-// once; the place kernel loads and sorts its segment, then waits for the counts.
-__device__ __forceinline__ void let_dependents_start() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wait_for_prerequisites() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
+// Programmatic dependent launch (sm_90+; let_dependents_start and wait_for_prerequisites in
+// plan_common.cuh): the count kernel lets the place kernel start at once; the place kernel
+// loads and sorts its segment, then waits for the counts.
 
 // ---- two-kernel path, first kernel: per-block expert counts ---------------------------------
 template <int kThreads>
