@@ -154,16 +154,50 @@ def bench_plan(records):
             ids, w = routing(T, dist, seed=T)
             out = ops.moe_plan(ids, w, E, TM)
             exact = plan_bits_equal(out, ids, w)
+            plan = lambda: ops.moe_plan(ids, w, E, TM, out=out)  # noqa: E731
             heat()
-            us, how = timed(lambda: ops.moe_plan(ids, w, E, TM, out=out))
+            us, how = timed(plan)
             clock = sm_clock()
             base, bhow = eager_us(lambda: baselines.plan_argsort(ids, w, E, TM)), "eager"
-            path = plan_path(lambda: ops.moe_plan(ids, w, E, TM, out=out))
+            path = plan_path(plan)
             records.append(rec("plan", T, dist, us, "plan_argsort", base, timing=how,
                                baseline_timing=bhow, bit_exact=exact, n_entries=T * K,
                                path=path, sm_clock_mhz=clock))
             print(f"plan   {dist:8s} T={T:6d} {us:8.2f} us  argsort {base:8.2f} us  exact={exact}"
                   f"  (SM clock {clock} MHz after)")
+            for op, before in behind(T).items():
+                us_pdl, us_no = plan_behind_us(before, plan)
+                records.append(rec(op, T, dist, us_pdl, "same_without_dependent_launch", us_no,
+                                   timing="graph", baseline_timing="graph"))
+                print(f"{op:18s} {dist:8s} T={T:6d} {us_pdl:8.2f} us  "
+                      f"without dependent launch {us_no:8.2f} us")
+
+
+def behind(T):
+    """Kernels to time the plan behind, as in a layer: one tiny torch kernel (which does not
+    let the next kernel start early; nor does torch.topk), and the Triton router top-k of
+    [T, E] scores, which does on sm_90+ (triton_ops/topk_kernel.py)."""
+    x = torch.zeros(1, device="cuda")
+    kernels = {"plan_after_kernel": lambda: x.add_(1)}
+    from torch_argon import triton_ops
+    if triton_ops.AVAILABLE:
+        scores = torch.rand(T, E, device="cuda")
+        kernels["plan_after_topk"] = lambda: triton_ops.topk_triton(scores, K)
+    return kernels
+
+
+def plan_behind_us(before, plan):
+    """The plan's cost behind another kernel: graph replay of [before, plan] less that of
+    [before], with and without programmatic dependent launch. Back-to-back plans (the plan
+    records) let each other start early; behind a kernel that does not, that gain is gone."""
+    def chain():
+        before()
+        plan()
+    lone = graph_us(before)
+    with_pdl = graph_us(chain) - lone
+    with plan_knobs(pdl=0):
+        without = graph_us(chain) - lone
+    return with_pdl, without
 
 
 def bench_plan_variants(records):

@@ -91,6 +91,25 @@ def launch_moe_mm(a, w, tile_expert, meta, tile_m, sorted_token, out, *, swiglu,
 LAUNCHER = (lambda kernel: kernel) if os.environ.get("TRITON_INTERPRET") == "1" else wrap_triton
 
 
+try:  # griddepcontrol in Triton (3.3 on); without it no kernel lets the next start early
+    from triton.language.extra.cuda import gdc_launch_dependents  # noqa: F401
+    HAS_GDC = True
+except ImportError:
+    HAS_GDC = False
+_EARLY_START = {}  # CUDA device index -> whether lets_next_kernel_start
+
+
+def lets_next_kernel_start(device: torch.device) -> bool:
+    """Whether a kernel on this device may let the next one start early (topk_kernel.py):
+    sm_90+, compiled (not the interpreter), with a Triton that has griddepcontrol."""
+    if device.type != "cuda" or LAUNCHER is not wrap_triton or not HAS_GDC:
+        return False
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _EARLY_START:
+        _EARLY_START[index] = torch.cuda.get_device_capability(index)[0] >= 9
+    return _EARLY_START[index]
+
+
 def triton_next_pow2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
@@ -137,5 +156,6 @@ def topk_triton(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tenso
         block_t = max(1, min(16, 4096 // block_e))
         LAUNCHER(topk_rows_kernel)[(-(-T // block_t),)](
             scores, scores.stride(0), scores.stride(1), values, indices, T, E,
-            K=k, BLOCK_T=block_t, BLOCK_E=block_e, num_warps=4)
+            K=k, BLOCK_T=block_t, BLOCK_E=block_e,
+            LET_NEXT_START=lets_next_kernel_start(scores.device), num_warps=4)
     return values, indices
