@@ -43,6 +43,10 @@
 //   over the offsets and writes tile_expert, the warp writes each padded tile's padding rows
 //   with its lanes side by side; then the tail rows.
 // Block 0 writes counts, offsets and meta. Every output element is written on every call.
+// Dependent launch (cluster shape on sm_90+, p.pdl): the kernel lets the next kernel of the
+// stream start at once, and, itself launched early, zeroes h before it waits for the previous
+// kernel (griddepcontrol.wait), ahead of its first global load; the grid shape's cooperative
+// launch is not launched so.
 //
 // Where the time goes (H200, E = 512, K = 10, uniform). The kernel alone under graph replay
 // (lab harness, 20 launches per graph; a tiny kernel costs 1.0 us): 3.2 us with no entries,
