@@ -100,6 +100,7 @@ void launch_plan_kernel(void (*kernel)(PlanParams), const PlanParams& p, int blo
 // sm_90+ (griddepcontrol: programmatic dependent launch), whether it runs clusters of up to 8
 // blocks, and how many clusters of kGridBigCluster blocks it holds at once (0: it runs none).
 struct GridDevice {
+  size_t smem_room = 0;  // dynamic shared memory a block of the grid kernel may have here
   int resident_blocks = 0;
   bool sm90_code = false;
   bool clusters = false;
@@ -133,13 +134,22 @@ GridDevice grid_device(const cudaDeviceProp& props) {
   C10_CUDA_CHECK(cudaGetDevice(&dev));
   if (dev < 64 && asked[dev]) return known[dev];
   GridDevice d;
-  for (int c = 1; c <= kGridMaxChunks; ++c) {
-    const int bytes = static_cast<int>(plan_grid_smem_bytes(kGridMaxExperts, c));
-    C10_CUDA_CHECK(cudaFuncSetAttribute(kGridKernels[c - 1],
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  }
+  // The widest plan needs ~100 KB (E = 1022, C = 8): more than sm_86 / sm_89 blocks may have
+  // (99 KB). Opt in to what the device allows; the launcher gives plans that need more to the
+  // portable kernels.
   const PlanKernel widest = kGridKernels[kGridMaxChunks - 1];
-  const size_t smem = plan_grid_smem_bytes(kGridMaxExperts, kGridMaxChunks);
+  cudaFuncAttributes compiled{};
+  C10_CUDA_CHECK(cudaFuncGetAttributes(&compiled, widest));
+  d.smem_room = props.sharedMemPerBlockOptin - compiled.sharedSizeBytes;
+  for (int c = 1; c <= kGridMaxChunks; ++c) {
+    const size_t bytes = std::min(plan_grid_smem_bytes(kGridMaxExperts, c), d.smem_room);
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kGridKernels[c - 1],
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(bytes)));
+  }
+  // Residency and clusters at the most any plan may ask for: a smaller plan fits as well.
+  const size_t smem = std::min(plan_grid_smem_bytes(kGridMaxExperts, kGridMaxChunks),
+                               d.smem_room);
   int coop = 0, per_sm = 0;
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
   C10_CUDA_CHECK(
@@ -147,8 +157,6 @@ GridDevice grid_device(const cudaDeviceProp& props) {
   d.resident_blocks = coop ? per_sm * props.multiProcessorCount : 0;
   // Clusters need an sm_90+ device and a kernel compiled for it (one JIT-compiled from older
   // PTX has no cluster code).
-  cudaFuncAttributes compiled{};
-  C10_CUDA_CHECK(cudaFuncGetAttributes(&compiled, widest));
   if (props.major >= 9 && compiled.ptxVersion >= 90) {
     d.sm90_code = true;
     d.clusters = active_clusters(widest, smem, 8) >= 1;
@@ -220,7 +228,10 @@ bool grid_shape(int64_t n, const cudaDeviceProp& props, GridShape& shape) {
 bool launch_plan_grid(PlanParams& p, const cudaDeviceProp& props, const at::Device& device,
                       cudaStream_t s) {
   GridShape shape;
-  if (p.n > g_grid_max || p.E > kGridMaxExperts || !grid_shape(p.n, props, shape)) return false;
+  if (p.n > g_grid_max || p.E > kGridMaxExperts || !grid_shape(p.n, props, shape) ||
+      plan_grid_smem_bytes(p.E, shape.chunks) > grid_device(props).smem_room) {
+    return false;
+  }
   p.cluster = shape.cluster;
   Tensor workspace;  // kept alive until the launch is queued (the allocator is stream-ordered)
   cudaLaunchAttribute attrs[2] = {};
@@ -238,7 +249,7 @@ bool launch_plan_grid(PlanParams& p, const cudaDeviceProp& props, const at::Devi
   // The cluster shape (not the cooperative grid shape, whose blocks must all be resident at
   // once) may start while the previous kernel of the stream ends, if that kernel lets it (a
   // plan kernel, the Triton router top-k): its launch and its shared memory zeroing overlap
-  // that kernel. It waits for it before touching global memory. H200: 0.8-1.1 us faster behind
+  // that kernel. It waits for it before touching global memory. H200: 0.7-1.1 us faster behind
   // such a kernel (T = 1 to 4096); 0.1-0.2 us slower behind one that does not let it, whether
   // it zeroes before or after the wait (bench_cuda.py plan_after_* records).
   p.pdl = g_pdl && shape.cluster > 0 && grid_device(props).sm90_code;
