@@ -48,7 +48,8 @@ def ops_table(records):
     return "\n".join(rows)
 
 
-CUDA_OPS = ("plan", "plan_after_kernel", "plan_after_topk", "plan_eager", "gather", "combine", "swiglu", "moe_mm")
+CUDA_OPS = ("plan", "plan_after_kernel", "plan_after_topk", "plan_eager", "gather", "combine",
+            "swiglu", "moe_mm")
 
 
 def cuda_ops_table(records):

@@ -258,25 +258,34 @@ def test_every_op_in_cuda_graph(dtype, T, path):
 @pytest.mark.parametrize("path", list(PATHS))
 def test_plan_waits_for_the_plan_before_it(T, path):
     """With programmatic dependent launch a plan kernel may start before the kernel before it
-    ends, and that kernel lets it start at once when it is a plan kernel too. So feed one plan
-    the previous plan's output: its tile_expert (experts or -1) as the ids of a second plan,
-    launched right after it with no kernel between. The second must read the first's bytes,
-    and write its outputs after the first is done with them (three rounds on new routings;
-    T = 20 to 8000 gives 40 to 5480 tiles: one segment, clusters of 4, 8 and 16)."""
+    ends, and a plan kernel lets the next start at once. So, with no kernel between:
+    - feed one plan the previous plan's output (its tile_expert, experts or -1, as the ids of
+      a second plan): the second must read the first's final bytes;
+    - write a plan into the outputs of the plan just launched (out=): the second must write
+      after the first is done, or the first's late stores would show.
+    Three rounds on new routings; T = 20 to 8000 gives 40 to 5480 tiles (one segment, clusters
+    of 4, 8 and 16 for the second plan)."""
     K, E, tm = 10, 512, 16
     with plan_knobs(**PATHS[path]):
         for seed in range(3):
-            ids = make_ids(T, K, E, "zipf", seed=seed).cuda()
-            w = make_weights(T, K).cuda()
-            n_tiles = reference.moe_plan(ids.cpu(), w.cpu(), E, tm).tile_expert.numel()
-            w2 = torch.rand(n_tiles, 1, generator=torch.Generator().manual_seed(seed)).cuda()
+            ids = make_ids(T, K, E, "zipf", seed=seed)
+            w = make_weights(T, K)
+            want_first = reference.moe_plan(ids, w, E, tm)
+            tiles = want_first.tile_expert.view(-1, 1)
+            w2 = torch.rand(tiles.shape[0], 1, generator=torch.Generator().manual_seed(seed))
+            want_second = reference.moe_plan(tiles, w2, E, tm)
+            ids_b = make_ids(T, K, E, "uniform", seed=seed + 100)
+            want_b = reference.moe_plan(ids_b, w, E, tm)
+            ids, w, w2, ids_b = ids.cuda(), w.cuda(), w2.cuda(), ids_b.cuda()
             torch.cuda.synchronize()
             first = ops.moe_plan(ids, w, E, tm)
             second = ops.moe_plan(first.tile_expert.view(-1, 1), w2, E, tm)
-            want_first = reference.moe_plan(ids.cpu(), w.cpu(), E, tm)
             assert_plan_equal(first, want_first)
-            want = reference.moe_plan(want_first.tile_expert.view(-1, 1), w2.cpu(), E, tm)
-            assert_plan_equal(second, want)
+            assert_plan_equal(second, want_second)
+            torch.cuda.synchronize()
+            into = ops.moe_plan(ids, w, E, tm)
+            ops.moe_plan(ids_b, w, E, tm, out=into)
+            assert_plan_equal(into, want_b)
 
 
 @pytest.mark.parametrize("T", [20, 2000, 4000])

@@ -96,13 +96,15 @@ try:  # griddepcontrol in Triton (3.3 on); without it no kernel lets the next st
     HAS_GDC = True
 except ImportError:
     HAS_GDC = False
-_EARLY_START = {}  # CUDA device index -> whether lets_next_kernel_start
+_EARLY_START = {}  # lets_next_kernel_start's answer per CUDA device index
 
 
 def lets_next_kernel_start(device: torch.device) -> bool:
     """Whether a kernel on this device may let the next one start early (topk_kernel.py):
-    sm_90+, compiled (not the interpreter), with a Triton that has griddepcontrol."""
-    if device.type != "cuda" or LAUNCHER is not wrap_triton or not HAS_GDC:
+    NVIDIA sm_90+ (not ROCm, whose MI300 also reports major 9), compiled (not the
+    interpreter), with a Triton that has griddepcontrol."""
+    if (device.type != "cuda" or torch.version.hip is not None or LAUNCHER is not wrap_triton
+            or not HAS_GDC):
         return False
     index = device.index if device.index is not None else torch.cuda.current_device()
     if index not in _EARLY_START:

@@ -1,4 +1,5 @@
-// What the CUDA plan kernels share: their parameter block and how they read one entry.
+// What the CUDA plan kernels share: their parameter block, how they read one entry, and the
+// programmatic-dependent-launch instructions (let the next kernel start; wait for the previous).
 // Both kernels (plan_grid.cuh where cooperative launch or clusters are, plan_portable.cuh
 // everywhere) take a PlanParams; each uses the fields its comment names, and the launcher in
 // plan_cuda.cu fills them.

@@ -25,7 +25,8 @@
 // the last entry get key E + 1 and touch nothing.
 //
 // Steps (B = block barrier, CB = cluster barrier, GB = grid barrier):
-//   load keys and weights (four chunks in flight), zero h meanwhile         B
+//   load keys and weights (four chunks in flight), zero h meanwhile (with
+//   dependent launch: zero h, wait for the previous kernel, then load)      B
 //   ranks inside each warp, chunk by chunk                                  B
 //   scan of h per expert (one thread, four int4); the block's counts (columns E, E + 1:
 //   invalid and out-of-range ids) go to shared memory, and in the grid shape to column b of
@@ -171,7 +172,7 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
   __shared__ int s_invalid, s_bad;
   // The parameters span three constant-cache lines; reading one field of each here lets their
   // misses overlap at the start instead of stalling later steps (lab: -0.05 us at T <= 128).
-  asm volatile("" ::"l"(p.ids), "l"(p.meta), "r"(p.pdl));
+  asm volatile("" ::"l"(p.ids), "r"(p.cluster), "l"(p.meta));
   const int E = p.E;
   int* s_h = smem_words;  // [E][kGridHStride] per-warp counts of each expert; later the staging
   int* s_cnt = s_h + plan_grid_h_words(E, C);     // [totals row] block counts (in the cluster

@@ -68,16 +68,12 @@ constexpr int kMultiThreads = 512;   // two-kernel path: segments of up to 8192 
 constexpr int kTargetSegments = 32;  // two-kernel path: about this many blocks (column reads)
 static_assert(kMultiThreads * kMaxChunks <= (1 << kIdxBits), "block index must fit its bits");
 
-// Programmatic dependent launch (sm_90+; let_dependents_start and wait_for_prerequisites in
-// plan_common.cuh): the count kernel lets the place kernel start at once; the place kernel
-// loads and sorts its segment, then waits for the counts.
-
 // ---- two-kernel path, first kernel: per-block expert counts ---------------------------------
 template <int kThreads>
 __global__ void __launch_bounds__(kThreads) plan_count_kernel(PlanParams p) {
   extern __shared__ int s_hist[];  // [E]
   __shared__ int s_bad;
-  let_dependents_start();
+  let_dependents_start();  // the place kernel may start now (sm_90+ dependent launch)
   const int tid = threadIdx.x;
 #pragma unroll 1
   for (int e = tid; e < p.E; e += kThreads) s_hist[e] = 0;
@@ -215,7 +211,7 @@ __global__ void __launch_bounds__(kThreads) plan_kernel(PlanParams p) {
   // 3. Two-kernel path: the plan's totals and the entries in earlier blocks, from the count
   //    kernel's table (eight cells per thread in flight, added up in shared memory).
   if constexpr (kMulti) {
-    wait_for_prerequisites();
+    wait_for_prerequisites();  // it loaded and sorted its segment while the counts were made
     const int n_blocks = gridDim.x, mine = blockIdx.x, cells = n_blocks * E;
 #pragma unroll 1
     for (int x0 = tid; x0 < cells; x0 += 8 * kThreads) {
