@@ -291,12 +291,11 @@ def test_plan_waits_for_the_plan_before_it(T, path):
 @pytest.mark.parametrize("T", [20, 2000, 4000])
 @pytest.mark.parametrize("pdl", [1, 0])
 def test_plan_waits_for_the_router_top_k(T, pdl):
-    """The Triton top-k lets the next kernel start early on sm_90+ (topk_kernel.py), and the
-    plan is launched to start early: the plan right after it must still read the top-k's
-    final ids and weights (eager and replayed from a CUDA graph, over new scores each round)."""
-    from torch_argon import triton_ops
-    if not triton_ops.AVAILABLE:
-        pytest.skip(triton_ops.REASON)
+    """The router's top-k (the Triton kernel where Triton is importable, as in moe_layer; else
+    torch.topk) lets the next kernel start early on sm_90+ (topk_kernel.py), and the plan is
+    launched to start early: the plan right after it must still read the top-k's final ids and
+    weights (eager and replayed from a CUDA graph, over new scores each round)."""
+    from torch_argon.routing import topk_experts
     K, E, tm = 10, 512, 16
     g = torch.Generator(device="cuda").manual_seed(T)
     scores = torch.empty(T, E, device="cuda")
@@ -304,7 +303,7 @@ def test_plan_waits_for_the_router_top_k(T, pdl):
                        E, tm)
 
     def route_and_plan():
-        w, ids = triton_ops.topk_triton(scores, K)
+        w, ids = topk_experts(scores, K)
         return ids, w, ops.moe_plan(ids, w, E, tm, out=out)
     with plan_knobs(pdl=pdl):
         graph = torch.cuda.CUDAGraph()

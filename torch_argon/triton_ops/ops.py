@@ -16,6 +16,7 @@ unused tiles (the moe_mm contract); False leaves them unwritten (the layer never
 The fake (meta) impl is the function itself: torch.library.triton_op runs it on fake tensors,
 where the kernel launch is a no-op.
 """
+import functools
 import os
 from typing import Optional
 
@@ -96,7 +97,11 @@ try:  # griddepcontrol in Triton (3.3 on); without it no kernel lets the next st
     HAS_GDC = True
 except ImportError:
     HAS_GDC = False
-_EARLY_START = {}  # lets_next_kernel_start's answer per CUDA device index
+
+
+@functools.lru_cache(maxsize=None)
+def _sm90_or_newer(index: int) -> bool:
+    return torch.cuda.get_device_capability(index)[0] >= 9
 
 
 def lets_next_kernel_start(device: torch.device) -> bool:
@@ -106,10 +111,8 @@ def lets_next_kernel_start(device: torch.device) -> bool:
     if (device.type != "cuda" or torch.version.hip is not None or LAUNCHER is not wrap_triton
             or not HAS_GDC):
         return False
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    if index not in _EARLY_START:
-        _EARLY_START[index] = torch.cuda.get_device_capability(index)[0] >= 9
-    return _EARLY_START[index]
+    return _sm90_or_newer(device.index if device.index is not None
+                          else torch.cuda.current_device())
 
 
 def triton_next_pow2(n: int) -> int:

@@ -95,10 +95,11 @@ void launch_plan_kernel(void (*kernel)(PlanParams), const PlanParams& p, int blo
 }
 
 // What the device offers the grid kernel, found once per device (for the most shared memory
-// the kernel may ask for, which also opts every instantiation in to it): the blocks it holds
-// at once with cooperative launch (0: none), whether it is sm_90+ with the kernels compiled for
-// sm_90+ (griddepcontrol: programmatic dependent launch), whether it runs clusters of up to 8
-// blocks, and how many clusters of kGridBigCluster blocks it holds at once (0: it runs none).
+// the kernel may ask for within what the device allows, which also opts every instantiation
+// in to it): the dynamic shared memory a block may have, the blocks it holds at once with
+// cooperative launch (0: none), whether it is sm_90+ with the kernels compiled for sm_90+
+// (griddepcontrol: programmatic dependent launch), whether it runs clusters of up to 8 blocks,
+// and how many clusters of kGridBigCluster blocks it holds at once (0: it runs none).
 struct GridDevice {
   size_t smem_room = 0;  // dynamic shared memory a block of the grid kernel may have here
   int resident_blocks = 0;
@@ -181,8 +182,8 @@ GridDevice grid_device(const cudaDeviceProp& props) {
 struct GridShape {
   int cluster = 0, chunks = 0, blocks = 0;
 };
-bool grid_shape(int64_t n, const cudaDeviceProp& props, GridShape& shape) {
-  const GridDevice dev = grid_device(props);
+bool grid_shape(int64_t n, const cudaDeviceProp& props, const GridDevice& dev,
+                GridShape& shape) {
   n = std::max<int64_t>(n, 1);
   int cluster = g_grid_cluster;
   if (cluster == 0) {  // automatic
@@ -227,9 +228,11 @@ bool grid_shape(int64_t n, const cudaDeviceProp& props, GridShape& shape) {
 // Launch the grid kernel if the plan fits it (returns false, launching nothing, if not).
 bool launch_plan_grid(PlanParams& p, const cudaDeviceProp& props, const at::Device& device,
                       cudaStream_t s) {
+  if (p.n > g_grid_max || p.E > kGridMaxExperts) return false;
+  const GridDevice dev = grid_device(props);
   GridShape shape;
-  if (p.n > g_grid_max || p.E > kGridMaxExperts || !grid_shape(p.n, props, shape) ||
-      plan_grid_smem_bytes(p.E, shape.chunks) > grid_device(props).smem_room) {
+  if (!grid_shape(p.n, props, dev, shape) ||
+      plan_grid_smem_bytes(p.E, shape.chunks) > dev.smem_room) {
     return false;
   }
   p.cluster = shape.cluster;
@@ -252,7 +255,7 @@ bool launch_plan_grid(PlanParams& p, const cudaDeviceProp& props, const at::Devi
   // that kernel. It waits for it before touching global memory. H200: 0.7-1.1 us faster behind
   // such a kernel (T = 1 to 4096); 0.1-0.2 us slower behind one that does not let it, whether
   // it zeroes before or after the wait (bench_cuda.py plan_after_* records).
-  p.pdl = g_pdl && shape.cluster > 0 && grid_device(props).sm90_code;
+  p.pdl = g_pdl && shape.cluster > 0 && dev.sm90_code;
   if (p.pdl) {
     attrs[n_attrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attrs[n_attrs++].val.programmaticStreamSerializationAllowed = 1;
