@@ -71,16 +71,18 @@ __device__ __forceinline__ float weight_of(const PlanParams& p, int64_t i) {
 
 // Keys and weights of four chunks of a lane, c0 .. c0 + 3 (slot = slot0 + 32 * c, entry
 // begin + slot), into key[0..3] and wv[0..3], loaded together so four loads are in flight;
-// slots past chunk C or past n_local get key `absent` and weight 0 and read nothing.
+// slots past chunk C or past n_local get key `absent` and weight 0 and read nothing. Weights
+// are read only for the chunks c whose bit c is set in `weighed` (the others get 0).
 __device__ __forceinline__ void load_four_chunks(const PlanParams& p, int64_t begin, int slot0,
                                                  int c0, int C, int n_local, int absent,
-                                                 int* key, float* wv, int& bad) {
+                                                 int* key, float* wv, int& bad,
+                                                 unsigned weighed = ~0u) {
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     const int idx = slot0 + 32 * (c0 + j);
     const bool here = c0 + j < C && idx < n_local;
     key[j] = here ? key_of(p, begin + idx, bad) : absent;
-    wv[j] = here ? weight_of(p, begin + idx) : 0.f;
+    wv[j] = here && ((weighed >> (c0 + j)) & 1u) ? weight_of(p, begin + idx) : 0.f;
   }
 }
 

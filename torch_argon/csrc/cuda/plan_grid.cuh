@@ -3,8 +3,8 @@
 //   * Cluster shape (small and medium plans): the plan is cut into p.cluster segments (1, or
 //     up to 16 on sm_90+), one per block of a thread-block cluster, and the blocks of a cluster
 //     exchange their per-expert counts (as u16) through distributed shared memory (one
-//     cluster barrier). The grid holds several such clusters, the replicas: each ranks every
-//     entry and writes its share of the outputs, so the writes spread over many SMs.
+//     cluster barrier). The grid holds several such clusters, the replicas: each counts every
+//     entry, but ranks and writes only its share, so the writes spread over many SMs.
 //   * Grid shape (large plans, cooperative launch): one segment per block, one block per SM,
 //     up to 128 blocks; the blocks exchange their counts through a global workspace across
 //     two grid barriers (cooperative_groups grid sync).
@@ -27,7 +27,8 @@
 // Steps (B = block barrier, CB = cluster barrier, GB = grid barrier):
 //   load keys and weights (four chunks in flight), zero h meanwhile (with
 //   dependent launch: zero h, wait for the previous kernel, then load)      B
-//   ranks inside each warp, chunk by chunk                                  B
+//   ranks inside each warp, chunk by chunk, of the chunks this replica places;
+//   the other chunks only counted (shared atomics into h)                   B
 //   scan of h per expert (one thread, four int4); the block's counts (columns E, E + 1:
 //   invalid and out-of-range ids) go to shared memory, and in the grid shape to column b of
 //   the workspace table [E + 2][G]                                          B / CB / GB
@@ -200,6 +201,11 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
   const int n_local = static_cast<int>(max(int64_t{0}, min(int64_t{S}, int64_t{p.n} - begin)));
   const int slot0 = warp * 32 * C + lane;  // chunk c of this lane: slot0 + 32 * c
   const int kAbsent = E + 1;
+  // Chunk q = warp * C + c of the segment is placed by replica q mod replicas: bit c of `own`.
+  // Only those chunks need ranks and weights here; the others are only counted.
+  unsigned own = 0;
+#pragma unroll
+  for (int c = 0; c < C; ++c) own |= ((warp * C + c) % replicas == replica ? 1u : 0u) << c;
 
   // 1. Keys and weights into registers (four chunks' loads in flight at a time); h is zeroed
   //    while the first loads are in flight. Launched with programmatic dependent launch
@@ -220,25 +226,34 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
     zero_h();
     wait_for_prerequisites();
   }
-  load_four_chunks(p, begin, slot0, 0, C, n_local, kAbsent, key, wv, bad);
+  load_four_chunks(p, begin, slot0, 0, C, n_local, kAbsent, key, wv, bad, own);
   if (!p.pdl) zero_h();
   if constexpr (C > 4) {
-    load_four_chunks(p, begin, slot0, 4, C, n_local, kAbsent, key + 4, wv + 4, bad);
+    load_four_chunks(p, begin, slot0, 4, C, n_local, kAbsent, key + 4, wv + 4, bad, own);
   }
   __syncthreads();
 
   // 2. Rank inside the warp: the lane's peers in its chunk, plus the warp's earlier chunks
   //    (h[e][warp] counts the warp's entries of e so far; the lowest peer adds the chunk's).
+  //    A chunk this replica does not place is only counted, one shared atomic per entry: the
+  //    ballots are the rank's cost (~0.65K cycles per chunk, lab), and with 6 replicas and up
+  //    to 6 chunks a warp ranks at most one chunk (H200, clusters of 16: T = 4096 -1.0 us,
+  //    T = 1024 and 2048 -0.5). The counts are sums: the same bytes on every run.
   const unsigned lanes_below = (1u << lane) - 1u;
   int rank[C];
   int invalid = 0;
 #pragma unroll
   for (int c = 0; c < C; ++c) {
     const int k = key[c];
-    invalid += k == E;
-    const unsigned peers = warp_peers(k);
-    int* h = s_h + k * kGridHStride + warp;
     const bool valid = k < E;
+    invalid += k == E;
+    int* h = s_h + k * kGridHStride + warp;
+    if (!((own >> c) & 1u)) {  // the same for the whole warp
+      if (valid) atomicAdd(h, 1);
+      continue;
+    }
+    const unsigned peers = warp_peers(k);
+    __syncwarp();  // the atomics of earlier chunks are visible to every lane
     const int earlier = valid ? *h : 0;
     __syncwarp();  // every peer has read h before the leader adds to it
     if (valid && lane == __ffs(peers) - 1) *h = earlier + __popc(peers);
@@ -338,7 +353,7 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
   // Each entry's rank across the block's warps; h is free from here on.
 #pragma unroll
   for (int c = 0; c < C; ++c) {
-    if (key[c] < E) rank[c] += s_h[key[c] * kGridHStride + warp];
+    if (((own >> c) & 1u) && key[c] < E) rank[c] += s_h[key[c] * kGridHStride + warp];
   }
   // Thread m owns columns 4m .. 4m + 3, so thread order is expert order for the scan below.
   const int quads = ws_row / 4;
@@ -451,13 +466,11 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
   int* s_row = s_h;
   int* s_tok = s_h + S;
   float* s_w = reinterpret_cast<float*>(s_h + 2 * S);
-  int chunk_owner = (warp * C) % replicas;
 #pragma unroll
   for (int c = 0; c < C; ++c) {
     const int slot = slot0 + 32 * c;
-    const bool mine = chunk_owner == replica;
-    chunk_owner = chunk_owner + 1 == replicas ? 0 : chunk_owner + 1;
-    if ((mine || staged) && slot < n_local) {
+    const bool mine = (own >> c) & 1u;  // staged: one replica, which owns every chunk
+    if (mine && slot < n_local) {
       const int64_t i = begin + slot;
       int row = -1;
       if (key[c] < E) {
