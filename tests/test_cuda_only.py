@@ -112,16 +112,19 @@ def test_plan_paths_agree(n_entries, chunks, pdl):
     (0, 4, 8, 16, "uniform"), (1, 1, 1, 8, "uniform"), (1, 10, 512, 16, "uniform"),
     (37, 3, 5, 1, "neg_some"), (128, 10, 512, 16, "zipf"), (409, 10, 512, 16, "uniform"),
     (500, 6, 40, 16, "one_expert"), (700, 8, 64, 64, "neg_all"), (777, 4, 100, 2, "empty"),
-    (2048, 10, 512, 16, "zipf"), (4096, 10, 512, 16, "uniform"), (3000, 8, 1022, 16, "repeated"),
-    (3000, 8, 1023, 16, "uniform"), (1500, 2, 5000, 32, "uniform"),
+    (2048, 10, 512, 16, "zipf"), (4096, 10, 512, 16, "uniform"), (6144, 10, 512, 16, "zipf"),
+    (3000, 8, 1022, 16, "repeated"), (3000, 8, 1023, 16, "uniform"),
+    (1500, 2, 5000, 32, "uniform"),
 ])
 @pytest.mark.parametrize("cluster,replicas,chunks", [
     (0, 0, 0), (1, 1, 0), (1, 3, 0), (1, 40, 0), (4, 16, 0), (8, 8, 0), (8, 3, 8), (2, 5, 1),
     (16, 6, 0), (16, 1, 3), (GRID_SHAPE, 0, 1), (GRID_SHAPE, 0, 3), (GRID_SHAPE, 0, 8)])
 def test_grid_kernel_shapes(T, K, E, tm, dist, cluster, replicas, chunks):
     """The grid kernel in each shape: one segment on 1 to 40 replicas; clusters of 2, 4, 8 or
-    16 segments; one segment per block (the grid shape) with 1 chunk per warp (placed directly)
-    or 3 and 8 (placed through the block-sorted staging); on outputs pre-filled with garbage.
+    16 segments (T = 6144: 8 chunks per warp; on 6 replicas a warp ranks the one or two it
+    places and only counts the others); one segment per block (the grid shape) with 1 chunk
+    per warp (placed directly) or 3 and 8 (placed through the block-sorted staging); on
+    outputs pre-filled with garbage.
     The profiler confirms which kernel ran: the grid kernel up to E = 1022 wherever the shape
     holds the plan (grid_fits), the portable kernels otherwise."""
     ids, w = make_ids(T, K, E, dist, seed=T + E), make_weights(T, K)

@@ -1,9 +1,10 @@
 // moe_plan on CUDA: the launcher, which picks a kernel, and the op registrations.
 //   Where E <= kGridMaxExperts: plan_grid_kernel<C> (plan_grid.cuh), one launch for any n up
 //     to 8 chunks per warp over the resident blocks. Up to kGridOneSegmentEntries entries the
-//     plan is one segment that every block ranks (the blocks share the writes); on sm_90 up to
-//     kGridClusterChunks per warp, 4, 8 or 16 segments on the blocks of a cluster (16: where
-//     the device runs that non-portable size), replicated;
+//     plan is one segment that every block ranks (the blocks share the writes); on sm_90,
+//     4, 8 or 16 segments on the blocks of a cluster (16: where the device runs that
+//     non-portable size; up to kGridBigClusterChunks per warp, else kGridClusterChunks),
+//     replicated;
 //     above, with cooperative launch, one segment per block, as many blocks as the GPU holds
 //     (up to 128), exchanging counts across grid barriers. Where a shape does not fit (no
 //     clusters, no cooperative launch, too many entries), the next one or the portable kernels.
@@ -36,9 +37,11 @@ constexpr int kGridMaxExperts = 1022;
 //   clusters of 4);
 //   clusters of 4 segments (16 replicas) up to 1 chunk (T = 128: 5.4, one segment 5.9);
 //   clusters of 8 (8 replicas) up to 1 chunk (T = 256: 5.6, clusters of 4 6.2);
-//   clusters of 16 (6 replicas; a non-portable size, where the device runs it) up to 5 chunks
+//   clusters of 16 (6 replicas; a non-portable size, where the device runs it) up to 8 chunks
 //   (T = 512: 6.2 against 6.4 for clusters of 8 with 2 chunks; T = 2048: 7.8 against 8.5 and
-//   9.7 for the grid shape; T = 4096: 9.4 against 10.3);
+//   9.7 for the grid shape; T = 4096: 9.4 against 10.3; since each replica ranks only the
+//   chunks it places, T = 6144 with 8 chunks: 9.4-9.7 back to back, against 10.8-11.2 for the
+//   grid shape, lab A/B);
 //   where clusters of 16 do not run, clusters of 8 up to 5 chunks (T = 2048: 8.5 against 9.7);
 //   then the grid shape.
 constexpr int kGridOneSegmentEntries = 2 * kGridThreads;
@@ -47,7 +50,8 @@ constexpr int kGridClusterBlocks = 64;  // clusters of up to 8: blocks in all (1
 constexpr int kGridBigCluster = 16;     // the non-portable cluster size
 constexpr int kGridBigClusterReplicas = 6;  // lab: 6 clusters of 16 against 4: equal at T <= 512,
                                             // 0.2-0.8 us faster from T = 1024 to 4096
-constexpr int kGridClusterChunks = 5;   // clusters of 8 or 16: chunks per warp at most
+constexpr int kGridClusterChunks = 5;   // clusters of 8: chunks per warp at most
+constexpr int kGridBigClusterChunks = kGridMaxChunks;  // clusters of 16: chunks per warp
 constexpr int kGridForceGrid = kGridMaxClusterSegments + 1;  // grid_cluster knob: grid shape
 int g_single_max_entries = kSingleMaxEntries;
 int g_chunks = 0;          // portable two-kernel path: chunks per warp (0 = automatic)
@@ -192,12 +196,12 @@ bool grid_shape(int64_t n, const cudaDeviceProp& props, const GridDevice& dev,
       return dev.clusters && (k <= 8 || dev.big_clusters > 0) &&
              n <= k * kGridThreads * chunks;
     };
-    cluster = n <= kGridOneSegmentEntries                          ? 1
-              : clusters_hold(4, 1)                                ? 4
-              : clusters_hold(8, 1)                                ? 8
-              : clusters_hold(kGridBigCluster, kGridClusterChunks) ? kGridBigCluster
-              : clusters_hold(8, kGridClusterChunks)               ? 8
-                                                                   : kGridForceGrid;
+    cluster = n <= kGridOneSegmentEntries                             ? 1
+              : clusters_hold(4, 1)                                   ? 4
+              : clusters_hold(8, 1)                                   ? 8
+              : clusters_hold(kGridBigCluster, kGridBigClusterChunks) ? kGridBigCluster
+              : clusters_hold(8, kGridClusterChunks)                  ? 8
+                                                                      : kGridForceGrid;
     if (cluster == kGridForceGrid && dev.resident_blocks == 0) cluster = 1;
   }
   if (cluster == kGridForceGrid) {
