@@ -32,16 +32,17 @@ namespace {
 constexpr int kSingleMaxEntries = 2048;
 // The grid kernel: keys are 10-bit (warp_peers) and E + 2 columns fit four per thread.
 constexpr int kGridMaxExperts = 1022;
-// Its shapes (H200, E = 512, K = 10, the kernel alone under graph replay, lab; us):
+// Its shapes (H200, E = 512, K = 10, the kernel alone under graph replay, lab, before each
+// replica ranked only its own chunks; us):
 //   one segment up to 2 chunks per warp, on 32 replicas (T = 16: 4.2, against 5.2 for
 //   clusters of 4);
 //   clusters of 4 segments (16 replicas) up to 1 chunk (T = 128: 5.4, one segment 5.9);
 //   clusters of 8 (8 replicas) up to 1 chunk (T = 256: 5.6, clusters of 4 6.2);
 //   clusters of 16 (6 replicas; a non-portable size, where the device runs it) up to 8 chunks
 //   (T = 512: 6.2 against 6.4 for clusters of 8 with 2 chunks; T = 2048: 7.8 against 8.5 and
-//   9.7 for the grid shape; T = 4096: 9.4 against 10.3; since each replica ranks only the
-//   chunks it places, T = 6144 with 8 chunks: 9.4-9.7 back to back, against 10.8-11.2 for the
-//   grid shape, lab A/B);
+//   9.7 for the grid shape; T = 4096: 9.4 against 10.3. Since each replica ranks only the
+//   chunks it places, plans back to back, not the kernel alone: T = 6144 with 8 chunks 9.4-9.7
+//   against 10.8-11.2 for the grid shape, a lab A/B not in bench/results/h200.json);
 //   where clusters of 16 do not run, clusters of 8 up to 5 chunks (T = 2048: 8.5 against 9.7);
 //   then the grid shape.
 constexpr int kGridOneSegmentEntries = 2 * kGridThreads;

@@ -18,8 +18,9 @@
 //   + (entries of e in warps < w)     scan of the block's per-warp count table h[e][w]
 //   + (entries of e before i in w)    h[e][w] before i's chunk + lanes below i with its key
 // where a lane's peers (the lanes of its chunk with the same key) come from one ballot per key
-// bit, and the lowest peer adds the chunk's count to h[e][w] for the next chunk. Keys, weights
-// and ranks stay in registers. That is a stable rank without a sort and without global
+// bit, and the lowest peer adds the chunk's count to h[e][w] for the next chunk. A chunk the
+// block does not place (another replica does) is only counted: a shared atomic per entry adds
+// to h[e][w]. Keys, weights and ranks stay in registers. That is a stable rank without a sort and without global
 // atomics; integer sums are exact, so the bytes are the same on every run. Ids that are -1 or
 // out of range get key E (counted, not ranked; out-of-range ones also for meta); slots past
 // the last entry get key E + 1 and touch nothing.
@@ -50,7 +51,9 @@
 // kernel (griddepcontrol.wait), ahead of its first global load; the grid shape's cooperative
 // launch is not launched so.
 //
-// Where the time goes (H200, E = 512, K = 10, uniform). The kernel alone under graph replay
+// Where the time goes (H200, E = 512, K = 10, uniform), measured before each replica ranked
+// only the chunks it places (that saved 0.5 us at T = 1024 and 2048, 1.0 at T = 4096 and 0.1-0.2
+// at T <= 512; bench/plan_cuda_notes.md). The kernel alone under graph replay
 // (lab harness, 20 launches per graph; a tiny kernel costs 1.0 us): 3.2 us with no entries,
 // 4.2 at T = 16 (one segment), 5.4 at T = 128 (clusters of 4), 5.6 at T = 256 (of 8), 6.2 at
 // T = 512, 7.0 at T = 1024, 7.8 at T = 2048 and 9.4 at T = 4096 (of 16, 6 replicas); the grid
@@ -187,7 +190,7 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
   const int b = blockIdx.x, G = gridDim.x;
   // Segments exchanged over the grid (p.cluster == 0): block b owns segment b (G segments, all
   // resident: cooperative launch). Else p.cluster segments, one per block of a cluster, and the
-  // G / p.cluster clusters are replicas: each ranks every entry and writes its share.
+  // G / p.cluster clusters are replicas: each counts every entry, ranks and writes its share.
   const bool grid_exchange = p.cluster == 0;
   const int segs = grid_exchange ? G : p.cluster;
   const int seg = grid_exchange ? b : b % segs;       // 1-D clusters: the rank in the cluster
@@ -486,7 +489,7 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
           p.sorted_weight[row] = wv[c];
         }
       }
-      if (mine) p.pos[i] = row;
+      p.pos[i] = row;
     }
   }
   if (staged) {
