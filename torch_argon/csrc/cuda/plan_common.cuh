@@ -70,7 +70,9 @@ __device__ __forceinline__ float weight_of(const PlanParams& p, int64_t i) {
 }
 
 // Keys and weights of four chunks of a lane, c0 .. c0 + 3 (slot = slot0 + 32 * c, entry
-// begin + slot), into key[0..3] and wv[0..3], loaded together so four loads are in flight;
+// begin + slot), into key[0..3] and wv[0..3]. Meant to have four loads in flight, but each id's
+// range check follows its load, and the SASS (sm_90) waits for each id before the next load:
+// one memory round trip per chunk (bench/plan_cuda_notes.md, "Leads");
 // slots past chunk C or past n_local get key `absent` and weight 0 and read nothing. Weights
 // are read only for the chunks c whose bit c is set in `weighed` (the others get 0).
 __device__ __forceinline__ void load_four_chunks(const PlanParams& p, int64_t begin, int slot0,

@@ -20,13 +20,13 @@
 // where a lane's peers (the lanes of its chunk with the same key) come from one ballot per key
 // bit, and the lowest peer adds the chunk's count to h[e][w] for the next chunk. A chunk the
 // block does not place (another replica does) is only counted: a shared atomic per entry adds
-// to h[e][w]. Keys, weights and ranks stay in registers. That is a stable rank without a sort and without global
-// atomics; integer sums are exact, so the bytes are the same on every run. Ids that are -1 or
-// out of range get key E (counted, not ranked; out-of-range ones also for meta); slots past
-// the last entry get key E + 1 and touch nothing.
+// to h[e][w]. Keys, weights and ranks stay in registers. That is a stable rank without a sort
+// and without global atomics; integer sums are exact, so the bytes are the same on every run.
+// Ids that are -1 or out of range get key E (counted, not ranked; out-of-range ones also for
+// meta); slots past the last entry get key E + 1 and touch nothing.
 //
 // Steps (B = block barrier, CB = cluster barrier, GB = grid barrier):
-//   load keys and weights (four chunks in flight), zero h meanwhile (with
+//   load keys and weights (chunk by chunk, see load_four_chunks), zero h meanwhile (with
 //   dependent launch: zero h, wait for the previous kernel, then load)      B
 //   ranks inside each warp, chunk by chunk, of the chunks this replica places;
 //   the other chunks only counted (shared atomics into h)                   B
@@ -210,7 +210,7 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
 #pragma unroll
   for (int c = 0; c < C; ++c) own |= ((warp * C + c) % replicas == replica ? 1u : 0u) << c;
 
-  // 1. Keys and weights into registers (four chunks' loads in flight at a time); h is zeroed
+  // 1. Keys and weights into registers (load_four_chunks: one round trip per chunk); h is zeroed
   //    while the first loads are in flight. Launched with programmatic dependent launch
   //    (p.pdl), h is zeroed first, while the previous kernel may still run, and the loads wait
   //    for it. Either way the next kernel of the stream may start now, if launched so.

@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(kThreads) plan_count_kernel(PlanParams p) {
   for (int i0 = tid; i0 < n_local; i0 += 4 * kThreads) {
     int key[4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {  // four loads in flight
+    for (int j = 0; j < 4; ++j) {  // four loads, but each waited for (see load_four_chunks)
       const int idx = i0 + j * kThreads;
       key[j] = idx < n_local ? key_of(p, begin + idx, bad) : p.E;
     }
@@ -142,7 +142,7 @@ __global__ void __launch_bounds__(kThreads) plan_kernel(PlanParams p) {
   __syncthreads();
 
   // 1. Items (key << 16 | local index; slot = local index) and weights into shared memory,
-  //    entries per expert of this block by shared atomics. Four chunks' loads in flight.
+  //    entries per expert of this block by shared atomics. Four chunks per round of loads.
   int bad = 0;
 #pragma unroll 1
   for (int c0 = 0; c0 < C; c0 += 4) {
