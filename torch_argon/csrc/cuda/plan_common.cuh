@@ -52,39 +52,90 @@ __device__ __forceinline__ void wait_for_prerequisites() {
 #endif
 }
 
-// The key of entry i: its expert, or E for -1 and for out-of-range ids (counted in bad).
-__device__ __forceinline__ int key_of(const PlanParams& p, int64_t i, int& bad) {
-  const int64_t v = p.ids_64 ? static_cast<const int64_t*>(p.ids)[i]
-                             : static_cast<int64_t>(static_cast<const int32_t*>(p.ids)[i]);
+// Reading entries. The loads (issue_chunk_loads) are apart from what uses them
+// (chunk_keys_and_weights), so that a kernel has the loads of all its chunks in flight at once
+// and may do other work meanwhile. When each id's range check came right after its load, the
+// compiler waited out a full memory round trip per chunk (SASS of plan_grid_kernel<5>: one
+// LDG, its ISETP, the next LDG, ...).
+template <int N>
+struct ChunkLoads {
+  int64_t id[N];       // -1 where absent
+  unsigned wbits[N];   // a float's 32 bits, or a half's or a bfloat16's 16 in the low half
+  bool here[N];        // the slot holds an entry
+};
+
+template <int N, typename Id>
+__device__ __forceinline__ void load_ids_as(const void* ids, int64_t begin, const int* idx,
+                                            const bool* here, int64_t* id) {
+  Id raw[N];
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+    raw[j] = here[j] ? static_cast<const Id*>(ids)[begin + idx[j]] : Id(-1);
+  }
+#pragma unroll
+  for (int j = 0; j < N; ++j) id[j] = static_cast<int64_t>(raw[j]);  // int32: widened after
+}                                                                     // all N loads
+
+// The ids of entries begin + idx[j] (-1 where here[j] is false), N loads in flight.
+template <int N>
+__device__ __forceinline__ void load_ids(const PlanParams& p, int64_t begin, const int* idx,
+                                         const bool* here, int64_t* id) {
+  if (p.ids_64) {
+    load_ids_as<N, int64_t>(p.ids, begin, idx, here, id);
+  } else {
+    load_ids_as<N, int32_t>(p.ids, begin, idx, here, id);
+  }
+}
+
+// The loads of N chunks of a lane, c0 .. c0 + N - 1 (slot = slot0 + 32 * c, entry begin +
+// slot). Slots past chunk C or past n_local read nothing. Weights are read only for the chunks
+// c whose bit c is set in `weighed` (the others get zero bits).
+template <int N>
+__device__ __forceinline__ ChunkLoads<N> issue_chunk_loads(const PlanParams& p, int64_t begin,
+                                                           int slot0, int c0, int C,
+                                                           int n_local, unsigned weighed) {
+  ChunkLoads<N> l;
+  int idx[N];
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+    idx[j] = slot0 + 32 * (c0 + j);
+    l.here[j] = c0 + j < C && idx[j] < n_local;
+  }
+  load_ids<N>(p, begin, idx, l.here, l.id);
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+    const int64_t i = begin + idx[j];
+    l.wbits[j] = !l.here[j] || !((weighed >> (c0 + j)) & 1u) ? 0u
+                 : p.w_kind == FloatKind::kF32 ? static_cast<const unsigned*>(p.weights)[i]
+                                               : static_cast<const unsigned short*>(p.weights)[i];
+  }
+  return l;
+}
+
+// The key of an id: its expert, or E for -1 and for out-of-range ids (counted in bad).
+__device__ __forceinline__ int key_of_id(const PlanParams& p, int64_t v, int& bad) {
   if (v >= 0 && v < p.E) return static_cast<int>(v);
   bad += (v != -1);
   return p.E;
 }
 
-// The weight of entry i as float (exact for all three types: bf16 is the top half of a float).
-__device__ __forceinline__ float weight_of(const PlanParams& p, int64_t i) {
-  if (p.w_kind == FloatKind::kF32) return static_cast<const float*>(p.weights)[i];
-  const unsigned short bits = static_cast<const unsigned short*>(p.weights)[i];
-  if (p.w_kind == FloatKind::kBF16) return __uint_as_float(static_cast<unsigned>(bits) << 16);
-  return __half2float(__ushort_as_half(bits));
+// A weight as float (exact for all three types: bf16 is the top half of a float); zero bits
+// are 0.0 in each.
+__device__ __forceinline__ float weight_of_bits(FloatKind kind, unsigned bits) {
+  if (kind == FloatKind::kF32) return __uint_as_float(bits);
+  if (kind == FloatKind::kBF16) return __uint_as_float(bits << 16);
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
 }
 
-// Keys and weights of four chunks of a lane, c0 .. c0 + 3 (slot = slot0 + 32 * c, entry
-// begin + slot), into key[0..3] and wv[0..3]. Meant to have four loads in flight, but each id's
-// range check follows its load, and the SASS (sm_90) waits for each id before the next load:
-// one memory round trip per chunk (bench/plan_cuda_notes.md, "Leads");
-// slots past chunk C or past n_local get key `absent` and weight 0 and read nothing. Weights
-// are read only for the chunks c whose bit c is set in `weighed` (the others get 0).
-__device__ __forceinline__ void load_four_chunks(const PlanParams& p, int64_t begin, int slot0,
-                                                 int c0, int C, int n_local, int absent,
-                                                 int* key, float* wv, int& bad,
-                                                 unsigned weighed = ~0u) {
+// Keys and weights from the loads: slots without an entry get key `absent` and weight 0.
+template <int N>
+__device__ __forceinline__ void chunk_keys_and_weights(const PlanParams& p,
+                                                       const ChunkLoads<N>& l, int absent,
+                                                       int* key, float* wv, int& bad) {
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const int idx = slot0 + 32 * (c0 + j);
-    const bool here = c0 + j < C && idx < n_local;
-    key[j] = here ? key_of(p, begin + idx, bad) : absent;
-    wv[j] = here && ((weighed >> (c0 + j)) & 1u) ? weight_of(p, begin + idx) : 0.f;
+  for (int j = 0; j < N; ++j) {
+    key[j] = l.here[j] ? key_of_id(p, l.id[j], bad) : absent;
+    wv[j] = weight_of_bits(p.w_kind, l.wbits[j]);
   }
 }
 

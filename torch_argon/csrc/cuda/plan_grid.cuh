@@ -26,7 +26,7 @@
 // meta); slots past the last entry get key E + 1 and touch nothing.
 //
 // Steps (B = block barrier, CB = cluster barrier, GB = grid barrier):
-//   load keys and weights (chunk by chunk, see load_four_chunks), zero h meanwhile (with
+//   load keys and weights (all C chunks in flight), zero h meanwhile (with
 //   dependent launch: zero h, wait for the previous kernel, then load)      B
 //   ranks inside each warp, chunk by chunk, of the chunks this replica places;
 //   the other chunks only counted (shared atomics into h)                   B
@@ -170,7 +170,6 @@ template <int C>
 __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p) {
   static_assert(C >= 1 && C <= kGridMaxChunks, "chunks per warp");
   constexpr int S = kGridThreads * C;          // entries per segment
-  constexpr int kChunkSlots = (C + 3) / 4 * 4;  // loaded four chunks at a time
   extern __shared__ __align__(16) int smem_words[];
   __shared__ long long s_warp[32];
   __shared__ int s_invalid, s_bad;
@@ -210,7 +209,7 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
 #pragma unroll
   for (int c = 0; c < C; ++c) own |= ((warp * C + c) % replicas == replica ? 1u : 0u) << c;
 
-  // 1. Keys and weights into registers (load_four_chunks: one round trip per chunk); h is zeroed
+  // 1. Keys and weights into registers (the loads of all C chunks in flight); h is zeroed
   //    while the first loads are in flight. Launched with programmatic dependent launch
   //    (p.pdl), h is zeroed first, while the previous kernel may still run, and the loads wait
   //    for it. Either way the next kernel of the stream may start now, if launched so.
@@ -222,18 +221,16 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
     for (int q = tid; q < words / 4; q += kGridThreads) h4[q] = make_int4(0, 0, 0, 0);
     if (tid == 0) s_invalid = s_bad = 0;
   };
-  int key[kChunkSlots];
-  float wv[kChunkSlots];
+  int key[C];
+  float wv[C];
   int bad = 0;
   if (p.pdl) {
     zero_h();
     wait_for_prerequisites();
   }
-  load_four_chunks(p, begin, slot0, 0, C, n_local, kAbsent, key, wv, bad, own);
+  const ChunkLoads<C> loads = issue_chunk_loads<C>(p, begin, slot0, 0, C, n_local, own);
   if (!p.pdl) zero_h();
-  if constexpr (C > 4) {
-    load_four_chunks(p, begin, slot0, 4, C, n_local, kAbsent, key + 4, wv + 4, bad, own);
-  }
+  chunk_keys_and_weights<C>(p, loads, kAbsent, key, wv, bad);
   __syncthreads();
 
   // 2. Rank inside the warp: the lane's peers in its chunk, plus the warp's earlier chunks

@@ -84,12 +84,18 @@ __global__ void __launch_bounds__(kThreads) plan_count_kernel(PlanParams p) {
   int bad = 0;
 #pragma unroll 1
   for (int i0 = tid; i0 < n_local; i0 += 4 * kThreads) {
+    int idx[4];
+    bool here[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      idx[j] = i0 + j * kThreads;
+      here[j] = idx[j] < n_local;
+    }
+    int64_t id[4];  // four loads in flight, then their keys
+    load_ids<4>(p, begin, idx, here, id);
     int key[4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {  // four loads, but each waited for (see load_four_chunks)
-      const int idx = i0 + j * kThreads;
-      key[j] = idx < n_local ? key_of(p, begin + idx, bad) : p.E;
-    }
+    for (int j = 0; j < 4; ++j) key[j] = key_of_id(p, id[j], bad);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       if (key[j] < p.E) atomicAdd(&s_hist[key[j]], 1);
@@ -148,7 +154,8 @@ __global__ void __launch_bounds__(kThreads) plan_kernel(PlanParams p) {
   for (int c0 = 0; c0 < C; c0 += 4) {
     int key[4];
     float wv[4];
-    load_four_chunks(p, begin, slot0, c0, C, n_local, E, key, wv, bad);
+    chunk_keys_and_weights<4>(p, issue_chunk_loads<4>(p, begin, slot0, c0, C, n_local, ~0u), E,
+                              key, wv, bad);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int idx = slot0 + 32 * (c0 + j);
