@@ -2,8 +2,8 @@
 //   Where E <= kGridMaxExperts: plan_grid_kernel<C> (plan_grid.cuh), one launch for any n up
 //     to 8 chunks per warp over the resident blocks. Up to kGridOneSegmentEntries entries the
 //     plan is one segment that every block ranks (the blocks share the writes); on sm_90,
-//     4, 8 or 16 segments on the blocks of a cluster (16: where the device runs that
-//     non-portable size; up to kGridBigClusterChunks per warp, else kGridClusterChunks),
+//     4, 8 or 16 segments on the blocks of a cluster (8 up to kGridClusterChunks per warp,
+//     then 16, where the device runs that non-portable size, up to kGridBigClusterChunks),
 //     replicated;
 //     above, with cooperative launch, one segment per block, as many blocks as the GPU holds
 //     (up to 128), exchanging counts across grid barriers. Where a shape does not fit (no
@@ -37,14 +37,16 @@ constexpr int kGridMaxExperts = 1022;
 //   one segment up to 2 chunks per warp, on 32 replicas (T = 16: 4.2, against 5.2 for
 //   clusters of 4);
 //   clusters of 4 segments (16 replicas) up to 1 chunk (T = 128: 5.4, one segment 5.9);
-//   clusters of 8 (8 replicas) up to 1 chunk (T = 256: 5.6, clusters of 4 6.2);
+//   clusters of 8 (8 replicas) up to 5 chunks (T = 256, 1 chunk: 5.6 against 6.2 for clusters
+//   of 4, kernel alone, earlier; since the loads of all chunks are in flight, lab, plans back
+//   to back, uniform / Zipf: T = 1024 5.18 / 5.26 against 5.67 / 5.62 for clusters of 16;
+//   T = 2048 5.86 / 5.80 against 6.34 / 6.25; T = 512 5.04 / 5.05 against 5.11 / 5.11;
+//   T = 3072, 8 chunks, 7.80 / 7.44 against 6.63 / 6.41: hence no more than 5);
 //   clusters of 16 (6 replicas; a non-portable size, where the device runs it) up to 8 chunks
-//   (T = 512: 6.2 against 6.4 for clusters of 8 with 2 chunks; T = 2048: 7.8 against 8.5 and
-//   9.7 for the grid shape; T = 4096: 9.4 against 10.3. Since each replica ranks only the
-//   chunks it places, plans back to back, not the kernel alone: T = 6144 with 8 chunks 9.4-9.7
-//   against 10.8-11.2 for the grid shape, a lab A/B not in bench/results/h200.json);
-//   where clusters of 16 do not run, clusters of 8 up to 5 chunks (T = 2048: 8.5 against 9.7);
-//   then the grid shape.
+//   (kernel alone, before the replicas ranked only their chunks: T = 2048 7.8 against 9.7 for
+//   the grid shape; T = 4096 9.4 against 10.3. Plans back to back since then: T = 6144 with 8
+//   chunks 9.4-9.7 against 10.8-11.2 for the grid shape, a lab A/B not in
+//   bench/results/h200.json); then the grid shape.
 constexpr int kGridOneSegmentEntries = 2 * kGridThreads;
 constexpr int kGridReplicas = 32;       // one segment: blocks in all
 constexpr int kGridClusterBlocks = 64;  // clusters of up to 8: blocks in all (16 of 4, 8 of 8)
@@ -199,9 +201,8 @@ bool grid_shape(int64_t n, const cudaDeviceProp& props, const GridDevice& dev,
     };
     cluster = n <= kGridOneSegmentEntries                             ? 1
               : clusters_hold(4, 1)                                   ? 4
-              : clusters_hold(8, 1)                                   ? 8
-              : clusters_hold(kGridBigCluster, kGridBigClusterChunks) ? kGridBigCluster
               : clusters_hold(8, kGridClusterChunks)                  ? 8
+              : clusters_hold(kGridBigCluster, kGridBigClusterChunks) ? kGridBigCluster
                                                                       : kGridForceGrid;
     if (cluster == kGridForceGrid && dev.resident_blocks == 0) cluster = 1;
   }
