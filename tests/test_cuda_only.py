@@ -266,8 +266,9 @@ def test_plan_waits_for_the_plan_before_it(T, path):
       a second plan): the second must read the first's final bytes;
     - write a plan into the outputs of the plan just launched (out=): the second must write
       after the first is done, or the first's late stores would show.
-    Three rounds on new routings; T = 20 to 8000 gives 40 to 5480 tiles (one segment, clusters
-    of 4, 8 and 16 for the second plan)."""
+    Three rounds on new routings. T = 20 to 8000: the first plan, and the one written into its
+    outputs, take one segment, clusters of 8 or 16, or the grid shape; the second plan, on 200
+    to 5480 tiles, one segment or clusters of 4 or 8."""
     K, E, tm = 10, 512, 16
     with plan_knobs(**PATHS[path]):
         for seed in range(3):

@@ -1,4 +1,4 @@
-// What the CUDA plan kernels share: their parameter block, how they read one entry, and the
+// What the CUDA plan kernels share: their parameter block, how they read chunks of entries, and the
 // programmatic-dependent-launch instructions (let the next kernel start; wait for the previous).
 // Both kernels (plan_grid.cuh where cooperative launch or clusters are, plan_portable.cuh
 // everywhere) take a PlanParams; each uses the fields its comment names, and the launcher in
@@ -72,9 +72,10 @@ __device__ __forceinline__ void load_ids_as(const void* ids, int64_t begin, cons
   for (int j = 0; j < N; ++j) {
     raw[j] = here[j] ? static_cast<const Id*>(ids)[begin + idx[j]] : Id(-1);
   }
+  // int32 ids are widened only after all N loads are issued.
 #pragma unroll
-  for (int j = 0; j < N; ++j) id[j] = static_cast<int64_t>(raw[j]);  // int32: widened after
-}                                                                     // all N loads
+  for (int j = 0; j < N; ++j) id[j] = static_cast<int64_t>(raw[j]);
+}
 
 // The ids of entries begin + idx[j] (-1 where here[j] is false), N loads in flight.
 template <int N>
