@@ -37,6 +37,9 @@ HAS_CLUSTERS = CUDA.available and torch.cuda.get_device_properties(0).major >= 9
 # Clusters of 16 blocks are a non-portable size: the launcher asks the device (an H100 / H200
 # runs them), and so does this oracle.
 HAS_BIG_CLUSTERS = CUDA.available and grid_device()["big_clusters"] > 0
+# The dynamic shared memory a block of the grid kernel may have (an H200: ~227 KB, which every
+# plan fits; an sm_86 / sm_89 GPU: ~99 KB, which E = 1022 does not).
+GRID_SMEM_ROOM = grid_device()["smem_room"] if CUDA.available else 0
 # Segments the grid kernel takes: one resident block per SM (its registers allow no second),
 # at most 128.
 GRID_MAX_SEGMENTS = (min(128, torch.cuda.get_device_properties(0).multi_processor_count)
@@ -49,6 +52,15 @@ def ran_grid(names):
     return any("plan_grid_kernel" in n for n in names)
 
 
+def grid_smem_fits(E, chunks):
+    """Whether the grid kernel's shared memory for E experts and `chunks` chunks per warp
+    (plan_grid_smem_bytes: h of E rows of 20, or the staging area, then a totals row and four
+    per-expert arrays) fits the device."""
+    h = max(E * 20, 3 * 512 * chunks)
+    totals_row = (E + 2 + 3) & ~3
+    return (h + totals_row + 4 * E + 1) * 4 <= GRID_SMEM_ROOM
+
+
 def grid_fits(n, E, cluster, chunks):
     """Whether the grid kernel takes a plan of n entries with the grid_cluster and grid_chunks
     knobs as given (0: automatic), as the launcher decides."""
@@ -56,16 +68,19 @@ def grid_fits(n, E, cluster, chunks):
         return False
     n = max(n, 1)
     if cluster == 0:
-        return n <= 8 * 512 * GRID_MAX_SEGMENTS
+        # The launcher picks the chunks; they change the shared memory only below E = 615,
+        # where even 8 chunks take 62 KB, which every sm_75+ device allows.
+        return n <= 8 * 512 * GRID_MAX_SEGMENTS and grid_smem_fits(E, 8)
     if cluster == GRID_SHAPE:
         c = chunks or -(-n // (512 * GRID_MAX_SEGMENTS))
-        return c <= 8 and -(-n // (512 * c)) <= GRID_MAX_SEGMENTS
+        return (c <= 8 and -(-n // (512 * c)) <= GRID_MAX_SEGMENTS
+                and grid_smem_fits(E, c))
     if cluster > 1 and not HAS_CLUSTERS:
         return False
     if cluster > 8 and not HAS_BIG_CLUSTERS:
         return False
     c = chunks or -(-n // (512 * cluster))
-    return c <= 8 and n <= 512 * c * cluster
+    return c <= 8 and n <= 512 * c * cluster and grid_smem_fits(E, c)
 
 
 @pytest.fixture

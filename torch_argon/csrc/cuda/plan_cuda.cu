@@ -421,7 +421,8 @@ std::vector<int64_t> plan_tuning(int64_t single_max_entries, int64_t chunks, int
 // launch, clusters of up to 8 (0 / 1), clusters of kGridBigCluster held at once].
 std::vector<int64_t> plan_grid_device() {
   const GridDevice d = grid_device(*at::cuda::getCurrentDeviceProperties());
-  return {d.resident_blocks, d.clusters ? 1 : 0, d.big_clusters};
+  return {d.resident_blocks, d.clusters ? 1 : 0, d.big_clusters,
+          static_cast<int64_t>(d.smem_room)};
 }
 
 }  // namespace
