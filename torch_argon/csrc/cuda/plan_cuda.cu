@@ -418,7 +418,8 @@ std::vector<int64_t> plan_tuning(int64_t single_max_entries, int64_t chunks, int
 }
 
 // Test hook: what grid_device found on the current device: [resident blocks under cooperative
-// launch, clusters of up to 8 (0 / 1), clusters of kGridBigCluster held at once].
+// launch, clusters of up to 8 (0 / 1), clusters of kGridBigCluster held at once, the dynamic
+// shared memory a block of the grid kernel may have (bytes)].
 std::vector<int64_t> plan_grid_device() {
   const GridDevice d = grid_device(*at::cuda::getCurrentDeviceProperties());
   return {d.resident_blocks, d.clusters ? 1 : 0, d.big_clusters,
