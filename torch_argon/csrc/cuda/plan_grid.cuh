@@ -63,15 +63,20 @@
 // no entries ~1.2K prologue and zeroing, ~0.9K ranks, ~0.8K h scan, ~1.25K offsets, ~0.4K
 // placement; loads and ranks ~0.5K and ~0.65K more per chunk; a cluster barrier ~1.0-1.3K,
 // then the peers' counts 1.75K for 8 peers (2.2K as int4 through generic pointers); the grid
-// exchange 5.5-6.9K (two grid barriers). Nsight Compute: 7-13 % of issue slots busy, 10-18
-// cycles per instruction per warp: chains of latencies (barriers, shared-memory round trips,
-// loads), not throughput. Distributed shared memory moved about 8 bytes per cycle per SM in
-// this exchange. Measured and slower: pushing counts into the peers (remote stores), spreading
-// the peer loads over all warps, exchanging through L2 behind the cluster barrier (its release
-// half is a MEMBAR.GPU), 1024-thread blocks (+1.3 us with no entries); the same (within 0.05
-// us): computing every chunk's ballots before the rank chain. Code size matters: with C a
-// runtime value (58 KB of code) the kernel took 4.75 us with no entries, against 4.0 with one
-// C compiled (22 KB).
+// exchange 5.5-6.9K (two grid barriers). On today's kernel at T = 4096 (clusters of 16, C = 5):
+// loads 2.0K, ranks 1.3K, h scan 0.9K, cluster barrier 1.1K, the peers' counts 2.6K, offsets
+// scan and writes 1.4K, placement 0.8K, tiles 2.9K; with no output stores at all the kernel
+// alone is 1.3-1.6 us faster, with the peers' counts read locally 0.75 (bench/plan_cuda_notes.md,
+// session 10, which also has the exchange through st.async and mbarriers that lost).
+// Nsight Compute: 7-13 % of issue slots busy, 10-18 cycles per instruction per warp: chains of
+// latencies (barriers, shared-memory round trips, loads), not throughput. Distributed shared
+// memory moved about 8 bytes per cycle per SM in this exchange, but not for lack of bandwidth:
+// loads of half or twice the width took no less. Measured and slower: pushing counts into the
+// peers (remote stores), spreading the peer loads over all warps, exchanging through L2 behind
+// the cluster barrier (its release half is a MEMBAR.GPU), 1024-thread blocks (+1.3 us with no
+// entries); the same (within 0.05 us): computing every chunk's ballots before the rank chain.
+// Code size matters: with C a runtime value (58 KB of code) the kernel took 4.75 us with no
+// entries, against 4.0 with one C compiled (22 KB).
 //
 // Limits (the launcher checks them and otherwise takes the portable kernels): E <= 1022 (keys
 // are 10 bits; E + 2 columns fit four per thread); C <= 8; grid shape: G <= 128 resident
