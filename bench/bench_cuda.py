@@ -28,7 +28,7 @@ import torch_argon
 from torch_argon import baselines
 from torch_argon._plan_tuning import GRID_SHAPE, grid_device, kernels_launched, plan_knobs
 from torch_argon._shapes import plan_rows
-from torch_argon.timing import cuda_events_us, cuda_graph_us
+from torch_argon.timing import cuda_events_us, cuda_graph_us, heat
 
 E, K, TM, H = 512, 10, 16, 2560
 PLAN_T = [1, 4, 16, 128, 512, 1024, 2048, 4096, 8192, 16384]
@@ -46,21 +46,6 @@ def routing(T, dist, seed=0):
         ids = torch.multinomial(p.expand(T, E), K, replacement=False, generator=g)
     w = torch.rand(T, K, device="cuda", generator=g)
     return ids, w  # int64 ids, as torch.topk returns them
-
-
-def heat(ms=60, settle_s=0.3):
-    """Keep the GPU busy with matrix products for a moment, so its clocks are up (an idle H200
-    here sits at 345 MHz and tiny kernels alone do not always raise it), then let it settle:
-    timed within milliseconds of the last product, a plan call read up to 1.1 us slower
-    (H200, bench/plan_heat_ab.py, T = 512: 7.6-7.9 us against 6.8 untouched or after 0.3 s, the
-    clock still at 1965 MHz), a transient of the heavy load, not the kernel's steady state."""
-    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
-    t0 = time.perf_counter()
-    while (time.perf_counter() - t0) * 1e3 < ms:
-        for _ in range(10):
-            a @ a
-        torch.cuda.synchronize()
-    time.sleep(settle_s)
 
 
 def sm_clock():

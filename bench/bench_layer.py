@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from torch_argon import backends, baselines, triton_ops  # noqa: E402
 from torch_argon.layer import moe_layer  # noqa: E402
 from torch_argon.routing import route  # noqa: E402
-from torch_argon.timing import cuda_events_us  # noqa: E402
+from torch_argon.timing import cuda_events_us, heat  # noqa: E402
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 STAGES = ("route", "plan", "gather", "gate_up_mm", "swiglu", "down_mm", "combine")
@@ -85,6 +85,7 @@ class Timer:
         samples = samples or self.samples
         if self.device.type != "cuda":
             return time_wall(fn, samples)
+        heat()  # clocks up before every timing, as bench_cuda.py does
         if capturable:
             try:
                 return time_cuda_graph(fn, samples)

@@ -1,5 +1,5 @@
-"""Does bench_cuda.py's heat() change what the plan's timing reads? One process, the same op
-and inputs, four ways, alternated three times (CUDA only):
+"""Does heat() (torch_argon/timing.py, run by bench_cuda.py) change what the plan's timing
+reads? One process, the same op and inputs, four ways, alternated three times (CUDA only):
   cold        no matrix products before the timing
   heat        timed right after heat's bf16 products
   heat+sleep  the same after a 0.3 s pause (what bench_cuda.py does now)

@@ -5,6 +5,7 @@ microseconds of one call.
 - cuda_events_us: CUDA events around `inner` back-to-back calls, `samples` times.
 - cuda_graph_us: `inner` calls captured into one CUDA graph, replays queued back to back, so
   launch overhead and GPU idle time stay out of the figure (for small ops).
+- heat: raise a CUDA GPU's clocks before a measurement.
 """
 import statistics
 import time
@@ -72,3 +73,18 @@ def cuda_graph_us(fn, *, inner=20, samples=30, warmup=3):
     times = [events[i].elapsed_time(events[i + 1]) * 1e3 / inner for i in range(samples)]
     del graph
     return statistics.median(times)
+
+
+def heat(ms=60, settle_s=0.3):
+    """Keep the GPU busy with matrix products for a moment, so its clocks are up (an idle H200
+    here sits at 345 MHz and tiny kernels alone do not always raise it), then let it settle:
+    timed within milliseconds of the last product, a plan call read up to 1.1 us slower
+    (H200, bench/plan_heat_ab.py, T = 512: 7.6-7.9 us against 6.8 untouched or after 0.3 s, the
+    clock still at 1965 MHz), a transient of the heavy load, not the kernel's steady state."""
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    t0 = time.perf_counter()
+    while (time.perf_counter() - t0) * 1e3 < ms:
+        for _ in range(10):
+            a @ a
+        torch.cuda.synchronize()
+    time.sleep(settle_s)
