@@ -1,0 +1,70 @@
+"""One side of an A/B of the CUDA plan: time moe_plan in the bench metric (GPU time per call
+under CUDA graph replay, plans back to back, as bench_cuda.py's "plan" rows) and check every
+plan against the CPU backend bit for bit. bench/plan_ab.sh runs it for two builds, alternately,
+and bench/plan_ab_table.py compares them.
+
+    PYTHONPATH=<build> python bench/plan_ab.py TAG --out DIR [--T 1,128,...] [--knobs k=v,...]
+
+Each (dist, T) is timed three times and the lowest kept; the result goes to DIR/ab_TAG.json as
+{"<dist>/<T>": [us, bit_exact]}. --knobs sets plan_tuning knobs by name for the run (see
+torch_argon/_plan_tuning.py), e.g. --knobs grid_replicas=7,grid_cluster=16.
+"""
+import argparse
+import json
+import os
+import sys
+
+import torch
+
+# torch_argon from PYTHONPATH (the build under test), else this checkout; then bench_cuda.
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import torch_argon  # noqa: E402
+from bench_cuda import E, TM, graph_us, plan_bits_equal, routing  # noqa: E402
+from torch_argon._plan_tuning import set_plan_knobs  # noqa: E402
+from torch_argon.timing import heat  # noqa: E402
+
+DEFAULT_T = "1,16,128,512,1024,2048,3072,4096,6144,8192"
+
+
+def parse_knobs(text):
+    knobs = {}
+    for item in filter(None, text.split(",")):
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--knobs: expected name=value, got {item!r}")
+        knobs[name] = int(value)
+    return knobs
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("tag", help="name of this side, e.g. old1 or new1 (digits at the end are "
+                               "the repeat: plan_ab_table.py keeps each tag's best)")
+    p.add_argument("--out", required=True, help="folder for ab_<tag>.json")
+    p.add_argument("--T", default=DEFAULT_T, help="token counts, comma separated")
+    p.add_argument("--knobs", default="", help="plan_tuning knobs, name=value, comma separated")
+    args = p.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("plan_ab.py times the CUDA plan: torch sees no CUDA device")
+    knobs = parse_knobs(args.knobs)
+    if knobs:
+        set_plan_knobs(**knobs)
+    ops = torch_argon.argon_ops
+    results = {}
+    for dist in ("uniform", "zipf"):
+        for T in (int(t) for t in args.T.split(",")):
+            ids, w = routing(T, dist, seed=T)
+            out = ops.moe_plan(ids, w, E, TM)
+            exact = plan_bits_equal(out, ids, w)
+            heat()  # clocks up (see torch_argon/timing.py)
+            times = [graph_us(lambda: ops.moe_plan(ids, w, E, TM, out=out)) for _ in range(3)]
+            results[f"{dist}/{T}"] = [min(times), exact]
+            print(f"{args.tag} {dist:8s} T={T:6d} {min(times):6.2f} us "
+                  f"({' '.join(f'{t:.2f}' for t in times)}) bit_exact={exact}", flush=True)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, f"ab_{args.tag}.json"), "w") as f:
+        json.dump(results, f)
+
+
+if __name__ == "__main__":
+    main()
