@@ -58,6 +58,7 @@ def main():
             exact = plan_bits_equal(out, ids, w)
             heat()  # clocks up (see torch_argon/timing.py)
             times = [graph_us(lambda: ops.moe_plan(ids, w, E, TM, out=out)) for _ in range(3)]
+            exact = exact and plan_bits_equal(out, ids, w)  # what the timed replays wrote
             results[f"{dist}/{T}"] = [min(times), exact]
             print(f"{args.tag} {dist:8s} T={T:6d} {min(times):6.2f} us "
                   f"({' '.join(f'{t:.2f}' for t in times)}) bit_exact={exact}", flush=True)

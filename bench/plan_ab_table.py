@@ -24,16 +24,24 @@ def load_sides(folder):
 
 
 def main():
+    """Prints the table; exits 1 if a point is missing on a side or a plan was not bit-exact."""
+    if len(sys.argv) not in (2, 4):
+        raise SystemExit(__doc__)
     folder = sys.argv[1]
-    first, second = sys.argv[2:4] if len(sys.argv) >= 4 else ("old", "new")
+    first, second = sys.argv[2:4] if len(sys.argv) == 4 else ("old", "new")
     sides = load_sides(folder)
     missing = [s for s in (first, second) if s not in sides]
     if missing:
         raise SystemExit(f"no ab_<tag>.json for {missing} in {folder} (found {sorted(sides)})")
     print(f"{'dist/T':16s}{first:>10s}{second:>10s}{'diff':>9s}  bit_exact")
-    for key, (a, a_exact) in sides[first].items():
-        b, b_exact = sides[second].get(key, (float("nan"), False))
+    absent = (float("nan"), False)
+    ok = True
+    for key in dict.fromkeys([*sides[first], *sides[second]]):  # both sides' points, in order
+        (a, a_exact), (b, b_exact) = sides[first].get(key, absent), sides[second].get(key, absent)
+        ok = ok and a_exact and b_exact
         print(f"{key:16s}{a:10.2f}{b:10.2f}{b - a:+9.2f}  {a_exact and b_exact}")
+    if not ok:
+        raise SystemExit("some point is missing on a side or not bit-exact")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import torch
 
 import torch_argon
 from bench import bench_cuda as bc
-from torch_argon.timing import cuda_graph_us
+from torch_argon.timing import cuda_graph_us, heat
 
 
 def main():
@@ -26,9 +26,9 @@ def main():
         got = {"cold": [], "heat": [], "heat+sleep": [], "inner100": []}
         for _ in range(3):
             got["cold"].append(cuda_graph_us(call))
-            bc.heat(settle_s=0)
+            heat(settle_s=0)
             got["heat"].append(cuda_graph_us(call))
-            bc.heat(settle_s=0.3)
+            heat(settle_s=0.3)
             got["heat+sleep"].append(cuda_graph_us(call))
             got["inner100"].append(cuda_graph_us(call, inner=100))
         cells = " ".join(f"{k}={min(v):.2f}/{sorted(v)[1]:.2f}" for k, v in got.items())

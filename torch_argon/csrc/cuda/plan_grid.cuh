@@ -70,11 +70,11 @@
 // session 10, which also has the exchange through st.async and mbarriers that lost).
 // Nsight Compute: 7-13 % of issue slots busy, 10-18 cycles per instruction per warp: chains of
 // latencies (barriers, shared-memory round trips, loads), not throughput. Distributed shared
-// memory moved about 8 bytes per cycle per SM in this exchange, but not for lack of bandwidth:
-// loads of half or twice the width took no less. Measured and slower: pushing counts into the
-// peers (remote stores), spreading the peer loads over all warps, exchanging through L2 behind
-// the cluster barrier (its release half is a MEMBAR.GPU), 1024-thread blocks (+1.3 us with no
-// entries); the same (within 0.05 us): computing every chunk's ballots before the rank chain.
+// memory moved about 8 bytes per cycle per SM in this exchange. Measured and slower: pushing
+// counts into the peers (remote stores), spreading the peer loads over all warps, exchanging
+// through L2 behind the cluster barrier (its release half is a MEMBAR.GPU), 1024-thread blocks
+// (+1.3 us with no entries); the same (within 0.05 us): computing every chunk's ballots before
+// the rank chain.
 // Code size matters: with C a runtime value (58 KB of code) the kernel took 4.75 us with no
 // entries, against 4.0 with one C compiled (22 KB).
 //
