@@ -6,11 +6,7 @@
 set -uo pipefail
 OUT="${OUT:-/tmp/argon_out}"
 mkdir -p "$OUT"
-# The H200 image's Python loads an older libstdc++ first; formatting a number in an error
-# message then crashes (seen in every build there). The system one fixes it.
-if [ -f /lib/x86_64-linux-gnu/libstdc++.so.6 ]; then
-  export LD_PRELOAD=/lib/x86_64-linux-gnu/libstdc++.so.6
-fi
+. "$(dirname "$0")/gpu_env.sh"
 export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
 
 step() {  # step NAME COMMAND...: run it, log to $OUT/NAME.log, show the log's tail

@@ -27,10 +27,7 @@ OUT=$(cd "${OUT:-/tmp/plan_ab}" && pwd)  # absolute: the old build runs in anoth
 rm -f "$OUT"/ab_*.json "$OUT/runs.log"  # the table reads every ab_*.json there
 python3 -c "import sys, torch; sys.exit(not torch.cuda.is_available())" ||
   { echo "plan_ab.sh times the CUDA plan: torch sees no CUDA device"; exit 2; }
-# The H200 image's Python loads an older libstdc++ first (see bench/h200_run.sh).
-if [ -f /lib/x86_64-linux-gnu/libstdc++.so.6 ]; then
-  export LD_PRELOAD=/lib/x86_64-linux-gnu/libstdc++.so.6
-fi
+. "$(dirname "$0")/gpu_env.sh"
 export PYTHONUNBUFFERED=1 ARGON_CUDA_ARCH="${ARGON_CUDA_ARCH:-90}"
 
 # The old tree: the working tree without builds, with OLD_DIR's files over it.
@@ -42,7 +39,8 @@ echo "old: the working tree with $(find "$OLD_DIR" -type f | wc -l) files from $
 
 # Both builds at once, half the cores each.
 jobs=$(( ($(nproc) + 1) / 2 ))
-(cd "$OLD_TREE" && MAX_JOBS=$jobs python3 setup.py build_ext --inplace > "$OUT/build_old.log" 2>&1) &
+(cd "$OLD_TREE" && MAX_JOBS=$jobs python3 setup.py build_ext --inplace \
+  > "$OUT/build_old.log" 2>&1) &
 old_pid=$!
 MAX_JOBS=$jobs python3 setup.py build_ext --inplace > "$OUT/build_new.log" 2>&1
 new_rc=$?
