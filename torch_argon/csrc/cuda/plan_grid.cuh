@@ -42,9 +42,10 @@
 //   shape with C >= 2, staged: each entry goes to shared memory in block-sorted order (by
 //   expert, then rank), and the block writes from there, so entries of one expert, which have
 //   consecutive rows, are written by neighbouring lanes and their stores coalesce
-//   tiles, strided over the grid's warps: one lane per tile finds its expert by binary search
-//   over the offsets and writes tile_expert, the warp writes each padded tile's padding rows
-//   with its lanes side by side; then the tail rows.
+//   tiles, strided over the grid's warps: a tile's expert is found over the offsets by the
+//   whole warp (two rounds of 32 loads and a ballot) when the warp's pass holds at most 4
+//   tiles, else by one lane per tile (binary search); that lane writes tile_expert, the warp
+//   writes each padded tile's padding rows with its lanes side by side; then the tail rows.
 // Block 0 writes counts, offsets and meta. Every output element is written on every call.
 // Dependent launch (cluster shape on sm_90+, p.pdl): the kernel lets the next kernel of the
 // stream start at once, and, itself launched early, zeroes h before it waits for the previous
@@ -171,6 +172,22 @@ __device__ __forceinline__ unsigned warp_peers(int key) {
   }
   return peers;
 }
+
+// The last e in [0, E) with s_off[e] <= lo (s_off is nondecreasing, s_off[0] = 0 <= lo), found
+// by the whole warp in two rounds instead of one lane's chain of ~log2(E) shared-memory loads:
+// lane l reads s_off[l * step] (step = ceil(E / 32) <= 32, as E <= 1022); the highest lane at
+// or below lo brackets e in [k, k + step); then lane l reads s_off[k + l]. All lanes must call it.
+__device__ __forceinline__ int warp_find_expert(const int* s_off, int E, int lo) {
+  const int lane = threadIdx.x & 31;
+  const int step = (E + 31) >> 5;
+  const int i1 = lane * step;
+  const unsigned below1 = __ballot_sync(0xffffffffu, i1 < E && s_off[i1] <= lo);
+  const int k = (31 - __clz(below1)) * step;
+  const int i2 = k + lane;
+  const unsigned below2 = __ballot_sync(0xffffffffu, lane < step && i2 < E && s_off[i2] <= lo);
+  return k + 31 - __clz(below2);
+}
+constexpr int kGridWarpSearchTiles = 4;  // tiles of a warp's pass up to which it searches jointly
 
 template <int C>
 __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p) {
@@ -515,23 +532,32 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
 #pragma unroll 1
   for (int j0 = gw; j0 < p.n_tiles; j0 += 32 * grid_warps) {
     const int j = j0 + lane * grid_warps;
-    int pad_lo = 0, pad_hi = 0;
-    if (j < p.n_tiles) {
-      const int lo = j << tm_log2;
-      int e = -1;
-      if (lo < n_rows) {
-        int l = 0, h = E;  // s_off[l] <= lo < s_off[h] (s_off[E] = n_rows)
+    const int lo = j < p.n_tiles ? j << tm_log2 : 0;  // (no shift past the last tile)
+    const bool search = j < p.n_tiles && lo < n_rows;
+    const unsigned searching = __ballot_sync(0xffffffffu, search);
+    int e = -1;
+    if (__popc(searching) <= kGridWarpSearchTiles) {  // few tiles (T <= ~6000 at K = 10)
 #pragma unroll 1
-        while (h - l > 1) {
-          const int mid = (l + h) >> 1;
-          if (s_off[mid] <= lo) l = mid; else h = mid;
-        }
-        e = l;
-        pad_lo = max(lo, s_pad[e]);
-        pad_hi = lo + p.tm;
+      for (unsigned todo = searching; todo; todo &= todo - 1) {
+        const int src = __ffs(todo) - 1;
+        const int found = warp_find_expert(s_off, E, __shfl_sync(0xffffffffu, lo, src));
+        if (lane == src) e = found;
       }
-      p.tile_expert[j] = e;
+    } else if (search) {
+      int l = 0, h = E;  // s_off[l] <= lo < s_off[h] (s_off[E] = n_rows)
+#pragma unroll 1
+      while (h - l > 1) {
+        const int mid = (l + h) >> 1;
+        if (s_off[mid] <= lo) l = mid; else h = mid;
+      }
+      e = l;
     }
+    int pad_lo = 0, pad_hi = 0;
+    if (e >= 0) {
+      pad_lo = max(lo, s_pad[e]);
+      pad_hi = lo + p.tm;
+    }
+    if (j < p.n_tiles) p.tile_expert[j] = e;
     unsigned todo = __ballot_sync(0xffffffffu, pad_hi > pad_lo);
 #pragma unroll 1
     while (todo) {
