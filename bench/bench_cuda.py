@@ -10,7 +10,8 @@ eagerly (events around `inner` back-to-back calls) and marked "timing": "eager".
 Routing: E = 512, K = 10, tile_m = 16; uniform = top-10 of random scores, zipf = Zipf(1.2)
 expert popularity (K distinct experts per token). Every plan is checked bit for bit against
 the CPU backend before it is timed. The eager-overhead rows time host wall clock per call of
-moe_plan against one tiny torch op (x.add_(1) on one element) in the same process.
+moe_plan against one tiny torch op (x.add_(1) on one element) in the same process, in turns
+(tiny op, each API, again, 15 times), since the lent host's speed drifts between runs.
 Writes a JSON list of records {op, backend, T, E, K, tm, dist, median_us, baseline,
 baseline_median_us, ...}; prints a table.
 """
@@ -83,21 +84,6 @@ def timed(fn, **kw):
         torch.cuda.synchronize()
         print(f"  (graph capture failed: {type(e).__name__}: {str(e)[:120]}; timing eagerly)")
         return eager_us(fn, **kw), "eager"
-
-
-def host_us(fn, n=1000, trials=7):
-    """Host wall-clock per call in a loop of eager calls (launch overhead)."""
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    per = []
-    for _ in range(trials):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        torch.cuda.synchronize()
-        per.append((time.perf_counter() - t0) * 1e6 / n)
-    return statistics.median(per)
 
 
 def copy_bandwidth():
@@ -243,24 +229,45 @@ def bench_plan_kernels(records):
             print(f"plan_kernels T={T} {api}: {names}")
 
 
+def host_us_interleaved(fns, n=1000, trials=15):
+    """Host wall clock per call of each function, measured in turns (a loop of n calls of
+    each, then again, `trials` times), so a drift of the host's speed falls on all of them
+    alike; the median over trials of each."""
+    for fn in fns.values():
+        for _ in range(50):
+            fn()
+    torch.cuda.synchronize()
+    per = {name: [] for name in fns}
+    for _ in range(trials):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            torch.cuda.synchronize()
+            per[name].append((time.perf_counter() - t0) * 1e6 / n)
+    return {name: statistics.median(v) for name, v in per.items()}
+
+
 def bench_plan_eager(records):
     ops = torch_argon.argon_ops
     tiny = torch.zeros(1, device="cuda")
     heat()
-    base = host_us(lambda: tiny.add_(1))
     for T in (128, 2048):
         ids, w = routing(T, "uniform")
         out = ops.moe_plan(ids, w, E, TM)
-        for name, fn in [
-            ("moe_plan", lambda: ops.moe_plan(ids, w, E, TM)),
-            ("moe_plan_out", lambda: ops.moe_plan(ids, w, E, TM, out=out)),
-            ("torch.ops.argon.moe_plan", lambda: torch.ops.argon.moe_plan(ids, w, E, TM)),
-        ]:
-            us = host_us(fn)
-            records.append(rec("plan_eager", T, "uniform", us, "tiny_torch_op(x.add_(1))", base,
-                               api=name, ratio_to_tiny_op=round(us / base, 3)))
-            print(f"plan_eager T={T} {name:26s} {us:7.2f} us/call  tiny op {base:6.2f} us  "
-                  f"ratio {us / base:.2f}")
+        us = host_us_interleaved({
+            "tiny": lambda: tiny.add_(1),
+            "moe_plan": lambda: ops.moe_plan(ids, w, E, TM),
+            "moe_plan_out": lambda: ops.moe_plan(ids, w, E, TM, out=out),
+            "torch.ops.argon.moe_plan": lambda: torch.ops.argon.moe_plan(ids, w, E, TM),
+        })
+        base = us.pop("tiny")
+        for name, t in us.items():
+            records.append(rec("plan_eager", T, "uniform", t, "tiny_torch_op(x.add_(1))", base,
+                               api=name, ratio_to_tiny_op=round(t / base, 3),
+                               timing="host, interleaved with the tiny op"))
+            print(f"plan_eager T={T} {name:26s} {t:7.2f} us/call  tiny op {base:6.2f} us  "
+                  f"ratio {t / base:.2f}")
 
 
 def bench_gather(records):
