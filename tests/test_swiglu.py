@@ -41,3 +41,19 @@ def test_swiglu_large_magnitudes(backend, ref):
     g = torch.tensor([[-1e4, -100.0, 100.0, 1e4, 2.0, 3.0, 4.0, 5.0]])
     got = backend.ops.swiglu(g.to(backend.device))
     torch.testing.assert_close(got.cpu(), ref.swiglu(g), atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
+def test_swiglu_every_finite_bf16_gate(backend, ref, out_dtype):
+    """Every finite bf16 value as the gate (zeros, subnormals, the largest, both signs), so each
+    backend's exp is checked over its whole range, not only near zero."""
+    bits = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16)
+    gate = bits.view(torch.bfloat16)
+    gate = gate[torch.isfinite(gate)].reshape(-1, 8)
+    d = backend.device
+    for up_value in (1.0, -3.5):
+        up = torch.full_like(gate, up_value)
+        got = backend.ops.swiglu(gate.to(d), up.to(d), out_dtype=out_dtype)
+        atol, rtol = TOL[out_dtype]
+        torch.testing.assert_close(got.cpu(), ref.swiglu(gate, up, out_dtype=out_dtype),
+                                   atol=atol, rtol=rtol)
