@@ -1,14 +1,14 @@
 // swiglu on the CPU: out = silu(g) * u = g / (1 + exp(-g)) * u in fp32, rounded once. Inputs as
 // two [R, I] tensors or one [R, 2I] tensor (gate half, then up half).
 // One pass over each row: load, widen to fp32, silu, multiply, round once, store; no
-// temporaries. The row loop is plain C++ that GCC vectorises (ARGON_CPU_CLONES also builds it
-// for AVX2); exp is our own (exp_f32 below) because libm's expf would keep the loop scalar.
-// Parallel over blocks of rows. Limits: exp_f32 is within 1.4 ulp of exp in fp32, so an output
-// may differ from torch's silu by an ulp of its dtype; the contract allows a few.
+// temporaries. The row loop is plain C++ that GCC vectorises, with SSE2 in the baseline build
+// and with AVX2 in the clone ARGON_CPU_CLONES adds; exp is our own (exp_f32 below) because
+// libm's expf, or floorf without SSE4.1, would keep the loop scalar. Parallel over blocks of
+// rows. Limits: exp_f32 is within 1 ulp of exp, so an fp32 output may differ from torch's silu
+// by a few ulps (4 measured) and a half-precision one by an ulp; the contract allows a few.
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -24,10 +24,11 @@ namespace {
 constexpr int64_t kGrainElements = 32768;  // elements per parallel task: amortises the fork
 
 // exp(y) in fp32, branch-free so that loops over it vectorise. y = n ln2 + r with
-// n = round(y / ln2) and ln2 split in two (n * 0.693359375 is exact for |n| < 2^9), exp(r) by
-// Cephes's degree-5 minimax polynomial for expf, then 2^n set in the exponent bits, as
-// 2^(n - 1) * 2 so that n = 128 (y near ln(FLT_MAX)) still fits. Measured within 1.4 ulp of
-// exp on [-86, 88.72]. Below -86, y is clamped (exp(-86) ~ 4e-38 is only ever added to 1 here);
+// n = round(y / ln2) (to nearest, by adding and taking away 1.5 * 2^23: no floor, which SSE2
+// lacks) and ln2 split in two (n * 0.693359375 is exact for |n| < 2^9), exp(r) by Cephes's
+// degree-5 minimax polynomial for expf, then 2^n set in the exponent bits, as 2^(n - 1) * 2 so
+// that n = 128 (y near ln(FLT_MAX)) still fits. Checked against double exp on every float of
+// [-86, 88.72]: within 1 ulp. Below -86, y is clamped (exp(-86) ~ 4e-38 is only ever added to 1 here);
 // above ln(FLT_MAX) it is +inf, as expf gives; NaN stays NaN.
 inline float exp_f32(float y) {
   const bool is_nan = y != y;
@@ -35,7 +36,8 @@ inline float exp_f32(float y) {
   y = is_nan ? 0.f : y;
   y = y < -86.f ? -86.f : y;
   y = y > 88.72283f ? 88.72283f : y;
-  const float n = std::floor(y * 1.44269504088896341f + 0.5f);
+  constexpr float kRound = 12582912.f;  // 1.5 * 2^23: adding it rounds |x| < 2^22 to an integer
+  const float n = (y * 1.44269504088896341f + kRound) - kRound;
   float r = y - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
   float p = 1.9875691500e-4f;
