@@ -231,8 +231,9 @@ def bench_plan_kernels(records):
 
 def host_us_interleaved(fns, n=1000, trials=15):
     """Host wall clock per call of each function, measured in turns (a loop of n calls of
-    each, then again, `trials` times), so a drift of the host's speed falls on all of them
-    alike; the median over trials of each."""
+    each, then again, `trials` times), so a drift of the host's speed reaches every function,
+    not just the one timed while it lasts; the median over trials of each (the ratios are
+    ratios of these medians)."""
     for fn in fns.values():
         for _ in range(50):
             fn()
