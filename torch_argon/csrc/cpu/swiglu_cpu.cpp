@@ -28,8 +28,8 @@ constexpr int64_t kGrainElements = 32768;  // elements per parallel task: amorti
 // lacks) and ln2 split in two (n * 0.693359375 is exact for |n| < 2^9), exp(r) by Cephes's
 // degree-5 minimax polynomial for expf, then 2^n set in the exponent bits, as 2^(n - 1) * 2 so
 // that n = 128 (y near ln(FLT_MAX)) still fits. Checked against double exp on every float of
-// [-86, 88.72]: within 1 ulp. Below -86, y is clamped (exp(-86) ~ 4e-38 is only ever added to 1 here);
-// above ln(FLT_MAX) it is +inf, as expf gives; NaN stays NaN.
+// [-86, 88.72]: within 1 ulp. Below -86, y is clamped (exp(-86) ~ 4e-38 is only ever added to
+// 1 here); above ln(FLT_MAX) it is +inf, as expf gives; NaN stays NaN.
 inline float exp_f32(float y) {
   const bool is_nan = y != y;
   const bool overflow = y > 88.72283f;

@@ -64,11 +64,12 @@
 // no entries ~1.2K prologue and zeroing, ~0.9K ranks, ~0.8K h scan, ~1.25K offsets, ~0.4K
 // placement; loads and ranks ~0.5K and ~0.65K more per chunk; a cluster barrier ~1.0-1.3K,
 // then the peers' counts 1.75K for 8 peers (2.2K as int4 through generic pointers); the grid
-// exchange 5.5-6.9K (two grid barriers). On today's kernel at T = 4096 (clusters of 16, C = 5):
-// loads 2.0K, ranks 1.3K, h scan 0.9K, cluster barrier 1.1K, the peers' counts 2.6K, offsets
-// scan and writes 1.4K, placement 0.8K, tiles 2.9K; with no output stores at all the kernel
-// alone is 1.3-1.6 us faster, with the peers' counts read locally 0.75 (bench/plan_cuda_notes.md,
-// session 10, which also has the exchange through st.async and mbarriers that lost).
+// exchange 5.5-6.9K (two grid barriers). On session 10's kernel at T = 4096 (clusters of 16,
+// C = 5): loads 2.0K, ranks 1.3K, h scan 0.9K, cluster barrier 1.1K, the peers' counts 2.6K,
+// offsets scan and writes 1.4K, placement 0.8K, tiles 2.9K; with no output stores at all the
+// kernel alone is 1.3-1.6 us faster, with the peers' counts read locally 0.75
+// (bench/plan_cuda_notes.md, session 10, which also has the exchange through st.async and
+// mbarriers that lost; session 11 has a two-level exchange that lost too).
 // Nsight Compute: 7-13 % of issue slots busy, 10-18 cycles per instruction per warp: chains of
 // latencies (barriers, shared-memory round trips, loads), not throughput. Distributed shared
 // memory moved about 8 bytes per cycle per SM in this exchange. Measured and slower: pushing
@@ -537,7 +538,7 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
     const bool search = j < p.n_tiles && lo < n_rows;
     const unsigned searching = __ballot_sync(0xffffffffu, search);
     int e = -1;
-    if (__popc(searching) <= kGridWarpSearchTiles) {  // few tiles (T <= ~6000 at K = 10)
+    if (__popc(searching) <= kGridWarpSearchTiles) {  // E = 512, K = 10: T up to ~12000
 #pragma unroll 1
       for (unsigned todo = searching; todo; todo &= todo - 1) {
         const int src = __ffs(todo) - 1;
