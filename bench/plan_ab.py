@@ -6,7 +6,11 @@ and bench/plan_ab_table.py compares them.
     PYTHONPATH=<build> python bench/plan_ab.py TAG --out DIR [--T 1,128,...] [--knobs k=v,...]
 
 Each (dist, T) is timed three times and the lowest kept; the result goes to DIR/ab_TAG.json as
-{"<dist>/<T>": [us, bit_exact]}. --knobs sets plan_tuning knobs by name for the run (see
+{"<dist>/<T>": [us, bit_exact]}. Unless --no-topk, each point is also timed behind the Triton
+router top-k, as in a layer (bench_cuda.py's "plan_after_topk": graph replay of [top-k, plan]
+less [top-k] alone, dependent launch as the launcher sets it), under "topk+<dist>/<T>": a plan
+change can move that sequence differently from plans back to back, since the plan launched
+early shares the GPU with the top-k's blocks. --knobs sets plan_tuning knobs by name for the run (see
 torch_argon/_plan_tuning.py), e.g. --knobs grid_replicas=7,grid_cluster=16.
 """
 import argparse
@@ -19,7 +23,7 @@ import torch
 # torch_argon from PYTHONPATH (the build under test), else this checkout; then bench_cuda.
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch_argon  # noqa: E402
-from bench_cuda import E, TM, graph_us, plan_bits_equal, routing  # noqa: E402
+from bench_cuda import E, TM, behind, graph_us, plan_bits_equal, routing  # noqa: E402
 from torch_argon._plan_tuning import set_plan_knobs  # noqa: E402
 from torch_argon.timing import heat  # noqa: E402
 
@@ -43,6 +47,8 @@ def main():
     p.add_argument("--out", required=True, help="folder for ab_<tag>.json")
     p.add_argument("--T", default=DEFAULT_T, help="token counts, comma separated")
     p.add_argument("--knobs", default="", help="plan_tuning knobs, name=value, comma separated")
+    p.add_argument("--no-topk", action="store_true",
+                   help="time plans back to back only, not also behind the router top-k")
     args = p.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("plan_ab.py times the CUDA plan: torch sees no CUDA device")
@@ -57,11 +63,23 @@ def main():
             out = ops.moe_plan(ids, w, E, TM)
             exact = plan_bits_equal(out, ids, w)
             heat()  # clocks up (see torch_argon/timing.py)
-            times = [graph_us(lambda: ops.moe_plan(ids, w, E, TM, out=out)) for _ in range(3)]
+            def plan():
+                ops.moe_plan(ids, w, E, TM, out=out)
+            times = [graph_us(plan) for _ in range(3)]
             exact = exact and plan_bits_equal(out, ids, w)  # what the timed replays wrote
             results[f"{dist}/{T}"] = [min(times), exact]
             print(f"{args.tag} {dist:8s} T={T:6d} {min(times):6.2f} us "
                   f"({' '.join(f'{t:.2f}' for t in times)}) bit_exact={exact}", flush=True)
+            topk = None if args.no_topk else behind(T).get("plan_after_topk")
+            if topk is not None:  # (None without Triton)
+                def chain():
+                    topk()
+                    plan()
+                after = [graph_us(chain) - graph_us(topk) for _ in range(3)]
+                exact = exact and plan_bits_equal(out, ids, w)
+                results[f"topk+{dist}/{T}"] = [min(after), exact]
+                print(f"{args.tag} {dist:8s} T={T:6d} behind top-k {min(after):6.2f} us "
+                      f"({' '.join(f'{t:.2f}' for t in after)}) bit_exact={exact}", flush=True)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, f"ab_{args.tag}.json"), "w") as f:
         json.dump(results, f)

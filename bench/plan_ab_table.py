@@ -33,13 +33,13 @@ def main():
     missing = [s for s in (first, second) if s not in sides]
     if missing:
         raise SystemExit(f"no ab_<tag>.json for {missing} in {folder} (found {sorted(sides)})")
-    print(f"{'dist/T':16s}{first:>10s}{second:>10s}{'diff':>9s}  bit_exact")
+    print(f"{'dist/T':22s}{first:>10s}{second:>10s}{'diff':>9s}  bit_exact")
     absent = (float("nan"), False)
     ok = True
     for key in dict.fromkeys([*sides[first], *sides[second]]):  # both sides' points, in order
         (a, a_exact), (b, b_exact) = sides[first].get(key, absent), sides[second].get(key, absent)
         ok = ok and a_exact and b_exact
-        print(f"{key:16s}{a:10.2f}{b:10.2f}{b - a:+9.2f}  {a_exact and b_exact}")
+        print(f"{key:22s}{a:10.2f}{b:10.2f}{b - a:+9.2f}  {a_exact and b_exact}")
     if not ok:
         raise SystemExit("some point is missing on a side or not bit-exact")
 
