@@ -9,8 +9,8 @@ Each (dist, T) is timed three times and the lowest kept; the result goes to DIR/
 {"<dist>/<T>": [us, bit_exact]}. Unless --no-topk, each point is also timed behind the Triton
 router top-k, as in a layer (bench_cuda.py's "plan_after_topk": graph replay of [top-k, plan]
 less [top-k] alone, dependent launch as the launcher sets it), under "topk+<dist>/<T>": a plan
-change can move that sequence differently from plans back to back, since the plan launched
-early shares the GPU with the top-k's blocks. --knobs sets plan_tuning knobs by name for the run (see
+change can move that sequence differently from plans back to back (bench/plan_cuda_notes.md,
+session 12). --knobs sets plan_tuning knobs by name for the run (see
 torch_argon/_plan_tuning.py), e.g. --knobs grid_replicas=7,grid_cluster=16.
 """
 import argparse
