@@ -157,17 +157,22 @@ def behind(T):
     return kernels
 
 
-def plan_behind_us(before, plan):
+def behind_us(before, plan, lone=None):
     """The plan's cost behind another kernel: graph replay of [before, plan] less that of
-    [before], with and without programmatic dependent launch. Back-to-back plans (the plan
-    records) let each other start early; behind a kernel that does not, that gain is gone."""
+    [before] (`lone`, timed here unless given)."""
     def chain():
         before()
         plan()
+    return graph_us(chain) - (graph_us(before) if lone is None else lone)
+
+
+def plan_behind_us(before, plan):
+    """behind_us with and without programmatic dependent launch. Back-to-back plans (the plan
+    records) let each other start early; behind a kernel that does not, that gain is gone."""
     lone = graph_us(before)
-    with_pdl = graph_us(chain) - lone
+    with_pdl = behind_us(before, plan, lone)
     with plan_knobs(pdl=0):
-        without = graph_us(chain) - lone
+        without = behind_us(before, plan, lone)
     return with_pdl, without
 
 

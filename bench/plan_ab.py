@@ -23,7 +23,7 @@ import torch
 # torch_argon from PYTHONPATH (the build under test), else this checkout; then bench_cuda.
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch_argon  # noqa: E402
-from bench_cuda import E, TM, behind, graph_us, plan_bits_equal, routing  # noqa: E402
+from bench_cuda import E, TM, behind, behind_us, graph_us, plan_bits_equal, routing  # noqa: E402
 from torch_argon._plan_tuning import set_plan_knobs  # noqa: E402
 from torch_argon.timing import heat  # noqa: E402
 
@@ -72,10 +72,7 @@ def main():
                   f"({' '.join(f'{t:.2f}' for t in times)}) bit_exact={exact}", flush=True)
             topk = None if args.no_topk else behind(T).get("plan_after_topk")
             if topk is not None:  # (None without Triton)
-                def chain():
-                    topk()
-                    plan()
-                after = [graph_us(chain) - graph_us(topk) for _ in range(3)]
+                after = [behind_us(topk, plan) for _ in range(3)]
                 exact = exact and plan_bits_equal(out, ids, w)
                 results[f"topk+{dist}/{T}"] = [min(after), exact]
                 print(f"{args.tag} {dist:8s} T={T:6d} behind top-k {min(after):6.2f} us "
