@@ -17,24 +17,27 @@
 //   + (entries of e in segments < s)  exclusive scan over segments of their counts
 //   + (entries of e in warps < w)     scan of the block's per-warp count table h[e][w]
 //   + (entries of e before i in w)    h[e][w] before i's chunk + lanes below i with its key
-// where a lane's peers (the lanes of its chunk with the same key) come from one ballot per key
-// bit, and the lowest peer adds the chunk's count to h[e][w] for the next chunk. A chunk the
-// block does not place (another replica does) is only counted: a shared atomic per entry adds
-// to h[e][w]. Keys, weights and ranks stay in registers. That is a stable rank without a sort
-// and without global atomics; integer sums are exact, so the bytes are the same on every run.
+// where every valid entry adds one to h[e][w] (a shared atomic), chunk by chunk, and a lane of a
+// chunk the block places (another replica places the others) reads h[e][w] before its chunk
+// adds; a lane's peers (the lanes of its chunk with the same key) come from one ballot per key
+// bit, after the counts are scanned and sent (the ballots wait behind the exchange's barrier,
+// not in front of it). Keys, weights and ranks stay in registers. That is a stable rank
+// without a sort and without global atomics; integer sums are exact, so the bytes are the
+// same on every run.
 // Ids that are -1 or out of range get key E (counted, not ranked; out-of-range ones also for
 // meta); slots past the last entry get key E + 1 and touch nothing.
 //
 // Steps (B = block barrier, CB = cluster barrier, GB = grid barrier):
 //   load keys and weights (all C chunks in flight), zero h meanwhile (with
 //   dependent launch: zero h, wait for the previous kernel, then load)      B
-//   ranks inside each warp, chunk by chunk, of the chunks this replica places;
-//   the other chunks only counted (shared atomics into h)                   B
+//   counts: shared atomics into h, chunk by chunk; before each chunk this replica places,
+//   its lanes read h[e][w] (the warp's earlier entries of e)                B
 //   scan of h per expert (one thread, four int4); the block's counts (columns E, E + 1:
 //   invalid and out-of-range ids) go to shared memory, and in the grid shape to column b of
-//   the workspace table [E + 2][G]                                          B / CB / GB
-//   grid shape: one warp segment per table row scans the G block counts in place (exclusive)
-//   and writes the row total                                                GB
+//   the workspace table [E + 2][G]                       B / CB arrive, B / GB
+//   ranks of the placed chunks (ballots; the rank sums from the scanned h)
+//   cluster shape: CB wait. Grid shape: one warp segment per table row scans the G block
+//   counts in place (exclusive) and writes the row total                    CB wait / GB
 //   per four experts (thread order = expert order): totals and this block's prefix (from the
 //   cluster's blocks' shared memory, or from the workspace); padded offsets by a one-barrier
 //   scan                                                                    B
@@ -257,13 +260,11 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
   chunk_keys_and_weights<C>(p, loads, kAbsent, key, wv, bad);
   __syncthreads();
 
-  // 2. Rank inside the warp: the lane's peers in its chunk, plus the warp's earlier chunks
-  //    (h[e][warp] counts the warp's entries of e so far; the lowest peer adds the chunk's).
-  //    A chunk this replica does not place is only counted, one shared atomic per entry: the
-  //    ballots are the rank's cost (~0.65K cycles per chunk, lab), and with 6 replicas and up
-  //    to 6 chunks a warp ranks at most one chunk (H200, clusters of 16: T = 4096 -1.0 us,
-  //    T = 1024 and 2048 -0.5). The counts are sums: the same bytes on every run.
-  const unsigned lanes_below = (1u << lane) - 1u;
+  // 2. Count: every valid entry adds one to h[e][warp] (a shared atomic; integer sums, so the same
+  //    bytes on every run). Before a chunk this replica places (bit c of `own`) is counted,
+  //    each lane keeps h[e][warp] of its key: the entries of e in the warp's earlier chunks.
+  //    The ballots that rank inside a chunk come later, behind the exchange's barrier (step
+  //    4): only the counts are on the way to it.
   int rank[C];
   int invalid = 0;
 #pragma unroll
@@ -272,17 +273,12 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
     const bool valid = k < E;
     invalid += k == E;
     int* h = s_h + k * kGridHStride + warp;
-    if (!((own >> c) & 1u)) {  // the same for the whole warp
-      if (valid) atomicAdd(h, 1);
-      continue;
+    if ((own >> c) & 1u) {  // the same for the whole warp
+      __syncwarp();         // the atomics of earlier chunks are visible to every lane
+      rank[c] = valid ? *h : 0;
+      __syncwarp();         // every lane has read h before this chunk adds to it
     }
-    const unsigned peers = warp_peers(k);
-    __syncwarp();  // the atomics of earlier chunks are visible to every lane
-    const int earlier = valid ? *h : 0;
-    __syncwarp();  // every peer has read h before the leader adds to it
-    if (valid && lane == __ffs(peers) - 1) *h = earlier + __popc(peers);
-    __syncwarp();
-    rank[c] = earlier + __popc(peers & lanes_below);
+    if (valid) atomicAdd(h, 1);
   }
   invalid = warp_sum(invalid);
   bad = warp_sum(bad);
@@ -333,9 +329,36 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
 
   // 4. Per column: the plan's total and the entries in earlier blocks. With several segments,
   //    one warp per column scans its G block counts (a row of the table, a few loads per lane)
-  //    between two grid barriers, so each block then loads only what it needs.
+  //    between two grid barriers, so each block then loads only what it needs. The ranks are
+  //    taken while the exchange is under way: after the first grid barrier, or between the
+  //    cluster barrier's arrive and wait (H200, same-run A/B against ranks before the h scan,
+  //    bit-exact: plans back to back -0.08 to -0.17 us at T = 128-1024, within 0.1 at
+  //    2048-4096, -0.54 at 8192; behind the router top-k -0.1 to -0.3 at T = 128, 512 and
+  //    3072, within 0.1 at 1024, 2048 and 4096, -0.5 at 8192; bench/plan_cuda_notes.md).
   if (grid_exchange) {
     cooperative_groups::this_grid().sync();  // also a block barrier
+  } else if (cluster_exchange) {
+#ifdef ARGON_PLAN_CLUSTERS
+    cluster_arrive_release();  // this thread's part of s_cnt is written
+#else
+    __trap();  // no cluster code in this build: the launcher never picks this shape for it
+#endif
+    __syncthreads();  // h is scanned
+  } else {
+    __syncthreads();
+  }
+  // The rank of each entry this replica places: the entries of its expert in the block's
+  // earlier warps (h, scanned), in the warp's earlier chunks (step 2), and in its chunk on lower
+  // lanes (peers from one ballot per key bit). One copy for every shape: a copy in each shape's
+  // branch, each inlined, made the kernel 17-63 % longer (SASS).
+  const unsigned lanes_below = (1u << lane) - 1u;
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    if (!((own >> c) & 1u)) continue;  // the same for the whole warp
+    const unsigned peers = warp_peers(key[c]);
+    if (key[c] < E) rank[c] += s_h[key[c] * kGridHStride + warp] + __popc(peers & lanes_below);
+  }
+  if (grid_exchange) {
     // Lanes per column: enough for four blocks each (a power of two, so segments align).
     const int lanes = min(32, 1 << (32 - __clz(max(1, (G + 3) / 4) - 1)));
     const int cols_per_warp = 32 / lanes, sub = lane & (lanes - 1);
@@ -365,20 +388,11 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
     cooperative_groups::this_grid().sync();
   } else if (cluster_exchange) {
 #ifdef ARGON_PLAN_CLUSTERS
-    cluster_arrive_release();  // s_cnt is complete in every block of the cluster
-    cluster_wait();            // (also a block barrier)
-#else
-    __trap();  // no cluster code in this build: the launcher never picks this shape for it
+    cluster_wait();  // s_cnt is complete in every block of the cluster (also a block barrier)
 #endif
-  } else {
-    __syncthreads();
   }
+  // h is free from here on.
 
-  // Each entry's rank across the block's warps; h is free from here on.
-#pragma unroll
-  for (int c = 0; c < C; ++c) {
-    if (((own >> c) & 1u) && key[c] < E) rank[c] += s_h[key[c] * kGridHStride + warp];
-  }
   // Thread m owns columns 4m .. 4m + 3, so thread order is expert order for the scan below.
   const int quads = ws_row / 4;
   int tq[4] = {0, 0, 0, 0}, bq[4] = {0, 0, 0, 0};
