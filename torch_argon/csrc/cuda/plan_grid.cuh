@@ -137,16 +137,17 @@ __device__ __forceinline__ void cluster_arrive_relaxed() {
 __device__ __forceinline__ void cluster_wait() {
   asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
-// Eight bytes at the same shared-memory address in block `rank` of the cluster. Explicit
-// shared::cluster addressing: through a generic pointer the same exchange took longer (lab,
-// H200, clusters of 16: 0.1 us at T <= 512, 0.4-0.6 us at T >= 2048). Volatile, so it stays
-// after the cluster barrier.
-__device__ __forceinline__ uint2 cluster_load_u32x2(const void* local, int rank) {
+// Sixteen bytes at the same shared-memory address (16-byte aligned) in block `rank` of the
+// cluster. Explicit shared::cluster addressing: through a generic pointer the same exchange
+// took longer (lab, H200, clusters of 16: 0.1 us at T <= 512, 0.4-0.6 us at T >= 2048).
+// Volatile, so it stays after the cluster barrier.
+__device__ __forceinline__ uint4 cluster_load_u32x4(const void* local, int rank) {
   const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(local));
   uint32_t remote;
-  uint2 v;
+  uint4 v;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
-  asm volatile("ld.shared::cluster.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(remote));
+  asm volatile("ld.shared::cluster.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(remote));
   return v;
 }
 #endif
@@ -396,7 +397,7 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
   // Thread m owns columns 4m .. 4m + 3, so thread order is expert order for the scan below.
   const int quads = ws_row / 4;
   int tq[4] = {0, 0, 0, 0}, bq[4] = {0, 0, 0, 0};
-  if (tid < quads) {
+  if (tid < quads && !cluster_exchange) {
     if (grid_exchange) {
       const int4 t4 = __ldcg(reinterpret_cast<const int4*>(ws_tot) + tid);
       tq[0] = t4.x; tq[1] = t4.y; tq[2] = t4.z; tq[3] = t4.w;
@@ -404,34 +405,57 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
       for (int k = 0; k < 4; ++k) {
         if (4 * tid + k < E + 2) bq[k] = __ldcg(ws_cnt + int64_t{4 * tid + k} * G + b);
       }
-    } else if (segs == 1) {
+    } else {  // one segment
       const int4 t4 = reinterpret_cast<const int4*>(s_cnt)[tid];
       tq[0] = t4.x; tq[1] = t4.y; tq[2] = t4.z; tq[3] = t4.w;
-    } else {
-#ifdef ARGON_PLAN_CLUSTERS
-      // The cluster's blocks' counts (distributed shared memory, four u16 columns per block):
-      // all of them for the totals, those of earlier segments for this block's prefix. Every
-      // load is issued before the first sum, so their latencies overlap.
-      uint2 v[kGridMaxClusterSegments];
-#pragma unroll
-      for (int g = 0; g < kGridMaxClusterSegments; ++g) {
-        if (g < segs) v[g] = cluster_load_u32x2(s_cnt16 + 4 * tid, g);
-      }
-#pragma unroll
-      for (int g = 0; g < kGridMaxClusterSegments; ++g) {
-        if (g < segs) {
-          const int c[4] = {static_cast<int>(v[g].x & 0xffffu), static_cast<int>(v[g].x >> 16),
-                            static_cast<int>(v[g].y & 0xffffu), static_cast<int>(v[g].y >> 16)};
-#pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            tq[k] += c[k];
-            if (g < seg) bq[k] += c[k];
-          }
-        }
-      }
-#endif
     }
   }
+#ifdef ARGON_PLAN_CLUSTERS
+  // The cluster's blocks' counts (distributed shared memory, u16 columns): all of them for the
+  // totals, those of earlier segments for this block's prefix. Lanes 2m and 2m + 1 share the
+  // eight columns 8m .. 8m + 7, 16 bytes per block: each loads every other block (all loads
+  // issued before the first sum, so their latencies overlap) and sums the packed u16 pairs
+  // (at most 8 blocks of at most S <= 4096 each: no carry into the high half); then the pair
+  // swaps halves, lane 2m keeping columns 8m .. 8m + 3 (= 4 * tid), lane 2m + 1 the rest.
+  // Half the load instructions of one 8-byte load per block and thread (H200, same-run A/B
+  // against that, bit-exact: back to back -0.05 to -0.19 us at T = 512-4096, +0.07 at T = 128
+  // (clusters of 4); behind the router top-k -0.5 at T = 1024, -0.25 at 3072, +0.06 / +0.13 at
+  // 2048; bench/plan_cuda_notes.md, session 13).
+  const int pairs = (E + 2 + 7) / 8;
+  if (cluster_exchange && warp < (2 * pairs + 31) / 32) {  // whole warps: the swap shuffles
+    const int half = tid & 1, m = tid >> 1;
+    uint4 v[kGridMaxClusterSegments / 2];
+#pragma unroll
+    for (int j = 0; j < kGridMaxClusterSegments / 2; ++j) {
+      const int g = 2 * j + half;
+      if (m < pairs && g < segs) v[j] = cluster_load_u32x4(s_cnt16 + 8 * m, g);
+    }
+    uint32_t tw[4] = {0, 0, 0, 0}, bw[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int j = 0; j < kGridMaxClusterSegments / 2; ++j) {
+      const int g = 2 * j + half;
+      if (m < pairs && g < segs) {
+        const uint32_t w[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          tw[k] += w[k];
+          if (g < seg) bw[k] += w[k];
+        }
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const uint32_t t_keep = half ? tw[2 + k] : tw[k], t_give = half ? tw[k] : tw[2 + k];
+      const uint32_t b_keep = half ? bw[2 + k] : bw[k], b_give = half ? bw[k] : bw[2 + k];
+      const uint32_t t_got = __shfl_xor_sync(0xffffffffu, t_give, 1);
+      const uint32_t b_got = __shfl_xor_sync(0xffffffffu, b_give, 1);
+      tq[2 * k] = static_cast<int>((t_keep & 0xffffu) + (t_got & 0xffffu));
+      tq[2 * k + 1] = static_cast<int>((t_keep >> 16) + (t_got >> 16));
+      bq[2 * k] = static_cast<int>((b_keep & 0xffffu) + (b_got & 0xffffu));
+      bq[2 * k + 1] = static_cast<int>((b_keep >> 16) + (b_got >> 16));
+    }
+  }
+#endif
 
   // 5. Padded offsets (one scan over the block), per-expert bases, counts / offsets / meta.
   //    Staged, the block's own counts are scanned alongside (the high word of one 64-bit scan)
