@@ -32,7 +32,7 @@ from torch_argon._shapes import plan_rows
 from torch_argon.timing import cuda_events_us, cuda_graph_us, heat
 
 E, K, TM, H = 512, 10, 16, 2560
-PLAN_T = [1, 4, 16, 128, 512, 1024, 2048, 4096, 8192, 16384]
+PLAN_T = [1, 4, 16, 128, 512, 1024, 2048, 3072, 4096, 8192, 16384]
 ROW_T = [128, 512, 2048, 4096, 8192, 16384]
 DISTS = ["uniform", "zipf"]
 
