@@ -152,6 +152,25 @@ def test_grid_kernel_shapes(T, K, E, tm, dist, cluster, replicas, chunks):
     assert ran_grid(names) == grid_fits(T * K, E, cluster, chunks), names
 
 
+@pytest.mark.skipif(not HAS_BIG_CLUSTERS, reason="needs clusters of 16 blocks (sm_90+, and a "
+                    "device that runs that non-portable size)")
+@pytest.mark.parametrize("dist", ["one_expert", "neg_all"])
+def test_cluster_exchange_at_its_count_bound(dist):
+    """The cluster shape sums its blocks' u16 counts two to a 32-bit word, each lane over every
+    other block: at most 8 blocks of at most 4096 entries (8 chunks of 512), 32768 per half, so
+    no carry crosses into the next column. Every entry to one expert (or every id -1: the
+    invalid column) in 16 full segments of 8 chunks puts each of those sums at that bound."""
+    K, E = 8, 512
+    T = 16 * 8 * 512 // K  # 65536 entries: 16 segments of 4096
+    ids, w = make_ids(T, K, E, dist, seed=T), make_weights(T, K)
+    want = reference.moe_plan(ids, w, E, 16)
+    out = want._replace(**{f: garbage_like(getattr(want, f)).cuda() for f in FIELDS})
+    with plan_knobs(grid=1 << 30, grid_cluster=16, grid_chunks=8):
+        names = kernels_launched(lambda: ops.moe_plan(ids.cuda(), w.cuda(), E, 16, out=out))
+    assert_plan_equal(out, want)
+    assert ran_grid(names), names
+
+
 @needs_cooperative
 @pytest.mark.parametrize("T,dist", [(16384, "uniform"), (16384, "zipf"), (40000, "uniform"),
                                     (60000, "zipf")])
