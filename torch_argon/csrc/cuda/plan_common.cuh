@@ -142,4 +142,37 @@ __device__ __forceinline__ void chunk_keys_and_weights(const PlanParams& p,
 
 __device__ __forceinline__ int round_up_pow2(int x, int m) { return (x + m - 1) & ~(m - 1); }
 
+// The tiles and padding rows of a plan, written once its padded offsets are known: s_off[0..E]
+// (shared memory, s_off[E] = n_rows) and pad_start(e), the first padding row of expert e. Expert
+// e goes to the warp numbered e mod expert_stride from first_expert (the caller deals experts
+// over the grid's warps); that warp writes e's tile_expert entries and padding rows with its
+// lanes side by side (coalesced), with no search over the offsets. Then the grid, thread gtid of
+// `stride`, writes the tiles past the last expert's (-1) and the tail rows [n_rows, R_max).
+template <typename PadStart>
+__device__ __forceinline__ void write_tiles_and_padding(const PlanParams& p, const int* s_off,
+                                                        PadStart pad_start, int n_rows,
+                                                        int tm_log2, int first_expert,
+                                                        int expert_stride, int gtid,
+                                                        int stride) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll 1
+  for (int e = first_expert; e < p.E; e += expert_stride) {
+    const int lo = s_off[e], hi = s_off[e + 1], pad = pad_start(e);
+#pragma unroll 1
+    for (int t = (lo >> tm_log2) + lane; t < (hi >> tm_log2); t += 32) p.tile_expert[t] = e;
+#pragma unroll 1
+    for (int r = pad + lane; r < hi; r += 32) {
+      p.sorted_token[r] = -1;
+      p.sorted_weight[r] = 0.f;
+    }
+  }
+#pragma unroll 1
+  for (int t = (n_rows >> tm_log2) + gtid; t < p.n_tiles; t += stride) p.tile_expert[t] = -1;
+#pragma unroll 1
+  for (int r = n_rows + gtid; r < p.r_max; r += stride) {
+    p.sorted_token[r] = -1;
+    p.sorted_weight[r] = 0.f;
+  }
+}
+
 }  // namespace argon::cuda

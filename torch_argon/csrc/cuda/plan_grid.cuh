@@ -45,10 +45,9 @@
 //   shape with C >= 2, staged: each entry goes to shared memory in block-sorted order (by
 //   expert, then rank), and the block writes from there, so entries of one expert, which have
 //   consecutive rows, are written by neighbouring lanes and their stores coalesce
-//   tiles, strided over the grid's warps: a tile's expert is found over the offsets by the
-//   whole warp (two rounds of 32 loads and a ballot) when the warp's pass holds at most 4
-//   tiles, else by one lane per tile (binary search); that lane writes tile_expert, the warp
-//   writes each padded tile's padding rows with its lanes side by side; then the tail rows.
+//   tiles, per expert: expert e's warp (experts dealt over the grid's warps) writes its tiles'
+//   tile_expert and its padding rows, lanes side by side, with no search over the offsets;
+//   then the grid writes the tiles and rows past the last expert's.
 // Block 0 writes counts, offsets and meta. Every output element is written on every call.
 // Dependent launch (cluster shape on sm_90+, p.pdl): the kernel lets the next kernel of the
 // stream start at once, and, itself launched early, zeroes h before it waits for the previous
@@ -178,21 +177,6 @@ __device__ __forceinline__ unsigned warp_peers(int key) {
   return peers;
 }
 
-// The last e in [0, E) with s_off[e] <= lo (s_off is nondecreasing, s_off[0] = 0 <= lo), found
-// by the whole warp in two rounds instead of one lane's chain of ~log2(E) shared-memory loads:
-// lane l reads s_off[l * step] (step = ceil(E / 32) <= 32, as E <= 1022); the highest lane at
-// or below lo brackets e in [k, k + step); then lane l reads s_off[k + l]. All lanes must call it.
-__device__ __forceinline__ int warp_find_expert(const int* s_off, int E, int lo) {
-  const int lane = threadIdx.x & 31;
-  const int step = (E + 31) >> 5;
-  const int i1 = lane * step;
-  const unsigned below1 = __ballot_sync(0xffffffffu, i1 < E && s_off[i1] <= lo);
-  const int k = (31 - __clz(below1)) * step;
-  const int i2 = k + lane;
-  const unsigned below2 = __ballot_sync(0xffffffffu, lane < step && i2 < E && s_off[i2] <= lo);
-  return k + 31 - __clz(below2);
-}
-constexpr int kGridWarpSearchTiles = 4;  // tiles of a warp's pass up to which it searches jointly
 
 template <int C>
 __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p) {
@@ -562,62 +546,16 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
     }
   }
 
-  // 7. Tiles: lane l of grid warp gw takes tiles j = (32 * pass + l) * (grid warps) + gw, so
-  //    even a few tiles spread over every warp. A tile's expert is the last e with
-  //    offsets[e] <= its first row (empty experts before it share that offset and have a
-  //    smaller e). An expert's padding rows are in its last tile; the warp writes each such
-  //    tile's padding rows with all lanes side by side, so the stores coalesce. Then the tail
-  //    [n_rows, R_max), coalesced.
-  const int grid_warps = G * kGridWarps, gw = b * kGridWarps + warp;
-#pragma unroll 1
-  for (int j0 = gw; j0 < p.n_tiles; j0 += 32 * grid_warps) {
-    const int j = j0 + lane * grid_warps;
-    const int lo = j < p.n_tiles ? j << tm_log2 : 0;  // (no shift past the last tile)
-    const bool search = j < p.n_tiles && lo < n_rows;
-    const unsigned searching = __ballot_sync(0xffffffffu, search);
-    int e = -1;
-    if (__popc(searching) <= kGridWarpSearchTiles) {  // E = 512, K = 10: T up to ~12000
-#pragma unroll 1
-      for (unsigned todo = searching; todo; todo &= todo - 1) {
-        const int src = __ffs(todo) - 1;
-        const int found = warp_find_expert(s_off, E, __shfl_sync(0xffffffffu, lo, src));
-        if (lane == src) e = found;
-      }
-    } else if (search) {
-      int l = 0, h = E;  // s_off[l] <= lo < s_off[h] (s_off[E] = n_rows)
-#pragma unroll 1
-      while (h - l > 1) {
-        const int mid = (l + h) >> 1;
-        if (s_off[mid] <= lo) l = mid; else h = mid;
-      }
-      e = l;
-    }
-    int pad_lo = 0, pad_hi = 0;
-    if (e >= 0) {
-      pad_lo = max(lo, s_pad[e]);
-      pad_hi = lo + p.tm;
-    }
-    if (j < p.n_tiles) p.tile_expert[j] = e;
-    unsigned todo = __ballot_sync(0xffffffffu, pad_hi > pad_lo);
-#pragma unroll 1
-    while (todo) {
-      const int src = __ffs(todo) - 1;
-      todo &= todo - 1;
-      const int r_lo = __shfl_sync(0xffffffffu, pad_lo, src);
-      const int r_hi = __shfl_sync(0xffffffffu, pad_hi, src);
-#pragma unroll 1
-      for (int r = r_lo + lane; r < r_hi; r += 32) {
-        p.sorted_token[r] = -1;
-        p.sorted_weight[r] = 0.f;
-      }
-    }
-  }
-  const int stride = G * kGridThreads;
-#pragma unroll 1
-  for (int r = n_rows + b * kGridThreads + tid; r < p.r_max; r += stride) {
-    p.sorted_token[r] = -1;
-    p.sorted_weight[r] = 0.f;
-  }
+  // 7. Tiles and padding rows, per expert, with no search (write_tiles_and_padding): expert e
+  //    goes to grid warp e mod (grid warps), the warps numbered across blocks first so that the
+  //    experts spread over the SMs. An expert with many tiles is one warp's loop of 32 tiles a
+  //    pass (all entries on one expert: at most R_max / (32 tm) passes). Against a loop over
+  //    tiles that searched each tile's expert in the offsets (H200, same-run A/B, bit-exact):
+  //    plans back to back -0.02 to -0.26 us at T = 128-16384 (T = 4096 -0.10), behind the
+  //    router top-k -0.01 to -0.55 (bench/plan_cuda_notes.md, session 14).
+  write_tiles_and_padding(
+      p, s_off, [&](int e) { return s_pad[e]; }, n_rows, tm_log2, warp * G + b,
+      G * kGridWarps, b * kGridThreads + tid, G * kGridThreads);
 #ifdef ARGON_PLAN_CLUSTERS
   if (cluster_exchange) cluster_wait();  // peers may read s_cnt until they arrive
 #endif

@@ -300,25 +300,10 @@ __global__ void __launch_bounds__(kThreads) plan_kernel(PlanParams p) {
 
   // 6. Padding rows and tiles of each expert (one warp per expert over the grid), the tail.
   const int tm_log2 = __ffs(p.tm) - 1;
-#pragma unroll 1
-  for (int e = blockIdx.x * kWarps + warp; e < E; e += gridDim.x * kWarps) {
-    const int lo = s_off[e], hi = s_off[e + 1];
-#pragma unroll 1
-    for (int r = lo + s_tot[e] + lane; r < hi; r += 32) {
-      p.sorted_token[r] = -1;
-      p.sorted_weight[r] = 0.f;
-    }
-#pragma unroll 1
-    for (int j = (lo >> tm_log2) + lane; j < (hi >> tm_log2); j += 32) p.tile_expert[j] = e;
-  }
-  const int gtid = blockIdx.x * kThreads + tid, stride = gridDim.x * kThreads;
-#pragma unroll 1
-  for (int r = n_rows + gtid; r < p.r_max; r += stride) {
-    p.sorted_token[r] = -1;
-    p.sorted_weight[r] = 0.f;
-  }
-#pragma unroll 1
-  for (int j = (n_rows >> tm_log2) + gtid; j < p.n_tiles; j += stride) p.tile_expert[j] = -1;
+  write_tiles_and_padding(
+      p, s_off, [&](int e) { return s_off[e] + s_tot[e]; }, n_rows, tm_log2,
+      blockIdx.x * kWarps + warp, gridDim.x * kWarps, blockIdx.x * kThreads + tid,
+      gridDim.x * kThreads);
   if (blockIdx.x == 0 && tid == 0) {
     p.offsets[E] = n_rows;
     p.meta[ARGON_META_N_ROWS] = n_rows;
