@@ -143,11 +143,12 @@ __device__ __forceinline__ void chunk_keys_and_weights(const PlanParams& p,
 __device__ __forceinline__ int round_up_pow2(int x, int m) { return (x + m - 1) & ~(m - 1); }
 
 // The tiles and padding rows of a plan, written once its padded offsets are known: s_off[0..E]
-// (shared memory, s_off[E] = n_rows) and pad_start(e), the first padding row of expert e. Expert
-// e goes to the warp numbered e mod expert_stride from first_expert (the caller deals experts
-// over the grid's warps); that warp writes e's tile_expert entries and padding rows with its
-// lanes side by side (coalesced), with no search over the offsets. Then the grid, thread gtid of
-// `stride`, writes the tiles past the last expert's (-1) and the tail rows [n_rows, R_max).
+// (shared memory, s_off[E] = n_rows) and pad_start(e), the first padding row of expert e. The
+// calling warp takes experts first_expert, first_expert + expert_stride, ... (the caller numbers
+// its warps so that the experts spread over the grid) and writes each one's tile_expert entries
+// and padding rows with its lanes side by side (coalesced), with no search over the offsets.
+// Then the grid, thread gtid of `stride`, writes the tiles past the last expert's (-1) and the
+// tail rows [n_rows, R_max).
 template <typename PadStart>
 __device__ __forceinline__ void write_tiles_and_padding(const PlanParams& p, const int* s_off,
                                                         PadStart pad_start, int n_rows,

@@ -45,9 +45,9 @@
 //   shape with C >= 2, staged: each entry goes to shared memory in block-sorted order (by
 //   expert, then rank), and the block writes from there, so entries of one expert, which have
 //   consecutive rows, are written by neighbouring lanes and their stores coalesce
-//   tiles, per expert: expert e's warp (experts dealt over the grid's warps) writes its tiles'
-//   tile_expert and its padding rows, lanes side by side, with no search over the offsets;
-//   then the grid writes the tiles and rows past the last expert's.
+//   tiles, per expert: the warp of expert e (experts dealt over the grid's warps) writes the
+//   tile_expert entries of e's tiles and e's padding rows, lanes side by side, with no search
+//   over the offsets; then the grid writes the tiles and rows past the last expert's.
 // Block 0 writes counts, offsets and meta. Every output element is written on every call.
 // Dependent launch (cluster shape on sm_90+, p.pdl): the kernel lets the next kernel of the
 // stream start at once, and, itself launched early, zeroes h before it waits for the previous
@@ -176,7 +176,6 @@ __device__ __forceinline__ unsigned warp_peers(int key) {
   }
   return peers;
 }
-
 
 template <int C>
 __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p) {

@@ -23,10 +23,10 @@
 // cycles per step whatever n or E; T = 1 fell from 11 to 6 us when the unrolled 8-16-chunk
 // loops were rolled up, code 52 KB -> 14 KB). So loops stay rolled (per-chunk state in shared
 // and local memory), the block scan exists once (noinline), and blocks are small.
-//   Small n (the launcher's kSingleMaxEntries, at most 4096): ONE kernel, plan_kernel<256, false>. G blocks of 256 threads (G = E / 16, at
-//     most 32) each compute the whole plan (counts by shared atomics, the scans over experts,
-//     the sort) and write a 1/G share of the placements and of the padding / tile-map / tail
-//     fills.
+//   Small n (the launcher's kSingleMaxEntries, at most 4096): ONE kernel,
+//     plan_kernel<256, false>. G blocks of 256 threads (G = E / 16, at most 32) each compute
+//     the whole plan (counts by shared atomics, the scans over experts, the sort) and write a
+//     1/G share of the placements and of the padding / tile-map / tail fills.
 //   Larger n: TWO kernels over segments of 512 * C entries, C chosen for about 32 segments:
 //     plan_count_kernel<512>  per-segment expert counts -> block_hist[n_blocks][E] (workspace);
 //     plan_kernel<512, true>  loads and sorts its segment, then (programmatic dependent launch
