@@ -42,19 +42,22 @@ constexpr int kGridMaxExperts = 1022;
 //   to back, uniform / Zipf: T = 1024 5.18 / 5.26 against 5.67 / 5.62 for clusters of 16;
 //   T = 2048 5.86 / 5.80 against 6.34 / 6.25; T = 512 5.04 / 5.05 against 5.11 / 5.11;
 //   T = 3072, 8 chunks, 7.80 / 7.44 against 6.63 / 6.41; 6 and 7 chunks not timed);
-//   clusters of 16 (6 replicas; a non-portable size, where the device runs it) up to 8 chunks
-//   (kernel alone, before the replicas ranked only their chunks: T = 2048 7.8 against 9.7 for
-//   the grid shape; T = 4096 9.4 against 10.3. Plans back to back since then: T = 6144 with 8
-//   chunks 9.4-9.7 against 10.8-11.2 for the grid shape, a lab A/B not in
+//   clusters of 16 (6 replicas, now 7; a non-portable size, where the device runs it) up to 8
+//   chunks (kernel alone, before the replicas ranked only their chunks: T = 2048 7.8 against
+//   9.7 for the grid shape; T = 4096 9.4 against 10.3. Plans back to back since then: T = 6144
+//   with 8 chunks 9.4-9.7 against 10.8-11.2 for the grid shape, a lab A/B not in
 //   bench/results/h200.json); then the grid shape.
 constexpr int kGridOneSegmentEntries = 2 * kGridThreads;
 constexpr int kGridReplicas = 32;       // one segment: blocks in all
 constexpr int kGridClusterBlocks = 64;  // clusters of up to 8: blocks in all (16 of 4, 8 of 8)
 constexpr int kGridBigCluster = 16;     // the non-portable cluster size
-constexpr int kGridBigClusterReplicas = 6;  // lab: 6 clusters of 16 against 4: equal at T <= 512,
-                                            // 0.2-0.8 us faster from T = 1024 to 4096 (before
-                                            // clusters of 8 took T <= 2048; at T = 3072-4096
-                                            // 4 replicas were again 0.5-0.9 us slower)
+// Clusters of 16: replicas, at most as many as the device holds at once (the H200: 7). Lab: 6
+// against 4 equal at T <= 512, 0.2-0.8 us faster from T = 1024 to 4096 (before clusters of 8
+// took T <= 2048; at T = 3072-4096 4 replicas were again 0.5-0.9 us slower); 7 against 6,
+// same run, plans back to back: T = 3072 / 4096 / 6144 -0.08 / -0.03 / -0.07 us uniform, -0.05
+// / -0.03 / -0.08 Zipf, behind the router top-k -0.01 to -0.11 (bench/plan_cuda_notes.md,
+// session 14).
+constexpr int kGridBigClusterReplicas = 7;
 constexpr int kGridClusterChunks = 5;   // clusters of 8: chunks per warp at most
 constexpr int kGridBigClusterChunks = kGridMaxChunks;  // clusters of 16: chunks per warp
 constexpr int kGridForceGrid = kGridMaxClusterSegments + 1;  // grid_cluster knob: grid shape
