@@ -1,9 +1,10 @@
 // moe_plan in ONE launch, 512-thread blocks, in one of two shapes the launcher picks:
 //
 //   * Cluster shape (small and medium plans): the plan is cut into p.cluster segments (1, or
-//     up to 16 on sm_90+), one per block of a thread-block cluster, and the blocks of a cluster
-//     exchange their per-expert counts (as u16) through distributed shared memory (one
-//     cluster barrier). The grid holds several such clusters, the replicas: each counts every
+//     up to 16 on sm_90+), one per block of a thread-block cluster, and each block of a
+//     cluster copies its per-expert counts (as u16) into every other block's shared memory
+//     (bulk copies, which signal an mbarrier there as they land). The grid holds several such
+//     clusters, the replicas: each counts every
 //     entry, but ranks and writes only its share, so the writes spread over many SMs.
 //   * Grid shape (large plans, cooperative launch): one segment per block, one block per SM,
 //     up to 128 blocks; the blocks exchange their counts through a global workspace across
@@ -29,15 +30,18 @@
 //
 // Steps (B = block barrier, CB = cluster barrier, GB = grid barrier):
 //   load keys and weights (all C chunks in flight), zero h meanwhile (with
-//   dependent launch: zero h, wait for the previous kernel, then load)      B
+//   dependent launch: zero h, wait for the previous kernel, then load); cluster shape: set
+//   up the exchange's mbarrier and arrive at a cluster barrier              B / CB arrive
 //   counts: shared atomics into h, chunk by chunk; before each chunk this replica places,
 //   its lanes read h[e][w] (the warp's earlier entries of e)                B
 //   scan of h per expert (one thread, four int4); the block's counts (columns E, E + 1:
 //   invalid and out-of-range ids) go to shared memory, and in the grid shape to column b of
-//   the workspace table [E + 2][G]                       B / CB arrive, B / GB
+//   the workspace table [E + 2][G]; cluster shape: once every mbarrier is set up, the block
+//   copies its counts to each peer                                 B, CB wait / B / GB
 //   ranks of the placed chunks (ballots; the rank sums from the scanned h)
-//   cluster shape: CB wait. Grid shape: one warp segment per table row scans the G block
-//   counts in place (exclusive) and writes the row total                    CB wait / GB
+//   cluster shape: wait for the peers' copies (mbarrier), CB arrive. Grid shape: one warp
+//   segment per table row scans the G block counts in place (exclusive) and writes the row
+//   total                                                                   mbarrier / GB
 //   per four experts (thread order = expert order): totals and this block's prefix (from the
 //   cluster's blocks' shared memory, or from the workspace); padded offsets by a one-barrier
 //   scan                                                                    B
@@ -49,6 +53,8 @@
 //   tile_expert entries of e's tiles and e's padding rows, lanes side by side, with no search
 //   over the offsets; then the grid writes the tiles and rows past the last expert's.
 // Block 0 writes counts, offsets and meta. Every output element is written on every call.
+// Cluster shape: a block exits only after a cluster barrier (CB wait), whose arrivals each
+// follow a block's receipt of every copy into it, so no copy still reads a block that exited.
 // Dependent launch (cluster shape on sm_90+, p.pdl): the kernel lets the next kernel of the
 // stream start at once, and, itself launched early, zeroes h before it waits for the previous
 // kernel (griddepcontrol.wait), ahead of its first global load; the grid shape's cooperative
@@ -113,41 +119,76 @@ inline int64_t plan_grid_workspace_ints(int E, int blocks) {
 }
 
 // Shared memory: h (reused to stage the placement: row, token, weight per entry), the block's
-// counts (a totals row), then four per-expert arrays (bases, padding starts, local starts,
-// offsets + 1).
+// counts (a totals row), four per-expert arrays (bases, padding starts, local starts,
+// offsets + 1), then (cluster shape) one receive slot per segment of the cluster, where the
+// peers' bulk copies of their u16 counts land.
 __host__ __device__ inline int plan_grid_h_words(int E, int C) {
   return E * kGridHStride > 3 * kGridThreads * C ? E * kGridHStride : 3 * kGridThreads * C;
 }
+// A block's u16 counts, as the peers receive them: whole 16-byte pieces (8 columns each).
+__host__ __device__ inline int plan_grid_send_bytes(int E) { return (E + 2 + 7) / 8 * 16; }
+// Receive slots 64 bytes off a multiple of 128, so that lanes 2m and 2m + 1, which read
+// neighbouring slots at the same offset, hit different banks.
+__host__ __device__ inline int plan_grid_slot_words(int E) {
+  return ((plan_grid_send_bytes(E) + 127) / 128 * 128 + 64) / 4;
+}
+__host__ __device__ inline int plan_grid_recv_word(int E, int C) {  // 16-byte aligned
+  return (plan_grid_h_words(E, C) + plan_grid_totals_row(E) + 4 * E + 1 + 3) & ~3;
+}
 inline size_t plan_grid_smem_bytes(int E, int C) {
-  return (size_t(plan_grid_h_words(E, C)) + plan_grid_totals_row(E) + 4 * size_t(E) + 1) *
-         sizeof(int);
+  return (size_t(plan_grid_recv_word(E, C)) +
+          size_t(kGridMaxClusterSegments) * plan_grid_slot_words(E)) * sizeof(int);
 }
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define ARGON_PLAN_CLUSTERS 1
-// Cluster barrier halves: arrive releases this thread's shared-memory writes to the cluster
-// (relaxed: only signals progress); wait returns once every thread of the cluster arrived.
-__device__ __forceinline__ void cluster_arrive_release() {
-  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-}
+// Cluster barrier halves: arrive only signals progress (relaxed: the counts travel by bulk
+// copies, ordered by their mbarrier); wait returns once every thread of the cluster arrived.
 __device__ __forceinline__ void cluster_arrive_relaxed() {
   asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 }
 __device__ __forceinline__ void cluster_wait() {
   asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
-// Sixteen bytes at the same shared-memory address (16-byte aligned) in block `rank` of the
-// cluster. Explicit shared::cluster addressing: through a generic pointer the same exchange
-// took longer (lab, H200, clusters of 16: 0.1 us at T <= 512, 0.4-0.6 us at T >= 2048).
-// Volatile, so it stays after the cluster barrier.
-__device__ __forceinline__ uint4 cluster_load_u32x4(const void* local, int rank) {
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(local));
-  uint32_t remote;
-  uint4 v;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
-  asm volatile("ld.shared::cluster.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(remote));
-  return v;
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// The cluster exchange's completion: an mbarrier of one arrival (this thread's, here) that
+// also waits for `bytes` of bulk copies to land. The fence makes the initialisation visible to
+// the cluster's blocks, which signal it, once they have passed a cluster barrier after it.
+__device__ __forceinline__ void exchange_barrier_init(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(bar)) : "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+               ::"r"(shared_address(bar)), "r"(bytes) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+// Returns once the barrier's first phase is complete: every expected byte has landed.
+__device__ __forceinline__ void exchange_barrier_wait(uint64_t* bar) {
+  uint32_t done = 0;
+  while (!done) {
+    asm volatile(
+        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;"
+        " selp.u32 %0, 1, 0, p; }"
+        : "=r"(done) : "r"(shared_address(bar)) : "memory");
+  }
+}
+// Copies `bytes` (a multiple of 16) from this block's shared memory at `src` to the same
+// address as `dst` in block `rank` of the cluster, by the bulk-copy engine, and signals `bar`
+// there (at the address of this block's `bar`) with the bytes when they have landed.
+__device__ __forceinline__ void cluster_bulk_push(void* dst, const void* src, uint32_t bytes,
+                                                  uint64_t* bar, int rank) {
+  uint32_t remote_dst, remote_bar;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+               : "=r"(remote_dst) : "r"(shared_address(dst)), "r"(rank));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+               : "=r"(remote_bar) : "r"(shared_address(bar)), "r"(rank));
+  asm volatile(
+      "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+      ::"r"(remote_dst), "r"(shared_address(src)), "r"(bytes), "r"(remote_bar) : "memory");
+}
+// Orders this thread's shared-memory writes before later bulk copies that read them.
+__device__ __forceinline__ void fence_shared_for_bulk_copies() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 #endif
 
@@ -184,17 +225,20 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
   extern __shared__ __align__(16) int smem_words[];
   __shared__ long long s_warp[32];
   __shared__ int s_invalid, s_bad;
+  __shared__ uint64_t s_exchange_bar;  // cluster shape: the peers' counts have landed
   // The parameters span three constant-cache lines; reading one field of each here lets their
   // misses overlap at the start instead of stalling later steps (lab: -0.05 us at T <= 128).
   asm volatile("" ::"l"(p.ids), "r"(p.cluster), "l"(p.meta));
   const int E = p.E;
   int* s_h = smem_words;  // [E][kGridHStride] per-warp counts of each expert; later the staging
   int* s_cnt = s_h + plan_grid_h_words(E, C);     // [totals row] block counts (in the cluster
-                                                  // shape as u16, which the peers read)
+                                                  // shape as u16, copied to the peers)
   int* s_base = s_cnt + plan_grid_totals_row(E);  // [E] row of this block's first entry of e
   int* s_pad = s_base + E;                        // [E] first padding row of e
   int* s_loc = s_pad + E;                         // [E] first block-sorted slot of e (staged)
   int* s_off = s_loc + E;                         // [E + 1] padded offsets
+  int* s_recv = smem_words + plan_grid_recv_word(E, C);  // [segments][slot] peers' u16 counts
+  const int slot_words = plan_grid_slot_words(E);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int b = blockIdx.x, G = gridDim.x;
@@ -231,6 +275,14 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
 #pragma unroll 1
     for (int q = tid; q < words / 4; q += kGridThreads) h4[q] = make_int4(0, 0, 0, 0);
     if (tid == 0) s_invalid = s_bad = 0;
+#ifdef ARGON_PLAN_CLUSTERS
+    if (cluster_exchange) {  // the exchange barrier, before any peer may signal it
+      if (tid == 0) {
+        exchange_barrier_init(&s_exchange_bar, (segs - 1) * plan_grid_send_bytes(E));
+      }
+      cluster_arrive_relaxed();
+    }
+#endif
   };
   int key[C];
   float wv[C];
@@ -314,8 +366,8 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
   // 4. Per column: the plan's total and the entries in earlier blocks. With several segments,
   //    one warp per column scans its G block counts (a row of the table, a few loads per lane)
   //    between two grid barriers, so each block then loads only what it needs. The ranks are
-  //    taken while the exchange is under way: after the first grid barrier, or between the
-  //    cluster barrier's arrive and wait (H200, same-run A/B against ranks before the h scan,
+  //    taken while the exchange is under way: after the first grid barrier, or between sending
+  //    the counts and waiting for the peers' (H200, same-run A/B against ranks before the h scan,
   //    bit-exact: plans back to back -0.08 to -0.17 us at T = 128-1024, within 0.1 at
   //    2048-4096, -0.54 at 8192; behind the router top-k -0.1 to -0.3 at T = 128, 512 and
   //    3072, within 0.1 at 1024, 2048 and 4096, -0.5 at 8192; bench/plan_cuda_notes.md).
@@ -323,11 +375,16 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
     cooperative_groups::this_grid().sync();  // also a block barrier
   } else if (cluster_exchange) {
 #ifdef ARGON_PLAN_CLUSTERS
-    cluster_arrive_release();  // this thread's part of s_cnt is written
+    fence_shared_for_bulk_copies();  // this thread's part of s_cnt, before the copies read it
+    __syncthreads();                 // h is scanned, s_cnt written
+    cluster_wait();                  // every block's exchange barrier is initialised
+    if (warp == 0 && lane < segs - 1) {  // to every peer, one lane each
+      cluster_bulk_push(s_recv + seg * slot_words, s_cnt16, plan_grid_send_bytes(E),
+                        &s_exchange_bar, (seg + 1 + lane) % segs);
+    }
 #else
     __trap();  // no cluster code in this build: the launcher never picks this shape for it
 #endif
-    __syncthreads();  // h is scanned
   } else {
     __syncthreads();
   }
@@ -372,7 +429,8 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
     cooperative_groups::this_grid().sync();
   } else if (cluster_exchange) {
 #ifdef ARGON_PLAN_CLUSTERS
-    cluster_wait();  // s_cnt is complete in every block of the cluster (also a block barrier)
+    exchange_barrier_wait(&s_exchange_bar);  // every peer's counts are in s_recv
+    cluster_arrive_relaxed();  // so every copy into this block has read its source
 #endif
   }
   // h is free from here on.
@@ -394,16 +452,23 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
     }
   }
 #ifdef ARGON_PLAN_CLUSTERS
-  // The cluster's blocks' counts (distributed shared memory, u16 columns): all of them for the
-  // totals, those of earlier segments for this block's prefix. Lanes 2m and 2m + 1 share the
-  // eight columns 8m .. 8m + 7, 16 bytes per block: each loads every other block (all loads
-  // issued before the first sum, so their latencies overlap) and sums the packed u16 pairs
-  // (at most 8 blocks of at most S <= 4096 each: no carry into the high half); then the pair
-  // swaps halves, lane 2m keeping columns 8m .. 8m + 3 (= 4 * tid), lane 2m + 1 the rest.
+  // The cluster's blocks' counts (u16 columns; segment g's in slot g of s_recv, where its copy
+  // landed): all of them for the totals, those of earlier segments for this block's prefix.
+  // Lanes 2m and 2m + 1 share the eight columns 8m .. 8m + 7, 16 bytes per block: each loads
+  // every other block (all loads issued before the first sum, so their latencies overlap) and
+  // sums the packed u16 pairs (at most 8 blocks of at most S <= 4096 each: no carry into the
+  // high half); then the pair swaps halves, lane 2m keeping columns 8m .. 8m + 3 (= 4 * tid),
+  // lane 2m + 1 the rest.
   // Half the load instructions of one 8-byte load per block and thread (H200, same-run A/B
   // against that, bit-exact: back to back -0.05 to -0.19 us at T = 512-4096, +0.07 at T = 128
   // (clusters of 4); behind the router top-k -0.5 at T = 1024, -0.25 at 3072, +0.06 / +0.13 at
-  // 2048; bench/plan_cuda_notes.md, session 13).
+  // 2048; bench/plan_cuda_notes.md, session 13). The peers' counts arrive by bulk copies (one
+  // per peer, cp.async.bulk shared::cta to shared::cluster) instead of each block loading them
+  // from the peers' shared memory (ld.shared::cluster, eight 16-byte loads per thread in
+  // clusters of 16): H200, same-run A/B, bit-exact: back to back -0.04 to -0.24 us at
+  // T = 128-6144 except +0.01 / +0.04 at 3072 (T = 4096 -0.11 / -0.13); behind the router
+  // top-k -0.07 to -0.47 at 2048, 4096 and 6144, +0.25 / +0.29 at 1024 and +0.10 / +0.13 at
+  // 3072 (bench/plan_cuda_notes.md, session 15).
   const int pairs = (E + 2 + 7) / 8;
   if (cluster_exchange && warp < (2 * pairs + 31) / 32) {  // whole warps: the swap shuffles
     const int half = tid & 1, m = tid >> 1;
@@ -411,7 +476,11 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
 #pragma unroll
     for (int j = 0; j < kGridMaxClusterSegments / 2; ++j) {
       const int g = 2 * j + half;
-      if (m < pairs && g < segs) v[j] = cluster_load_u32x4(s_cnt16 + 8 * m, g);
+      if (m < pairs && g < segs) {
+        const unsigned short* counts16 =
+            g == seg ? s_cnt16 : reinterpret_cast<const unsigned short*>(s_recv + g * slot_words);
+        v[j] = *reinterpret_cast<const uint4*>(counts16 + 8 * m);
+      }
     }
     uint32_t tw[4] = {0, 0, 0, 0}, bw[4] = {0, 0, 0, 0};
 #pragma unroll
@@ -471,9 +540,6 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
   } else {
     off = block_exclusive_scan_1bar(padded, reinterpret_cast<int*>(s_warp), n_rows);
   }
-#ifdef ARGON_PLAN_CLUSTERS
-  if (cluster_exchange) cluster_arrive_relaxed();  // done reading the peers' s_cnt
-#endif
   const bool writer = b == 0;  // every block has the same values
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
@@ -556,7 +622,7 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
       p, s_off, [&](int e) { return s_pad[e]; }, n_rows, tm_log2, warp * G + b,
       G * kGridWarps, b * kGridThreads + tid, G * kGridThreads);
 #ifdef ARGON_PLAN_CLUSTERS
-  if (cluster_exchange) cluster_wait();  // peers may read s_cnt until they arrive
+  if (cluster_exchange) cluster_wait();  // copies may read s_cnt until every block arrived
 #endif
 }
 
