@@ -52,13 +52,16 @@ def ran_grid(names):
     return any("plan_grid_kernel" in n for n in names)
 
 
-def grid_smem_fits(E, chunks):
-    """Whether the grid kernel's shared memory for E experts and `chunks` chunks per warp
-    (plan_grid_smem_bytes: h of E rows of 20, or the staging area, then a totals row and four
-    per-expert arrays) fits the device."""
+def grid_smem_fits(E, chunks, cluster):
+    """Whether the grid kernel's shared memory for E experts, `chunks` chunks per warp and
+    clusters of `cluster` segments (plan_grid_smem_bytes: h of E rows of 20, or the staging
+    area, then a totals row and four per-expert arrays, then in clusters of 2 or more one
+    receive slot per segment for the peers' u16 counts) fits the device."""
     h = max(E * 20, 3 * 512 * chunks)
     totals_row = (E + 2 + 3) & ~3
-    return (h + totals_row + 4 * E + 1) * 4 <= GRID_SMEM_ROOM
+    recv = (h + totals_row + 4 * E + 1 + 3) & ~3
+    slot = ((E + 2 + 7) // 8 * 16 + 127) // 128 * 128 + 64
+    return recv * 4 + (cluster if cluster >= 2 else 0) * slot <= GRID_SMEM_ROOM
 
 
 def grid_fits(n, E, cluster, chunks):
@@ -69,18 +72,19 @@ def grid_fits(n, E, cluster, chunks):
     n = max(n, 1)
     if cluster == 0:
         # The launcher picks the chunks; they change the shared memory only below E = 615,
-        # where even 8 chunks take 62 KB, which every sm_75+ device allows.
-        return n <= 8 * 512 * GRID_MAX_SEGMENTS and grid_smem_fits(E, 8)
+        # where even 8 chunks take 62 KB, which every sm_75+ device allows. Only sm_90+ runs
+        # clusters, and there every plan fits with its receive slots.
+        return n <= 8 * 512 * GRID_MAX_SEGMENTS and grid_smem_fits(E, 8, 0)
     if cluster == GRID_SHAPE:
         c = chunks or -(-n // (512 * GRID_MAX_SEGMENTS))
         return (c <= 8 and -(-n // (512 * c)) <= GRID_MAX_SEGMENTS
-                and grid_smem_fits(E, c))
+                and grid_smem_fits(E, c, 0))
     if cluster > 1 and not HAS_CLUSTERS:
         return False
     if cluster > 8 and not HAS_BIG_CLUSTERS:
         return False
     c = chunks or -(-n // (512 * cluster))
-    return c <= 8 and n <= 512 * c * cluster and grid_smem_fits(E, c)
+    return c <= 8 and n <= 512 * c * cluster and grid_smem_fits(E, c, cluster)
 
 
 @pytest.fixture

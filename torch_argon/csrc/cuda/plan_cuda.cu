@@ -155,14 +155,18 @@ GridDevice grid_device(const cudaDeviceProp& props) {
   C10_CUDA_CHECK(cudaFuncGetAttributes(&compiled, widest));
   d.smem_room = props.sharedMemPerBlockOptin - compiled.sharedSizeBytes;
   for (int c = 1; c <= kGridMaxChunks; ++c) {
-    const size_t bytes = std::min(plan_grid_smem_bytes(kGridMaxExperts, c), d.smem_room);
+    const size_t bytes = std::min(
+        plan_grid_smem_bytes(kGridMaxExperts, c, kGridMaxClusterSegments), d.smem_room);
     C10_CUDA_CHECK(cudaFuncSetAttribute(kGridKernels[c - 1],
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(bytes)));
   }
-  // Residency and clusters at the most any plan may ask for: a smaller plan fits as well.
-  const size_t smem = std::min(plan_grid_smem_bytes(kGridMaxExperts, kGridMaxChunks),
-                               d.smem_room);
+  // Residency and clusters at the most any plan of that shape may ask for: a smaller plan fits
+  // as well.
+  const auto widest_smem = [&](int cluster) {
+    return std::min(plan_grid_smem_bytes(kGridMaxExperts, kGridMaxChunks, cluster), d.smem_room);
+  };
+  const size_t smem = widest_smem(0);
   int coop = 0, per_sm = 0;
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
   C10_CUDA_CHECK(
@@ -172,7 +176,7 @@ GridDevice grid_device(const cudaDeviceProp& props) {
   // PTX has no cluster code).
   if (props.major >= 9 && compiled.ptxVersion >= 90) {
     d.sm90_code = true;
-    d.clusters = active_clusters(widest, smem, 8) >= 1;
+    d.clusters = active_clusters(widest, widest_smem(8), 8) >= 1;
     // Clusters above 8 blocks need the kernels' opt-in; a device that refuses it runs none.
     bool big = d.clusters;
     for (int c = 1; c <= kGridMaxChunks && big; ++c) {
@@ -180,7 +184,8 @@ GridDevice grid_device(const cudaDeviceProp& props) {
                                  cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
     }
     if (!big) (void)cudaGetLastError();
-    d.big_clusters = big ? active_clusters(widest, smem, kGridBigCluster) : 0;
+    d.big_clusters =
+        big ? active_clusters(widest, widest_smem(kGridBigCluster), kGridBigCluster) : 0;
   }
   if (dev < 64) {
     known[dev] = d;
@@ -243,7 +248,7 @@ bool launch_plan_grid(PlanParams& p, const cudaDeviceProp& props, const at::Devi
   const GridDevice dev = grid_device(props);
   GridShape shape;
   if (!grid_shape(p.n, props, dev, shape) ||
-      plan_grid_smem_bytes(p.E, shape.chunks) > dev.smem_room) {
+      plan_grid_smem_bytes(p.E, shape.chunks, shape.cluster) > dev.smem_room) {
     return false;
   }
   p.cluster = shape.cluster;
@@ -272,7 +277,7 @@ bool launch_plan_grid(PlanParams& p, const cudaDeviceProp& props, const at::Devi
     attrs[n_attrs++].val.programmaticStreamSerializationAllowed = 1;
   }
   launch_plan_kernel(kGridKernels[shape.chunks - 1], p, shape.blocks, kGridThreads,
-                     plan_grid_smem_bytes(p.E, shape.chunks), s, attrs, n_attrs);
+                     plan_grid_smem_bytes(p.E, shape.chunks, shape.cluster), s, attrs, n_attrs);
   return true;
 }
 

@@ -92,7 +92,7 @@
 // are 10 bits; E + 2 columns fit four per thread); C <= 8; grid shape: G <= 128 resident
 // blocks; cluster shape: sm_90+, p.cluster <= 16 (above 8 where the device allows non-portable
 // cluster sizes); a block's count of one expert is below 2^16 (S <= 4096); shared memory
-// plan_grid_smem_bytes(E, C).
+// plan_grid_smem_bytes(E, C, cluster).
 #pragma once
 #include <cooperative_groups.h>
 
@@ -135,9 +135,12 @@ __host__ __device__ inline int plan_grid_slot_words(int E) {
 __host__ __device__ inline int plan_grid_recv_word(int E, int C) {  // 16-byte aligned
   return (plan_grid_h_words(E, C) + plan_grid_totals_row(E) + 4 * E + 1 + 3) & ~3;
 }
-inline size_t plan_grid_smem_bytes(int E, int C) {
-  return (size_t(plan_grid_recv_word(E, C)) +
-          size_t(kGridMaxClusterSegments) * plan_grid_slot_words(E)) * sizeof(int);
+// `cluster`: the launch's segments per cluster (0: the grid shape, 1: one segment); only
+// clusters of two or more exchange, so only they have receive slots.
+inline size_t plan_grid_smem_bytes(int E, int C, int cluster) {
+  const int slots = cluster >= 2 ? cluster : 0;
+  return (size_t(plan_grid_recv_word(E, C)) + size_t(slots) * plan_grid_slot_words(E)) *
+         sizeof(int);
 }
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
