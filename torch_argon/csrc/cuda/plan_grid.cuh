@@ -61,13 +61,14 @@
 // launch is not launched so.
 //
 // Where the time goes (H200, E = 512, K = 10, uniform), measured before each replica ranked
-// only the chunks it places, before the loads of all chunks were in flight and before clusters
-// of 8 took T <= 2048 (bench/plan_cuda_notes.md has what each of those saved). The kernel
-// alone under graph replay (lab harness, 20 launches per graph; a tiny kernel costs 1.0 us):
-// 3.2 us with no entries, 4.2 at T = 16 (one segment), 5.4 at T = 128 (clusters of 4), 5.6 at
-// T = 256 (of 8), 6.2 at T = 512, 7.0 at T = 1024, 7.8 at T = 2048 and 9.4 at T = 4096 (of 16,
-// 6 replicas); the grid shape 9.4 at T = 1024, 10.3 at T = 4096, 11.2 at T = 8192, 12.8 at
-// T = 16384.
+// only the chunks it places, before the loads of all chunks were in flight, before clusters
+// of 8 took T <= 2048, and while the blocks loaded the peers' counts from the peers' shared
+// memory, before the bulk copies (bench/plan_cuda_notes.md has what each of those saved). The
+// kernel alone under graph replay (lab harness, 20 launches per graph; a tiny kernel costs
+// 1.0 us): 3.2 us with no entries, 4.2 at T = 16 (one segment), 5.4 at T = 128 (clusters of
+// 4), 5.6 at T = 256 (of 8), 6.2 at T = 512, 7.0 at T = 1024, 7.8 at T = 2048 and 9.4 at
+// T = 4096 (of 16, 6 replicas); the grid shape 9.4 at T = 1024, 10.3 at T = 4096, 11.2 at
+// T = 8192, 12.8 at T = 16384.
 // Per step (clock64 at the barriers, thread 0, median over blocks; cycles at 1.97 GHz): with
 // no entries ~1.2K prologue and zeroing, ~0.9K ranks, ~0.8K h scan, ~1.25K offsets, ~0.4K
 // placement; loads and ranks ~0.5K and ~0.65K more per chunk; a cluster barrier ~1.0-1.3K,
