@@ -137,13 +137,14 @@ def test_plan_paths_agree(n_entries, chunks, pdl):
 ])
 @pytest.mark.parametrize("cluster,replicas,chunks", [
     (0, 0, 0), (1, 1, 0), (1, 3, 0), (1, 40, 0), (4, 16, 0), (8, 8, 0), (8, 3, 8), (2, 5, 1),
-    (16, 6, 0), (16, 7, 0), (16, 1, 3), (GRID_SHAPE, 0, 1), (GRID_SHAPE, 0, 3), (GRID_SHAPE, 0, 8)])
+    (3, 5, 0), (12, 1, 0), (16, 6, 0), (16, 7, 0), (16, 1, 3), (GRID_SHAPE, 0, 1),
+    (GRID_SHAPE, 0, 3), (GRID_SHAPE, 0, 8)])
 def test_grid_kernel_shapes(T, K, E, tm, dist, cluster, replicas, chunks):
-    """The grid kernel in each shape: one segment on 1 to 40 replicas; clusters of 2, 4, 8 or
-    16 segments (T = 6144: 8 chunks per warp; on 6 or 7 replicas a warp ranks the one or two it
-    places and only counts the others); one segment per block (the grid shape) with 1 chunk
-    per warp (placed directly) or 3 and 8 (placed through the block-sorted staging); on
-    outputs pre-filled with garbage.
+    """The grid kernel in each shape: one segment on 1 to 40 replicas; clusters of 2, 3, 4, 8,
+    12 or 16 segments, each block sending its counts to every other (T = 6144: 8 chunks per
+    warp; on 6 or 7 replicas a warp ranks the one or two it places and only counts the
+    others); one segment per block (the grid shape) with 1 chunk per warp (placed directly)
+    or 3 and 8 (placed through the block-sorted staging); on outputs pre-filled with garbage.
     The profiler confirms which kernel ran: the grid kernel up to E = 1022 wherever the shape
     holds the plan (grid_fits), the portable kernels otherwise."""
     ids, w = make_ids(T, K, E, dist, seed=T + E), make_weights(T, K)

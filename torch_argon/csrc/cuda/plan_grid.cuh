@@ -126,6 +126,9 @@ inline int64_t plan_grid_workspace_ints(int E, int blocks) {
 __host__ __device__ inline int plan_grid_h_words(int E, int C) {
   return E * kGridHStride > 3 * kGridThreads * C ? E * kGridHStride : 3 * kGridThreads * C;
 }
+// h, and so s_cnt after it (a bulk copy's source), end on a 16-byte boundary: bulk copies need
+// 16-byte aligned addresses.
+static_assert(kGridHStride % 4 == 0 && (3 * kGridThreads) % 4 == 0, "h must span whole int4");
 // A block's u16 counts, as the peers receive them: whole 16-byte pieces (8 columns each).
 __host__ __device__ inline int plan_grid_send_bytes(int E) { return (E + 2 + 7) / 8 * 16; }
 // Receive slots 64 bytes off a multiple of 128, so that lanes 2m and 2m + 1, which read
@@ -437,7 +440,8 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
     cluster_arrive_relaxed();  // so every copy into this block has read its source
 #endif
   }
-  // h is free from here on.
+  // h is read no more: the staging (grid shape only) reuses it after the offsets scan, whose
+  // block barriers every thread reaches after its rank reads above.
 
   // Thread m owns columns 4m .. 4m + 3, so thread order is expert order for the scan below.
   const int quads = ws_row / 4;
