@@ -247,10 +247,9 @@ bool launch_plan_grid(PlanParams& p, const cudaDeviceProp& props, const at::Devi
   if (p.n > g_grid_max || p.E > kGridMaxExperts) return false;
   const GridDevice dev = grid_device(props);
   GridShape shape;
-  if (!grid_shape(p.n, props, dev, shape) ||
-      plan_grid_smem_bytes(p.E, shape.chunks, shape.cluster) > dev.smem_room) {
-    return false;
-  }
+  if (!grid_shape(p.n, props, dev, shape)) return false;
+  const size_t smem = plan_grid_smem_bytes(p.E, shape.chunks, shape.cluster);
+  if (smem > dev.smem_room) return false;
   p.cluster = shape.cluster;
   Tensor workspace;  // kept alive until the launch is queued (the allocator is stream-ordered)
   cudaLaunchAttribute attrs[2] = {};
@@ -276,8 +275,8 @@ bool launch_plan_grid(PlanParams& p, const cudaDeviceProp& props, const at::Devi
     attrs[n_attrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attrs[n_attrs++].val.programmaticStreamSerializationAllowed = 1;
   }
-  launch_plan_kernel(kGridKernels[shape.chunks - 1], p, shape.blocks, kGridThreads,
-                     plan_grid_smem_bytes(p.E, shape.chunks, shape.cluster), s, attrs, n_attrs);
+  launch_plan_kernel(kGridKernels[shape.chunks - 1], p, shape.blocks, kGridThreads, smem, s,
+                     attrs, n_attrs);
   return true;
 }
 

@@ -4,8 +4,8 @@
 //     up to 16 on sm_90+), one per block of a thread-block cluster, and each block of a
 //     cluster copies its per-expert counts (as u16) into every other block's shared memory
 //     (bulk copies, which signal an mbarrier there as they land). The grid holds several such
-//     clusters, the replicas: each counts every
-//     entry, but ranks and writes only its share, so the writes spread over many SMs.
+//     clusters, the replicas: each counts every entry, but ranks and writes only its share, so
+//     the writes spread over many SMs.
 //   * Grid shape (large plans, cooperative launch): one segment per block, one block per SM,
 //     up to 128 blocks; the blocks exchange their counts through a global workspace across
 //     two grid barriers (cooperative_groups grid sync).
@@ -477,7 +477,7 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
   // T = 128-6144 except +0.01 / +0.04 at 3072 (T = 4096 -0.11 / -0.13); behind the router
   // top-k -0.07 to -0.47 at 2048, 4096 and 6144, +0.25 / +0.29 at 1024 and +0.10 / +0.13 at
   // 3072 (bench/plan_cuda_notes.md, session 15).
-  const int pairs = (E + 2 + 7) / 8;
+  const int pairs = plan_grid_send_bytes(E) / 16;  // the 16-byte pieces each block sent
   if (cluster_exchange && warp < (2 * pairs + 31) / 32) {  // whole warps: the swap shuffles
     const int half = tid & 1, m = tid >> 1;
     uint4 v[kGridMaxClusterSegments / 2];
