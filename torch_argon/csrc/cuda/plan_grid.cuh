@@ -39,9 +39,9 @@
 //   the workspace table [E + 2][G]; cluster shape: once every mbarrier is set up, the block
 //   copies its counts to each peer                                 B, CB wait / B / GB
 //   ranks of the placed chunks (ballots; the rank sums from the scanned h)
-//   cluster shape: wait for the peers' copies (mbarrier), CB arrive. Grid shape: one warp
-//   segment per table row scans the G block counts in place (exclusive) and writes the row
-//   total                                                                   mbarrier / GB
+//   cluster shape: the warps that sum the peers' counts wait for their copies (mbarrier);
+//   CB arrive. Grid shape: one warp segment per table row scans the G block counts in place
+//   (exclusive) and writes the row total                                   mbarrier / GB
 //   per four experts (thread order = expert order): totals and this block's prefix (from the
 //   cluster's blocks' shared memory, or from the workspace); padded offsets by a one-barrier
 //   scan                                                                    B
@@ -436,8 +436,13 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
     cooperative_groups::this_grid().sync();
   } else if (cluster_exchange) {
 #ifdef ARGON_PLAN_CLUSTERS
-    exchange_barrier_wait(&s_exchange_bar);  // every peer's counts are in s_recv
-    cluster_arrive_relaxed();  // so every copy into this block has read its source
+    // Only the warps that sum the peers' counts (below) wait for them; the others go on to
+    // the offsets scan's block barrier. The exit's cluster barrier still completes only after
+    // every block's readers saw every copy into it land, so no copy reads a block that exited
+    // (H200, same-run A/B, bit-exact: T = 3072-6144 -0.06 to -0.19 us back to back and behind
+    // the router top-k, T = 2048 behind the top-k +0.12; bench/plan_cuda_notes.md, session 16).
+    if (warp < (plan_grid_send_bytes(E) / 8 + 31) / 32) exchange_barrier_wait(&s_exchange_bar);
+    cluster_arrive_relaxed();
 #endif
   }
   // h is read no more: the staging (grid shape only) reuses it after the offsets scan, whose
