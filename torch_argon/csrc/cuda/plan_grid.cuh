@@ -78,14 +78,19 @@
 // offsets scan and writes 1.4K, placement 0.8K, tiles 2.9K; with no output stores at all the
 // kernel alone is 1.3-1.6 us faster, with the peers' counts read locally 0.75
 // (bench/plan_cuda_notes.md, session 10, which also has the exchange through st.async and
-// mbarriers that lost; session 11 has a two-level exchange that lost too).
+// mbarriers that lost; session 11 has a two-level exchange that lost too). Session 16, on the
+// bulk-copy kernel at T = 4096: without the placement's two scattered stores the kernel alone
+// is 1.1 us (uniform) / 0.7 (Zipf) faster, and as fast with the same stores sent to
+// consecutive addresses: the cost is the L2 sector writes, one per entry and array.
 // Nsight Compute: 7-13 % of issue slots busy, 10-18 cycles per instruction per warp: chains of
 // latencies (barriers, shared-memory round trips, loads), not throughput. Distributed shared
 // memory moved about 8 bytes per cycle per SM in this exchange. Measured and slower: pushing
 // counts into the peers (remote stores), spreading the peer loads over all warps, exchanging
 // through L2 behind the cluster barrier (its release half is a MEMBAR.GPU), 1024-thread blocks
-// (+1.3 us with no entries); the same (within 0.05 us): computing every chunk's ballots before
-// the rank chain.
+// (+1.3 us with no entries); each replica writing the rows of its experts (e mod replicas),
+// staged for coalesced stores, +0.5 to +2.7 us (every chunk's weights and ranks, and the
+// staging pass, cost more than the coalescing saves); the same (within 0.05 us): computing
+// every chunk's ballots before the rank chain.
 // Code size matters: with C a runtime value (58 KB of code) the kernel took 4.75 us with no
 // entries, against 4.0 with one C compiled (22 KB).
 //
