@@ -24,7 +24,14 @@
 #include "plan_grid_stages.cuh"
 using namespace argon::cuda;
 
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("CUDA error %s line %d\n", cudaGetErrorString(e_), __LINE__); exit(1);} } while (0)
+#define CK(x)                                                                      \
+  do {                                                                             \
+    cudaError_t e_ = (x);                                                          \
+    if (e_ != cudaSuccess) {                                                       \
+      printf("CUDA error %s line %d\n", cudaGetErrorString(e_), __LINE__);         \
+      exit(1);                                                                     \
+    }                                                                              \
+  } while (0)
 
 struct Ref {
   std::vector<int> counts, offsets, st, pos, te, meta;
@@ -218,10 +225,15 @@ void run(int T, int dist, int cluster, int replicas, int C) {
       sub[q] += d[G / 2];
     }
     long long t0 = h[10], t1 = h[11], s0max = h[10];
-    for (int b = 0; b < G; ++b) { t0 = std::min(t0, h[b*16+10]); t1 = std::max(t1, h[b*16+11]); s0max = std::max(s0max, h[b*16+10]); }
+    for (int b = 0; b < G; ++b) {  // first entry, last exit, last entry (start skew)
+      t0 = std::min(t0, h[b * 16 + 10]);
+      t1 = std::max(t1, h[b * 16 + 11]);
+      s0max = std::max(s0max, h[b * 16 + 10]);
+    }
     span += double(t1 - t0); skew += double(s0max - t0);
   }
-  printf("T=%5d d=%d k=%2d R=%2d C=%d G=%3d %s cyc:", T, dist, cluster, replicas, C, G, ok ? "ok" : "MISMATCH");
+  printf("T=%5d d=%d k=%2d R=%2d C=%d G=%3d %s cyc:", T, dist, cluster, replicas, C, G,
+         ok ? "ok" : "MISMATCH");
   for (int k = 1; k < 9; ++k) printf(" %5.0f", acc[k] / runs);
   printf(" | span %5.0f ns startskew %4.0f ns\n", span / runs, skew / runs);
   printf("%*s sub: rankadd %5.0f peers %5.0f scan %5.0f writes %5.0f bar %5.0f\n", 40, "",

@@ -19,7 +19,8 @@ mkdir -p "$DIR"
 . "$LAB/../gpu_env.sh"
 python3 "$LAB/make_variant.py" "$SRC" "$DIR/variant.cuh" "$FLAGS"
 python3 "$LAB/stage_copy.py" "$DIR/variant.cuh" "$DIR/plan_grid_stages.cuh"
-INC=$(python3 -c "from torch.utils.cpp_extension import include_paths; print(' '.join('-I' + p for p in include_paths()))")
+INC=$(python3 -c "from torch.utils.cpp_extension import include_paths as p
+print(' '.join('-I' + d for d in p()))")
 PYINC=$(python3 -c "import sysconfig; print(sysconfig.get_paths()['include'])")
 nvcc -std=c++20 -O3 --fmad=false -gencode=arch=compute_90,code=sm_90 --expt-relaxed-constexpr \
   -D__CUDA_NO_HALF_OPERATORS__ -D__CUDA_NO_HALF_CONVERSIONS__ -D__CUDA_NO_BFLOAT16_CONVERSIONS__ \
