@@ -136,6 +136,11 @@ __host__ __device__ inline int plan_grid_h_words(int E, int C) {
 static_assert(kGridHStride % 4 == 0 && (3 * kGridThreads) % 4 == 0, "h must span whole int4");
 // A block's u16 counts, as the peers receive them: whole 16-byte pieces (8 columns each).
 __host__ __device__ inline int plan_grid_send_bytes(int E) { return (E + 2 + 7) / 8 * 16; }
+// Cluster shape: the warps that sum the peers' counts, two lanes per 16-byte piece a block
+// sent; only they wait for the copies.
+__host__ __device__ inline int plan_grid_reader_warps(int E) {
+  return (2 * (plan_grid_send_bytes(E) / 16) + 31) / 32;
+}
 // Receive slots 64 bytes off a multiple of 128, so that lanes 2m and 2m + 1, which read
 // neighbouring slots at the same offset, hit different banks.
 __host__ __device__ inline int plan_grid_slot_words(int E) {
@@ -446,7 +451,7 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
     // every block's readers saw every copy into it land, so no copy reads a block that exited
     // (H200, same-run A/B, bit-exact: T = 3072-6144 -0.06 to -0.19 us back to back and behind
     // the router top-k, T = 2048 behind the top-k +0.12; bench/plan_cuda_notes.md, session 16).
-    if (warp < (plan_grid_send_bytes(E) / 8 + 31) / 32) exchange_barrier_wait(&s_exchange_bar);
+    if (warp < plan_grid_reader_warps(E)) exchange_barrier_wait(&s_exchange_bar);
     cluster_arrive_relaxed();
 #endif
   }
@@ -488,7 +493,7 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
   // top-k -0.07 to -0.47 at 2048, 4096 and 6144, +0.25 / +0.29 at 1024 and +0.10 / +0.13 at
   // 3072 (bench/plan_cuda_notes.md, session 15).
   const int pairs = plan_grid_send_bytes(E) / 16;  // the 16-byte pieces each block sent
-  if (cluster_exchange && warp < (2 * pairs + 31) / 32) {  // whole warps: the swap shuffles
+  if (cluster_exchange && warp < plan_grid_reader_warps(E)) {  // whole warps: the swap shuffles
     const int half = tid & 1, m = tid >> 1;
     uint4 v[kGridMaxClusterSegments / 2];
 #pragma unroll
