@@ -55,13 +55,13 @@ def ran_grid(names):
 def grid_smem_fits(E, chunks, cluster):
     """Whether the grid kernel's shared memory for E experts, `chunks` chunks per warp and
     clusters of `cluster` segments (plan_grid_smem_bytes: h of E rows of 20, or the staging
-    area, then a totals row and four per-expert arrays, then in clusters of 2 or more one
-    receive slot per segment for the peers' u16 counts) fits the device."""
+    area, then a totals row and four per-expert arrays, then in clusters of 2 or more the two
+    sums into which the peers add their u16 counts) fits the device."""
     h = max(E * 20, 3 * 512 * chunks)
     totals_row = (E + 2 + 3) & ~3
-    recv = (h + totals_row + 4 * E + 1 + 3) & ~3
-    slot = ((E + 2 + 7) // 8 * 16 + 127) // 128 * 128 + 64
-    return recv * 4 + (cluster if cluster >= 2 else 0) * slot <= GRID_SMEM_ROOM
+    acc = (h + totals_row + 4 * E + 1 + 3) & ~3
+    acc_bytes = (E + 2 + 7) // 8 * 16
+    return acc * 4 + (2 if cluster >= 2 else 0) * acc_bytes <= GRID_SMEM_ROOM
 
 
 def grid_fits(n, E, cluster, chunks):
@@ -73,7 +73,7 @@ def grid_fits(n, E, cluster, chunks):
     if cluster == 0:
         # The launcher picks the chunks; they change the shared memory only below E = 615,
         # where even 8 chunks take 62 KB, which every sm_75+ device allows. Only sm_90+ runs
-        # clusters, and there every plan fits with its receive slots.
+        # clusters, and there every plan fits with its two sums.
         return n <= 8 * 512 * GRID_MAX_SEGMENTS and grid_smem_fits(E, 8, 0)
     if cluster == GRID_SHAPE:
         c = chunks or -(-n // (512 * GRID_MAX_SEGMENTS))
@@ -161,10 +161,12 @@ def test_grid_kernel_shapes(T, K, E, tm, dist, cluster, replicas, chunks):
                     "device that runs that non-portable size)")
 @pytest.mark.parametrize("dist", ["one_expert", "neg_all"])
 def test_cluster_exchange_at_its_count_bound(dist):
-    """The cluster shape sums its blocks' u16 counts two to a 32-bit word, each lane over every
-    other block: at most 8 blocks of at most 4096 entries (8 chunks of 512), 32768 per half, so
-    no carry crosses into the next column. Every entry to one expert (or every id -1: the
-    invalid column) in 16 full segments of 8 chunks puts each of those sums at that bound."""
+    """The cluster shape sums its blocks' u16 counts two to a 32-bit word: each block's peers
+    add theirs into its sum of the earlier segments' counts or of the later ones', at most 15
+    blocks of at most 4096 entries (8 chunks of 512), 61440 per half, so no carry crosses into
+    the next column. Every entry to one expert (or every id -1: the invalid column) in 16 full
+    segments of 8 chunks puts the last block's earlier sum and the first one's later sum at
+    that bound, and the column's total (65536) past what a u16 holds."""
     K, E = 8, 512
     T = 16 * 8 * 512 // K  # 65536 entries: 16 segments of 4096
     ids, w = make_ids(T, K, E, dist, seed=T), make_weights(T, K)

@@ -19,8 +19,9 @@ STEPS = [  # (anchor, hook after (+) or before (-) it)
     ("  // 6. Placement of this block's entries", "-", "LAB_STAGE(5)"),
     ("  // 7. Tiles and padding rows", "-", "LAB_STAGE(6)"),
 ]
-INSIDE_OFFSETS = [  # hooked before each anchor
-    ("  // Thread m owns columns 4m .. 4m + 3, so thread order is expert order for the scan below.\n",
+INSIDE_OFFSETS = [  # hooked before each anchor (a tuple: the first found, for older kernels)
+    (("  // The totals and this block's prefix, four columns per thread (threads below quads).\n",
+      "  // Thread m owns columns 4m .. 4m + 3, so thread order is expert order for the scan below.\n"),
      "LAB_STAGE(12)"),
     ("  // 5. Padded offsets", "LAB_STAGE(13)"),
     ("  const bool writer = b == 0;  // every block has the same values\n", "LAB_STAGE(14)"),
@@ -36,6 +37,8 @@ EXITS = [  # the exit's cluster wait, in the kernel's versions since session 15
 
 def hook(anchor, line, after):
     global s
+    if isinstance(anchor, tuple):
+        anchor = next((a for a in anchor if s.count(a) == 1), anchor[0])
     assert s.count(anchor) == 1, f"anchor not found once: {anchor!r}"
     s = s.replace(anchor, anchor + line if after else line + anchor)
 

@@ -2,8 +2,9 @@
 //
 //   * Cluster shape (small and medium plans): the plan is cut into p.cluster segments (1, or
 //     up to 16 on sm_90+), one per block of a thread-block cluster, and each block of a
-//     cluster copies its per-expert counts (as u16) into every other block's shared memory
-//     (bulk copies, which signal an mbarrier there as they land). The grid holds several such
+//     cluster adds its per-expert counts (as u16 pairs) into one of two sums in every other
+//     block's shared memory, the earlier segments' or the later segments' (bulk adds, which
+//     signal an mbarrier there as they land). The grid holds several such
 //     clusters, the replicas: each counts every entry, but ranks and writes only its share, so
 //     the writes spread over many SMs.
 //   * Grid shape (large plans, cooperative launch): one segment per block, one block per SM,
@@ -31,19 +32,20 @@
 // Steps (B = block barrier, CB = cluster barrier, GB = grid barrier):
 //   load keys and weights (all C chunks in flight), zero h meanwhile (with
 //   dependent launch: zero h, wait for the previous kernel, then load); cluster shape: set
-//   up the exchange's mbarrier and arrive at a cluster barrier              B / CB arrive
+//   up the exchange's mbarrier, zero the two sums and arrive at a cluster barrier
+//                                                                           B / CB arrive
 //   counts: shared atomics into h, chunk by chunk; before each chunk this replica places,
 //   its lanes read h[e][w] (the warp's earlier entries of e)                B
 //   scan of h per expert (one thread, four int4); the block's counts (columns E, E + 1:
 //   invalid and out-of-range ids) go to shared memory, and in the grid shape to column b of
 //   the workspace table [E + 2][G]; cluster shape: once every mbarrier is set up, the block
-//   copies its counts to each peer                                 B, CB wait / B / GB
+//   adds its counts into each peer's earlier or later sum           B, CB wait / B / GB
 //   ranks of the placed chunks (ballots; the rank sums from the scanned h)
-//   cluster shape: the warps that sum the peers' counts wait for their copies (mbarrier);
+//   cluster shape: the threads that read the sums wait for the peers' adds (mbarrier);
 //   CB arrive. Grid shape: one warp segment per table row scans the G block counts in place
 //   (exclusive) and writes the row total                                   mbarrier / GB
 //   per four experts (thread order = expert order): totals and this block's prefix (from the
-//   cluster's blocks' shared memory, or from the workspace); padded offsets by a one-barrier
+//   two sums and its own counts, or from the workspace); padded offsets by a one-barrier
 //   scan                                                                    B
 //   placement: the entries of chunk q (q = warp * C + c) by replica q mod replicas; in the grid
 //   shape with C >= 2, staged: each entry goes to shared memory in block-sorted order (by
@@ -54,7 +56,7 @@
 //   over the offsets; then the grid writes the tiles and rows past the last expert's.
 // Block 0 writes counts, offsets and meta. Every output element is written on every call.
 // Cluster shape: a block exits only after a cluster barrier (CB wait), whose arrivals each
-// follow a block's receipt of every copy into it, so no copy still reads a block that exited.
+// follow a block's receipt of every add into it, so no add still reads a block that exited.
 // Dependent launch (cluster shape on sm_90+, p.pdl): the kernel lets the next kernel of the
 // stream start at once, and, itself launched early, zeroes h before it waits for the previous
 // kernel (griddepcontrol.wait), ahead of its first global load; the grid shape's cooperative
@@ -97,7 +99,8 @@
 // Limits (the launcher checks them and otherwise takes the portable kernels): E <= 1022 (keys
 // are 10 bits; E + 2 columns fit four per thread); C <= 8; grid shape: G <= 128 resident
 // blocks; cluster shape: sm_90+, p.cluster <= 16 (above 8 where the device allows non-portable
-// cluster sizes); a block's count of one expert is below 2^16 (S <= 4096); shared memory
+// cluster sizes); a block's count of one expert is at most S <= 4096, so a sum of up to 15
+// peers' counts stays below 2^16 (the packed u16 pairs never carry); shared memory
 // plan_grid_smem_bytes(E, C, cluster).
 #pragma once
 #include <cooperative_groups.h>
@@ -126,41 +129,33 @@ inline int64_t plan_grid_workspace_ints(int E, int blocks) {
 
 // Shared memory: h (reused to stage the placement: row, token, weight per entry), the block's
 // counts (a totals row), four per-expert arrays (bases, padding starts, local starts,
-// offsets + 1), then (cluster shape) one receive slot per segment of the cluster, where the
-// peers' bulk copies of their u16 counts land.
+// offsets + 1), then (cluster shape) two accumulators into which the peers' bulk adds of their
+// u16 counts land: the earlier segments' sum and the later segments' sum.
 __host__ __device__ inline int plan_grid_h_words(int E, int C) {
   return E * kGridHStride > 3 * kGridThreads * C ? E * kGridHStride : 3 * kGridThreads * C;
 }
-// h, and so s_cnt after it (a bulk copy's source), end on a 16-byte boundary: bulk copies need
+// h, and so s_cnt after it (a bulk add's source), end on a 16-byte boundary: bulk copies need
 // 16-byte aligned addresses.
 static_assert(kGridHStride % 4 == 0 && (3 * kGridThreads) % 4 == 0, "h must span whole int4");
 // A block's u16 counts, as the peers receive them: whole 16-byte pieces (8 columns each).
 __host__ __device__ inline int plan_grid_send_bytes(int E) { return (E + 2 + 7) / 8 * 16; }
-// Cluster shape: the warps that sum the peers' counts, two lanes per 16-byte piece a block
-// sent; only they wait for the copies.
-__host__ __device__ inline int plan_grid_reader_warps(int E) {
-  return (2 * (plan_grid_send_bytes(E) / 16) + 31) / 32;
-}
-// Receive slots 64 bytes off a multiple of 128, so that lanes 2m and 2m + 1, which read
-// neighbouring slots at the same offset, hit different banks.
-__host__ __device__ inline int plan_grid_slot_words(int E) {
-  return ((plan_grid_send_bytes(E) + 127) / 128 * 128 + 64) / 4;
-}
-__host__ __device__ inline int plan_grid_recv_word(int E, int C) {  // 16-byte aligned
+__host__ __device__ inline int plan_grid_acc_words(int E) { return plan_grid_send_bytes(E) / 4; }
+__host__ __device__ inline int plan_grid_acc_word(int E, int C) {  // 16-byte aligned
   return (plan_grid_h_words(E, C) + plan_grid_totals_row(E) + 4 * E + 1 + 3) & ~3;
 }
 // `cluster`: the launch's segments per cluster (0: the grid shape, 1: one segment); only
-// clusters of two or more exchange, so only they have receive slots.
+// clusters of two or more exchange, so only they have the accumulators.
 inline size_t plan_grid_smem_bytes(int E, int C, int cluster) {
-  const int slots = cluster >= 2 ? cluster : 0;
-  return (size_t(plan_grid_recv_word(E, C)) + size_t(slots) * plan_grid_slot_words(E)) *
+  const int accumulators = cluster >= 2 ? 2 : 0;
+  return (size_t(plan_grid_acc_word(E, C)) + size_t(accumulators) * plan_grid_acc_words(E)) *
          sizeof(int);
 }
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define ARGON_PLAN_CLUSTERS 1
 // Cluster barrier halves: arrive only signals progress (relaxed: the counts travel by bulk
-// copies, ordered by their mbarrier); wait returns once every thread of the cluster arrived.
+// adds, ordered by their mbarrier; the fences below order what the adds depend on); wait
+// returns once every thread of the cluster arrived.
 __device__ __forceinline__ void cluster_arrive_relaxed() {
   asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 }
@@ -171,7 +166,7 @@ __device__ __forceinline__ uint32_t shared_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 // The cluster exchange's completion: an mbarrier of one arrival (this thread's, here) that
-// also waits for `bytes` of bulk copies to land. The fence makes the initialisation visible to
+// also waits for `bytes` of bulk adds to land. The fence makes the initialisation visible to
 // the cluster's blocks, which signal it, once they have passed a cluster barrier after it.
 __device__ __forceinline__ void exchange_barrier_init(uint64_t* bar, uint32_t bytes) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(bar)) : "memory");
@@ -189,23 +184,49 @@ __device__ __forceinline__ void exchange_barrier_wait(uint64_t* bar) {
         : "=r"(done) : "r"(shared_address(bar)) : "memory");
   }
 }
-// Copies `bytes` (a multiple of 16) from this block's shared memory at `src` to the same
-// address as `dst` in block `rank` of the cluster, by the bulk-copy engine, and signals `bar`
-// there (at the address of this block's `bar`) with the bytes when they have landed.
-__device__ __forceinline__ void cluster_bulk_push(void* dst, const void* src, uint32_t bytes,
-                                                  uint64_t* bar, int rank) {
+// Adds `bytes` (a multiple of 16) of u32 words from this block's shared memory at `src` into
+// the words at the address of `dst` in block `rank` of the cluster, by the bulk-copy engine,
+// and signals `bar` there (at the address of this block's `bar`) with the bytes once they
+// have landed. Each word's add is atomic (relaxed), so adds from several blocks into one
+// accumulator give the same sum in any order.
+__device__ __forceinline__ void cluster_bulk_add(void* dst, const void* src, uint32_t bytes,
+                                                 uint64_t* bar, int rank) {
   uint32_t remote_dst, remote_bar;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
                : "=r"(remote_dst) : "r"(shared_address(dst)), "r"(rank));
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
                : "=r"(remote_bar) : "r"(shared_address(bar)), "r"(rank));
   asm volatile(
-      "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+      "cp.reduce.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes.add.u32"
+      " [%0], [%1], %2, [%3];"
       ::"r"(remote_dst), "r"(shared_address(src)), "r"(bytes), "r"(remote_bar) : "memory");
 }
-// Orders this thread's shared-memory writes before later bulk copies that read them.
+// Orders this thread's shared-memory writes before later bulk adds of this block that read
+// them.
 __device__ __forceinline__ void fence_shared_for_bulk_copies() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+// The accumulators' zeros must be in place before any peer's add reaches them: the writers
+// release them to the async proxy ahead of their (relaxed) cluster arrive, and the issuers of
+// the adds acquire them after their cluster wait. The restricted forms (PTX ISA 8.6, CUDA
+// 12.8) cover shared memory only; the general fence and a release arrive would each cost a
+// MEMBAR.GPU, which older compilers still get.
+__device__ __forceinline__ void release_zeros_to_peers_adds() {
+#if __CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 8)
+  asm volatile("fence.proxy.async::generic.release.sync_restrict::shared::cta.cluster;" :::
+               "memory");
+#else
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  asm volatile("fence.acq_rel.cluster;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void acquire_peers_zeros_for_adds() {
+#if __CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 8)
+  asm volatile("fence.proxy.async::generic.acquire.sync_restrict::shared::cluster.cluster;" :::
+               "memory");
+#else
+  asm volatile("fence.proxy.async.shared::cluster;" ::: "memory");
+#endif
 }
 #endif
 
@@ -254,8 +275,10 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
   int* s_pad = s_base + E;                        // [E] first padding row of e
   int* s_loc = s_pad + E;                         // [E] first block-sorted slot of e (staged)
   int* s_off = s_loc + E;                         // [E + 1] padded offsets
-  int* s_recv = smem_words + plan_grid_recv_word(E, C);  // [segments][slot] peers' u16 counts
-  const int slot_words = plan_grid_slot_words(E);
+  // Cluster shape: the sum of the earlier segments' u16 counts, then that of the later
+  // segments' (the peers' bulk adds land there).
+  uint32_t* s_acc_early = reinterpret_cast<uint32_t*>(smem_words + plan_grid_acc_word(E, C));
+  uint32_t* s_acc_late = s_acc_early + plan_grid_acc_words(E);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int b = blockIdx.x, G = gridDim.x;
@@ -293,9 +316,13 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
     for (int q = tid; q < words / 4; q += kGridThreads) h4[q] = make_int4(0, 0, 0, 0);
     if (tid == 0) s_invalid = s_bad = 0;
 #ifdef ARGON_PLAN_CLUSTERS
-    if (cluster_exchange) {  // the exchange barrier, before any peer may signal it
+    if (cluster_exchange) {  // the exchange barrier and zeroed sums, before any peer adds
       if (tid == 0) {
         exchange_barrier_init(&s_exchange_bar, (segs - 1) * plan_grid_send_bytes(E));
+      }
+      if (tid < 2 * plan_grid_acc_words(E) / 4) {  // both accumulators, adjacent, as int4
+        reinterpret_cast<int4*>(s_acc_early)[tid] = make_int4(0, 0, 0, 0);
+        release_zeros_to_peers_adds();
       }
       cluster_arrive_relaxed();
     }
@@ -380,6 +407,9 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
     }
   }
 
+  // Thread m owns columns 4m .. 4m + 3, so thread order is expert order for the scan in step 5.
+  const int quads = ws_row / 4;
+
   // 4. Per column: the plan's total and the entries in earlier blocks. With several segments,
   //    one warp per column scans its G block counts (a row of the table, a few loads per lane)
   //    between two grid barriers, so each block then loads only what it needs. The ranks are
@@ -392,12 +422,14 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
     cooperative_groups::this_grid().sync();  // also a block barrier
   } else if (cluster_exchange) {
 #ifdef ARGON_PLAN_CLUSTERS
-    fence_shared_for_bulk_copies();  // this thread's part of s_cnt, before the copies read it
+    fence_shared_for_bulk_copies();  // this thread's part of s_cnt, before the adds read it
     __syncthreads();                 // h is scanned, s_cnt written
-    cluster_wait();                  // every block's exchange barrier is initialised
+    cluster_wait();  // every block's exchange barrier is initialised, its accumulators zeroed
     if (warp == 0 && lane < segs - 1) {  // to every peer, one lane each
-      cluster_bulk_push(s_recv + seg * slot_words, s_cnt16, plan_grid_send_bytes(E),
-                        &s_exchange_bar, (seg + 1 + lane) % segs);
+      const int peer = (seg + 1 + lane) % segs;
+      acquire_peers_zeros_for_adds();
+      cluster_bulk_add(seg < peer ? s_acc_early : s_acc_late, s_cnt16, plan_grid_send_bytes(E),
+                       &s_exchange_bar, peer);
     }
 #else
     __trap();  // no cluster code in this build: the launcher never picks this shape for it
@@ -446,20 +478,19 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
     cooperative_groups::this_grid().sync();
   } else if (cluster_exchange) {
 #ifdef ARGON_PLAN_CLUSTERS
-    // Only the warps that sum the peers' counts (below) wait for them; the others go on to
-    // the offsets scan's block barrier. The exit's cluster barrier still completes only after
-    // every block's readers saw every copy into it land, so no copy reads a block that exited
-    // (H200, same-run A/B, bit-exact: T = 3072-6144 -0.06 to -0.19 us back to back and behind
-    // the router top-k, T = 2048 behind the top-k +0.12; bench/plan_cuda_notes.md, session 16).
-    if (warp < plan_grid_reader_warps(E)) exchange_barrier_wait(&s_exchange_bar);
+    // Only the threads that read the sums (below) wait for them; the others go on to the
+    // offsets scan's block barrier. The exit's cluster barrier still completes only after
+    // every block's readers saw every add into it land, so no add reads a block that exited
+    // (H200, same-run A/B of the reader-only wait, bit-exact: T = 3072-6144 -0.06 to -0.19 us
+    // back to back and behind the router top-k; bench/plan_cuda_notes.md, session 16).
+    if (tid < quads) exchange_barrier_wait(&s_exchange_bar);
     cluster_arrive_relaxed();
 #endif
   }
   // h is read no more: the staging (grid shape only) reuses it after the offsets scan, whose
   // block barriers every thread reaches after its rank reads above.
 
-  // Thread m owns columns 4m .. 4m + 3, so thread order is expert order for the scan below.
-  const int quads = ws_row / 4;
+  // The totals and this block's prefix, four columns per thread (threads below quads).
   int tq[4] = {0, 0, 0, 0}, bq[4] = {0, 0, 0, 0};
   if (tid < quads && !cluster_exchange) {
     if (grid_exchange) {
@@ -475,59 +506,24 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
     }
   }
 #ifdef ARGON_PLAN_CLUSTERS
-  // The cluster's blocks' counts (u16 columns; segment g's in slot g of s_recv, where its copy
-  // landed): all of them for the totals, those of earlier segments for this block's prefix.
-  // Lanes 2m and 2m + 1 share the eight columns 8m .. 8m + 7, 16 bytes per block: each loads
-  // every other block (all loads issued before the first sum, so their latencies overlap) and
-  // sums the packed u16 pairs (at most 8 blocks of at most S <= 4096 each: no carry into the
-  // high half); then the pair swaps halves, lane 2m keeping columns 8m .. 8m + 3 (= 4 * tid),
-  // lane 2m + 1 the rest.
-  // Half the load instructions of one 8-byte load per block and thread (H200, same-run A/B
-  // against that, bit-exact: back to back -0.05 to -0.19 us at T = 512-4096, +0.07 at T = 128
-  // (clusters of 4); behind the router top-k -0.5 at T = 1024, -0.25 at 3072, +0.06 / +0.13 at
-  // 2048; bench/plan_cuda_notes.md, session 13). The peers' counts arrive by bulk copies (one
-  // per peer, cp.async.bulk shared::cta to shared::cluster) instead of each block loading them
-  // from the peers' shared memory (ld.shared::cluster, eight 16-byte loads per thread in
-  // clusters of 16): H200, same-run A/B, bit-exact: back to back -0.04 to -0.24 us at
-  // T = 128-6144 except +0.01 / +0.04 at 3072 (T = 4096 -0.11 / -0.13); behind the router
-  // top-k -0.07 to -0.47 at 2048, 4096 and 6144, +0.25 / +0.29 at 1024 and +0.10 / +0.13 at
-  // 3072 (bench/plan_cuda_notes.md, session 15).
-  const int pairs = plan_grid_send_bytes(E) / 16;  // the 16-byte pieces each block sent
-  if (cluster_exchange && warp < plan_grid_reader_warps(E)) {  // whole warps: the swap shuffles
-    const int half = tid & 1, m = tid >> 1;
-    uint4 v[kGridMaxClusterSegments / 2];
-#pragma unroll
-    for (int j = 0; j < kGridMaxClusterSegments / 2; ++j) {
-      const int g = 2 * j + half;
-      if (m < pairs && g < segs) {
-        const unsigned short* counts16 =
-            g == seg ? s_cnt16 : reinterpret_cast<const unsigned short*>(s_recv + g * slot_words);
-        v[j] = *reinterpret_cast<const uint4*>(counts16 + 8 * m);
-      }
-    }
-    uint32_t tw[4] = {0, 0, 0, 0}, bw[4] = {0, 0, 0, 0};
-#pragma unroll
-    for (int j = 0; j < kGridMaxClusterSegments / 2; ++j) {
-      const int g = 2 * j + half;
-      if (m < pairs && g < segs) {
-        const uint32_t w[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          tw[k] += w[k];
-          if (g < seg) bw[k] += w[k];
-        }
-      }
-    }
+  // The cluster's blocks' counts (u16 columns, packed in pairs): the accumulators hold the sums
+  // of the earlier and of the later segments' counts (each at most 15 segments of at most
+  // S <= 4096 entries: no carry into the high half), so this block's prefix is the earlier
+  // sum and the totals add its own counts. Thread m reads 8 bytes of each of the three.
+  // The peers used to copy their counts into one slot each, summed here (16-byte loads, a
+  // lane pair sharing eight columns): that sum took 1.1K cycles in clusters of 8 and 1.4K in
+  // clusters of 16 (bench/plan_cuda_notes.md, sessions 13, 15 and 16).
+  if (cluster_exchange && tid < quads) {
+    const uint2 early = reinterpret_cast<const uint2*>(s_acc_early)[tid];
+    const uint2 late = reinterpret_cast<const uint2*>(s_acc_late)[tid];
+    const uint2 own = reinterpret_cast<const uint2*>(s_cnt16)[tid];
+    const uint32_t ew[2] = {early.x, early.y}, lw[2] = {late.x, late.y}, ow[2] = {own.x, own.y};
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
-      const uint32_t t_keep = half ? tw[2 + k] : tw[k], t_give = half ? tw[k] : tw[2 + k];
-      const uint32_t b_keep = half ? bw[2 + k] : bw[k], b_give = half ? bw[k] : bw[2 + k];
-      const uint32_t t_got = __shfl_xor_sync(0xffffffffu, t_give, 1);
-      const uint32_t b_got = __shfl_xor_sync(0xffffffffu, b_give, 1);
-      tq[2 * k] = static_cast<int>((t_keep & 0xffffu) + (t_got & 0xffffu));
-      tq[2 * k + 1] = static_cast<int>((t_keep >> 16) + (t_got >> 16));
-      bq[2 * k] = static_cast<int>((b_keep & 0xffffu) + (b_got & 0xffffu));
-      bq[2 * k + 1] = static_cast<int>((b_keep >> 16) + (b_got >> 16));
+      bq[2 * k] = static_cast<int>(ew[k] & 0xffffu);
+      bq[2 * k + 1] = static_cast<int>(ew[k] >> 16);
+      tq[2 * k] = bq[2 * k] + static_cast<int>((lw[k] & 0xffffu) + (ow[k] & 0xffffu));
+      tq[2 * k + 1] = bq[2 * k + 1] + static_cast<int>((lw[k] >> 16) + (ow[k] >> 16));
     }
   }
 #endif
@@ -645,7 +641,7 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
       p, s_off, [&](int e) { return s_pad[e]; }, n_rows, tm_log2, warp * G + b,
       G * kGridWarps, b * kGridThreads + tid, G * kGridThreads);
 #ifdef ARGON_PLAN_CLUSTERS
-  if (cluster_exchange) cluster_wait();  // copies may read s_cnt until every block arrived
+  if (cluster_exchange) cluster_wait();  // adds may read s_cnt until every block arrived
 #endif
 }
 
