@@ -425,8 +425,10 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
     fence_shared_for_bulk_copies();  // this thread's part of s_cnt, before the adds read it
     __syncthreads();                 // h is scanned, s_cnt written
     cluster_wait();  // every block's exchange barrier is initialised, its accumulators zeroed
-    if (warp == 0 && lane < segs - 1) {  // to every peer, one lane each
-      const int peer = (seg + 1 + lane) % segs;
+    // To every peer, lane 0 of one warp each: a warp issues its bulk operations one after
+    // another (the instruction takes one lane's operands at a time).
+    if (lane == 0 && warp < segs - 1) {
+      const int peer = seg + 1 + warp < segs ? seg + 1 + warp : seg + 1 + warp - segs;
       acquire_peers_zeros_for_adds();
       cluster_bulk_add(seg < peer ? s_acc_early : s_acc_late, s_cnt16, plan_grid_send_bytes(E),
                        &s_exchange_bar, peer);
