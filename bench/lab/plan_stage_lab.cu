@@ -7,7 +7,8 @@
 // (graph of 20 launches, median of 30 replays), then prints per step the median over blocks
 // of thread 0's cycles (mean of 20 launches) and the span from the first block's entry to
 // the last one's exit (globaltimer).
-// Steps: loads, counts, h scan, exchange (cluster barrier and pushes), offsets (the ranks and
+// Steps: loads, counts, h scan, exchange (cluster barrier and sends; where the kernel marks
+// its cluster wait, the "exchange" line splits the two), offsets (the ranks and
 // the exchange wait, the peers' counts, the scan, the writes of counts / offsets / meta; the
 // "sub" line), placement, tiles, the exit's cluster wait.
 // Routing: d=0 uniform, d=1 Zipf(1.2), d=2 every token to one expert plus two bad ids.
@@ -201,7 +202,8 @@ void run(int T, int dist, int cluster, int replicas, int C) {
          max_clusters, ok ? "ok" : "MISMATCH", us);
   {
   long long* d_st = g_host_stage;
-  std::vector<double> acc(9, 0.0), accmax(9, 0.0), sub(5, 0.0);
+  std::vector<double> acc(9, 0.0), accmax(9, 0.0), sub(5, 0.0), xch(2, 0.0);
+  bool has_xch = true;  // slot 9: after the exchange step's cluster wait (cluster shape)
   double span = 0, skew = 0;
   const int runs = 20;
   for (int r = 0; r < runs; ++r) {
@@ -224,6 +226,15 @@ void run(int T, int dist, int cluster, int replicas, int C) {
       std::sort(d.begin(), d.end());
       sub[q] += d[G / 2];
     }
+    for (int q = 0; q < 2; ++q) {  // the exchange step: up to its cluster wait, then the sends
+      std::vector<long long> d(G);
+      for (int b = 0; b < G; ++b) {
+        has_xch = has_xch && h[b * 16 + 9] != 0;
+        d[b] = q == 0 ? h[b * 16 + 9] - h[b * 16 + 3] : h[b * 16 + 4] - h[b * 16 + 9];
+      }
+      std::sort(d.begin(), d.end());
+      xch[q] += d[G / 2];
+    }
     long long t0 = h[10], t1 = h[11], s0max = h[10];
     for (int b = 0; b < G; ++b) {  // first entry, last exit, last entry (start skew)
       t0 = std::min(t0, h[b * 16 + 10]);
@@ -238,6 +249,10 @@ void run(int T, int dist, int cluster, int replicas, int C) {
   printf(" | span %5.0f ns startskew %4.0f ns\n", span / runs, skew / runs);
   printf("%*s sub: rankadd %5.0f peers %5.0f scan %5.0f writes %5.0f bar %5.0f\n", 40, "",
          sub[0] / runs, sub[1] / runs, sub[2] / runs, sub[3] / runs, sub[4] / runs);
+  if (has_xch) {
+    printf("%*s exchange: to the cluster wait's end %5.0f, sends %5.0f\n", 40, "",
+           xch[0] / runs, xch[1] / runs);
+  }
   printf("%*s max:", 47, "");
   for (int k = 1; k < 9; ++k) printf(" %5.0f", accmax[k] / runs);
   printf("\n");

@@ -1,5 +1,6 @@
 """plan_grid.cuh with clock64 hooks at the kernel's step boundaries, for plan_stage_lab.cu:
-thread 0 of each block writes g_stage[block * 16 + k] (k = 0-8 the steps, 12-15 inside the
+thread 0 of each block writes g_stage[block * 16 + k] (k = 0-8 the steps, 9 inside the
+exchange step (after its cluster wait, where the kernel has one there), 12-15 inside the
 offsets step); slots 10 and 11 take %globaltimer at entry and exit. The anchors are comment
 and code lines of the kernel; a missing one stops the copy.
 
@@ -27,6 +28,10 @@ INSIDE_OFFSETS = [  # hooked before each anchor (a tuple: the first found, for o
     ("  const bool writer = b == 0;  // every block has the same values\n", "LAB_STAGE(14)"),
     ("  __syncthreads();\n\n  // 6. Placement", "LAB_STAGE(15)"),
 ]
+OPTIONAL = [  # hooked after each anchor where the kernel has it (older kernels do not)
+    ("    cluster_wait();  // every block's exchange barrier is initialised, its accumulators "
+     "zeroed\n", "LAB_STAGE(9)"),
+]
 EXITS = [  # the exit's cluster wait, in the kernel's versions since session 15
     "#ifdef ARGON_PLAN_CLUSTERS\n  if (cluster_exchange) cluster_wait();  // copies may read s_cnt "
     "until every block arrived\n#endif\n",
@@ -49,6 +54,9 @@ hook(exit_anchor[0], "  LAB_STAGE(7)\n", after=False)
 hook(exit_anchor[0], "  LAB_STAGE(8) LAB_T(11)\n", after=True)
 for anchor, name in INSIDE_OFFSETS:
     hook(anchor, "  " + name + "\n", after=False)
+for anchor, name in OPTIONAL:
+    if s.count(anchor) == 1:
+        s = s.replace(anchor, anchor + "    " + name + "\n")
 for anchor, where, name in STEPS:
     hook(anchor, "  " + name + "\n", after=where == "+")
 PRELUDE = """#include <cstdint>
