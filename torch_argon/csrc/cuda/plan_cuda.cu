@@ -269,7 +269,9 @@ bool launch_plan_grid(PlanParams& p, const cudaDeviceProp& props, const at::Devi
   // plan kernel, the Triton router top-k): its launch and its shared memory zeroing overlap
   // that kernel. It waits for it before touching global memory. H200: 0.7-1.1 us faster behind
   // such a kernel (T = 1 to 4096); 0.1-0.2 us slower behind one that does not let it, whether
-  // it zeroes before or after the wait (bench_cuda.py plan_after_* records).
+  // it zeroes before or after the wait (bench_cuda.py plan_after_* records). Since the exchange
+  // by bulk adds, 0.4-0.9 us slower behind the router top-k at T = 512, 1024 and 3072, for a
+  // reason not yet found (bench/plan_cuda_notes.md, session 17).
   p.pdl = g_pdl && shape.cluster > 0 && dev.sm90_code;
   if (p.pdl) {
     attrs[n_attrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;

@@ -83,7 +83,12 @@
 // mbarriers that lost; session 11 has a two-level exchange that lost too). Session 16, on the
 // bulk-copy kernel at T = 4096: without the placement's two scattered stores the kernel alone
 // is 1.1 us (uniform) / 0.7 (Zipf) faster, and as fast with the same stores sent to
-// consecutive addresses: the cost is the L2 sector writes, one per entry and array.
+// consecutive addresses: the cost is the L2 sector writes, one per entry and array. Session
+// 17, on the bulk-add kernel at T = 4096 (kernel alone 7.97 us, uniform): loads 2.2K, counts
+// 1.0K, h scan 0.85K, exchange 0.8K (0.2K to the end of its cluster wait, the sends 0.6K; 1.6K
+// while warp 0 issued all of them), offsets 3.2K (of which the ranks and the wait for the
+// peers' adds 1.5K, the sums' reads 0.3K, the scan 0.8K), placement 0.75K, tiles 1.8K, exit
+// 0.74K.
 // Nsight Compute: 7-13 % of issue slots busy, 10-18 cycles per instruction per warp: chains of
 // latencies (barriers, shared-memory round trips, loads), not throughput. Distributed shared
 // memory moved about 8 bytes per cycle per SM in this exchange. Measured and slower: pushing
@@ -426,7 +431,9 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
     __syncthreads();                 // h is scanned, s_cnt written
     cluster_wait();  // every block's exchange barrier is initialised, its accumulators zeroed
     // To every peer, lane 0 of one warp each: a warp issues its bulk operations one after
-    // another (the instruction takes one lane's operands at a time).
+    // another (the instruction takes one lane's operands at a time). Against the lanes of warp
+    // 0 (H200, same-run A/B, bit-exact): back to back -0.04 to -0.16 us at T = 128-6144;
+    // behind the router top-k -0.01 to -0.13, +0.22 / +0.15 at 2048 (plan_cuda_notes.md, s. 17).
     if (lane == 0 && warp < segs - 1) {
       const int peer = seg + 1 + warp < segs ? seg + 1 + warp : seg + 1 + warp - segs;
       acquire_peers_zeros_for_adds();
@@ -514,7 +521,12 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
   // sum and the totals add its own counts. Thread m reads 8 bytes of each of the three.
   // The peers used to copy their counts into one slot each, summed here (16-byte loads, a
   // lane pair sharing eight columns): that sum took 1.1K cycles in clusters of 8 and 1.4K in
-  // clusters of 16 (bench/plan_cuda_notes.md, sessions 13, 15 and 16).
+  // clusters of 16; these reads take ~0.3K (lab, T = 4096). H200, same-run A/B of the bulk adds
+  // against the copies, bit-exact: back to back -0.38 to -0.46 us at T = 2048-6144 (T = 4096
+  // 6.58 / 6.17 -> 6.19 / 5.80), -0.22 / -0.09 at 128, +0.14 / +0.01 at 1024; behind the
+  // router top-k -0.44 to -0.60 at T = 128, 2048, 4096 and 6144 but +0.67 / +0.54 at 1024 and
+  // +1.02 / +0.94 at 3072, where dependent launch behind the top-k now costs instead of saving
+  // (bench/plan_cuda_notes.md, session 17).
   if (cluster_exchange && tid < quads) {
     const uint2 early = reinterpret_cast<const uint2*>(s_acc_early)[tid];
     const uint2 late = reinterpret_cast<const uint2*>(s_acc_late)[tid];
