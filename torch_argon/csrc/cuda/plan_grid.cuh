@@ -325,7 +325,7 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
       if (tid == 0) {
         exchange_barrier_init(&s_exchange_bar, (segs - 1) * plan_grid_send_bytes(E));
       }
-      if (tid < 2 * plan_grid_acc_words(E) / 4) {  // both accumulators, adjacent, as int4
+      if (tid < 2 * plan_grid_acc_words(E) / 4) {  // both sums, adjacent, as int4 (<= 256)
         reinterpret_cast<int4*>(s_acc_early)[tid] = make_int4(0, 0, 0, 0);
         release_zeros_to_peers_adds();
       }
