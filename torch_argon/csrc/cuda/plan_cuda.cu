@@ -106,6 +106,19 @@ void launch_plan_kernel(void (*kernel)(PlanParams), const PlanParams& p, int blo
   ARGON_CUDA_CHECK_LAUNCH();
 }
 
+// The cluster shape runs one block per SM: each block asks for more than half of an SM's
+// shared memory (this much at least, dynamic), so that no SM takes two. Launched early behind
+// another kernel (dependent launch), the blocks of a cluster otherwise went two to an SM where
+// the earlier kernel left room, and the plan ran on half the SMs (with C <= 4, 64 registers or
+// fewer, two blocks fit). H200, same-run A/B, bit-exact: behind the router top-k -1.4 to -1.6
+// us at T = 512, 1024 and 3072; plans back to back -0.4 to -0.5 at T = 512 and 1024, +0.06 /
+// +0.15 (uniform / Zipf) at 3072, where the next plan's early start had overlapped the last
+// one's; within 0.06 elsewhere (bench/plan_cuda_notes.md, session 18).
+size_t one_block_per_sm_smem(const cudaDeviceProp& props, size_t static_bytes) {
+  return props.sharedMemPerMultiprocessor / 2 + 1 - props.reservedSharedMemPerBlock -
+         static_bytes;
+}
+
 // What the device offers the grid kernel, found once per device (for the most shared memory
 // the kernel may ask for within what the device allows, which also opts every instantiation
 // in to it): the dynamic shared memory a block may have, the blocks it holds at once with
@@ -114,6 +127,7 @@ void launch_plan_kernel(void (*kernel)(PlanParams), const PlanParams& p, int blo
 // and how many clusters of kGridBigCluster blocks it holds at once (0: it runs none).
 struct GridDevice {
   size_t smem_room = 0;  // dynamic shared memory a block of the grid kernel may have here
+  size_t alone_smem = 0;  // the cluster shape's least dynamic shared memory: one block per SM
   int resident_blocks = 0;
   bool sm90_code = false;
   bool clusters = false;
@@ -154,9 +168,12 @@ GridDevice grid_device(const cudaDeviceProp& props) {
   cudaFuncAttributes compiled{};
   C10_CUDA_CHECK(cudaFuncGetAttributes(&compiled, widest));
   d.smem_room = props.sharedMemPerBlockOptin - compiled.sharedSizeBytes;
+  d.alone_smem = std::min(one_block_per_sm_smem(props, compiled.sharedSizeBytes), d.smem_room);
   for (int c = 1; c <= kGridMaxChunks; ++c) {
     const size_t bytes = std::min(
-        plan_grid_smem_bytes(kGridMaxExperts, c, kGridMaxClusterSegments), d.smem_room);
+        std::max(plan_grid_smem_bytes(kGridMaxExperts, c, kGridMaxClusterSegments),
+                 d.alone_smem),
+        d.smem_room);
     C10_CUDA_CHECK(cudaFuncSetAttribute(kGridKernels[c - 1],
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(bytes)));
@@ -164,7 +181,8 @@ GridDevice grid_device(const cudaDeviceProp& props) {
   // Residency and clusters at the most any plan of that shape may ask for: a smaller plan fits
   // as well.
   const auto widest_smem = [&](int cluster) {
-    return std::min(plan_grid_smem_bytes(kGridMaxExperts, kGridMaxChunks, cluster), d.smem_room);
+    const size_t need = plan_grid_smem_bytes(kGridMaxExperts, kGridMaxChunks, cluster);
+    return std::min(cluster > 0 ? std::max(need, d.alone_smem) : need, d.smem_room);
   };
   const size_t smem = widest_smem(0);
   int coop = 0, per_sm = 0;
@@ -248,8 +266,9 @@ bool launch_plan_grid(PlanParams& p, const cudaDeviceProp& props, const at::Devi
   const GridDevice dev = grid_device(props);
   GridShape shape;
   if (!grid_shape(p.n, props, dev, shape)) return false;
-  const size_t smem = plan_grid_smem_bytes(p.E, shape.chunks, shape.cluster);
-  if (smem > dev.smem_room) return false;
+  const size_t need = plan_grid_smem_bytes(p.E, shape.chunks, shape.cluster);
+  if (need > dev.smem_room) return false;
+  const size_t smem = shape.cluster > 0 ? std::max(need, dev.alone_smem) : need;
   p.cluster = shape.cluster;
   Tensor workspace;  // kept alive until the launch is queued (the allocator is stream-ordered)
   cudaLaunchAttribute attrs[2] = {};
@@ -269,9 +288,9 @@ bool launch_plan_grid(PlanParams& p, const cudaDeviceProp& props, const at::Devi
   // plan kernel, the Triton router top-k): its launch and its shared memory zeroing overlap
   // that kernel. It waits for it before touching global memory. H200: 0.7-1.1 us faster behind
   // such a kernel (T = 1 to 4096); 0.1-0.2 us slower behind one that does not let it, whether
-  // it zeroes before or after the wait (bench_cuda.py plan_after_* records). Since the exchange
-  // by bulk adds, 0.4-0.9 us slower behind the router top-k at T = 512, 1024 and 3072, for a
-  // reason not yet found (bench/plan_cuda_notes.md, session 17).
+  // it zeroes before or after the wait (bench_cuda.py plan_after_* records). Two blocks to an
+  // SM, which an early start allowed, had made it 0.4-0.9 us slower than a plain launch behind
+  // the router top-k at T = 512, 1024 and 3072 (one_block_per_sm_smem says why no longer).
   p.pdl = g_pdl && shape.cluster > 0 && dev.sm90_code;
   if (p.pdl) {
     attrs[n_attrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
