@@ -110,10 +110,11 @@ void launch_plan_kernel(void (*kernel)(PlanParams), const PlanParams& p, int blo
 // shared memory (this much at least, dynamic), so that no SM takes two. Launched early behind
 // another kernel (dependent launch), the blocks of a cluster otherwise went two to an SM where
 // the earlier kernel left room, and the plan ran on half the SMs (with C <= 4, 64 registers or
-// fewer, two blocks fit). H200, same-run A/B, bit-exact: behind the router top-k -1.4 to -1.6
-// us at T = 512, 1024 and 3072; plans back to back -0.4 to -0.5 at T = 512 and 1024, +0.06 /
-// +0.15 (uniform / Zipf) at 3072, where the next plan's early start had overlapped the last
-// one's; within 0.06 elsewhere (bench/plan_cuda_notes.md, session 18).
+// fewer, two blocks fit). H200, same-run A/B, bit-exact: behind the router top-k -1.35 to
+// -1.54 us at T = 512, 1024 and 3072, +0.14 / -0.04 (uniform / Zipf) at 4096, within 0.05
+// elsewhere; plans back to back -0.28 to -0.59 at T = 128-1024, +0.08 / +0.09 at 3072, where the
+// next plan's early start had overlapped the last one's, within 0.09 elsewhere
+// (bench/plan_cuda_notes.md, session 18).
 size_t one_block_per_sm_smem(const cudaDeviceProp& props, size_t static_bytes) {
   return props.sharedMemPerMultiprocessor / 2 + 1 - props.reservedSharedMemPerBlock -
          static_bytes;
