@@ -193,6 +193,14 @@ def test_grid_kernel_large_T(T, dist):
     assert ran_grid(names) == (T * K <= 8 * 512 * GRID_MAX_SEGMENTS), names
 
 
+def test_cluster_shape_holds_one_block_per_sm():
+    """The cluster shape's blocks ask for enough shared memory that no SM holds two of them,
+    at any chunk count and for the smallest plan: launched early behind another kernel, two
+    blocks to an SM ran the plan on half its SMs (1.4-1.5 us slower behind the router top-k
+    on an H200; bench/plan_cuda_notes.md, session 18)."""
+    assert grid_device()["cluster_blocks_per_sm"] == 1
+
+
 def test_plan_knobs_reject_bad_values():
     """A chunk count the grid kernel cannot take is refused by name, and nothing changes; so is
     a knob name that does not exist."""

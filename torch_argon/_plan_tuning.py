@@ -17,9 +17,10 @@ GRID_SHAPE = 17
 def grid_device():
     """What the CUDA plan's launcher found on the current device: the blocks it holds at once
     under cooperative launch, whether it runs clusters of up to 8 blocks (0 / 1), how many
-    clusters of 16 it holds at once (0: none), and the dynamic shared memory a block of the
-    grid kernel may have (bytes)."""
-    keys = ("resident_blocks", "clusters", "big_clusters", "smem_room")
+    clusters of 16 it holds at once (0: none), the dynamic shared memory a block of the
+    grid kernel may have (bytes), and the most blocks of the cluster shape (any chunk count, the
+    least shared memory it asks for) that one SM holds at once."""
+    keys = ("resident_blocks", "clusters", "big_clusters", "smem_room", "cluster_blocks_per_sm")
     return dict(zip(keys, torch.ops.argon_cuda.plan_grid_device()))
 
 

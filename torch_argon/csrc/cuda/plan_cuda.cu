@@ -448,11 +448,21 @@ std::vector<int64_t> plan_tuning(int64_t single_max_entries, int64_t chunks, int
 
 // Test hook: what grid_device found on the current device: [resident blocks under cooperative
 // launch, clusters of up to 8 (0 / 1), clusters of kGridBigCluster held at once, the dynamic
-// shared memory a block of the grid kernel may have (bytes)].
+// shared memory a block of the grid kernel may have (bytes), the most blocks of the cluster
+// shape an SM holds at once (any C, at the least shared memory a launch of it asks for: one
+// expert, two segments)].
 std::vector<int64_t> plan_grid_device() {
   const GridDevice d = grid_device(*at::cuda::getCurrentDeviceProperties());
+  int cluster_blocks_per_sm = 0;
+  for (int c = 1; c <= kGridMaxChunks; ++c) {
+    const size_t smem = std::max(plan_grid_smem_bytes(1, c, 2), d.alone_smem);
+    int per_sm = 0;
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kGridKernels[c - 1],
+                                                                 kGridThreads, smem));
+    cluster_blocks_per_sm = std::max(cluster_blocks_per_sm, per_sm);
+  }
   return {d.resident_blocks, d.clusters ? 1 : 0, d.big_clusters,
-          static_cast<int64_t>(d.smem_room)};
+          static_cast<int64_t>(d.smem_room), cluster_blocks_per_sm};
 }
 
 }  // namespace
