@@ -129,6 +129,11 @@ size_t one_block_per_sm_smem(const cudaDeviceProp& props, size_t static_bytes) {
 struct GridDevice {
   size_t smem_room = 0;  // dynamic shared memory a block of the grid kernel may have here
   size_t alone_smem = 0;  // the cluster shape's least dynamic shared memory: one block per SM
+  // The dynamic shared memory a launch of `cluster` segments (0: the grid shape) asks for, where
+  // its layout needs `need` bytes.
+  size_t launch_smem(size_t need, int cluster) const {
+    return cluster > 0 ? std::max(need, alone_smem) : need;
+  }
   int resident_blocks = 0;
   bool sm90_code = false;
   bool clusters = false;
@@ -172,8 +177,8 @@ GridDevice grid_device(const cudaDeviceProp& props) {
   d.alone_smem = std::min(one_block_per_sm_smem(props, compiled.sharedSizeBytes), d.smem_room);
   for (int c = 1; c <= kGridMaxChunks; ++c) {
     const size_t bytes = std::min(
-        std::max(plan_grid_smem_bytes(kGridMaxExperts, c, kGridMaxClusterSegments),
-                 d.alone_smem),
+        d.launch_smem(plan_grid_smem_bytes(kGridMaxExperts, c, kGridMaxClusterSegments),
+                      kGridMaxClusterSegments),
         d.smem_room);
     C10_CUDA_CHECK(cudaFuncSetAttribute(kGridKernels[c - 1],
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -182,8 +187,9 @@ GridDevice grid_device(const cudaDeviceProp& props) {
   // Residency and clusters at the most any plan of that shape may ask for: a smaller plan fits
   // as well.
   const auto widest_smem = [&](int cluster) {
-    const size_t need = plan_grid_smem_bytes(kGridMaxExperts, kGridMaxChunks, cluster);
-    return std::min(cluster > 0 ? std::max(need, d.alone_smem) : need, d.smem_room);
+    return std::min(
+        d.launch_smem(plan_grid_smem_bytes(kGridMaxExperts, kGridMaxChunks, cluster), cluster),
+        d.smem_room);
   };
   const size_t smem = widest_smem(0);
   int coop = 0, per_sm = 0;
@@ -269,7 +275,7 @@ bool launch_plan_grid(PlanParams& p, const cudaDeviceProp& props, const at::Devi
   if (!grid_shape(p.n, props, dev, shape)) return false;
   const size_t need = plan_grid_smem_bytes(p.E, shape.chunks, shape.cluster);
   if (need > dev.smem_room) return false;
-  const size_t smem = shape.cluster > 0 ? std::max(need, dev.alone_smem) : need;
+  const size_t smem = dev.launch_smem(need, shape.cluster);
   p.cluster = shape.cluster;
   Tensor workspace;  // kept alive until the launch is queued (the allocator is stream-ordered)
   cudaLaunchAttribute attrs[2] = {};
@@ -455,7 +461,7 @@ std::vector<int64_t> plan_grid_device() {
   const GridDevice d = grid_device(*at::cuda::getCurrentDeviceProperties());
   int cluster_blocks_per_sm = 0;
   for (int c = 1; c <= kGridMaxChunks; ++c) {
-    const size_t smem = std::max(plan_grid_smem_bytes(1, c, 2), d.alone_smem);
+    const size_t smem = d.launch_smem(plan_grid_smem_bytes(1, c, 2), 2);
     int per_sm = 0;
     C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kGridKernels[c - 1],
                                                                  kGridThreads, smem));
