@@ -11,7 +11,9 @@ router top-k, as in a layer (bench_cuda.py's "plan_after_topk": graph replay of 
 less [top-k] alone, dependent launch as the launcher sets it), under "topk+<dist>/<T>": a plan
 change can move that sequence differently from plans back to back (bench/plan_cuda_notes.md,
 session 12). --knobs sets plan_tuning knobs by name for the run (see
-torch_argon/_plan_tuning.py), e.g. --knobs grid_replicas=7,grid_cluster=16.
+torch_argon/_plan_tuning.py), e.g. --knobs grid_replicas=7,grid_cluster=16. --ids int32 times
+the same routing with int32 ids (the keys stay the same, so two runs of one build, one with
+int64 ids and one with int32, make an A/B of the ids' width).
 """
 import argparse
 import json
@@ -47,6 +49,8 @@ def main():
     p.add_argument("--out", required=True, help="folder for ab_<tag>.json")
     p.add_argument("--T", default=DEFAULT_T, help="token counts, comma separated")
     p.add_argument("--knobs", default="", help="plan_tuning knobs, name=value, comma separated")
+    p.add_argument("--ids", choices=("int64", "int32"), default="int64",
+                   help="the ids' dtype (the same routing either way; torch.topk gives int64)")
     p.add_argument("--no-topk", action="store_true",
                    help="time plans back to back only, not also behind the router top-k")
     args = p.parse_args()
@@ -60,6 +64,8 @@ def main():
     for dist in ("uniform", "zipf"):
         for T in (int(t) for t in args.T.split(",")):
             ids, w = routing(T, dist, seed=T)
+            if args.ids == "int32":
+                ids = ids.int()
             out = ops.moe_plan(ids, w, E, TM)
             exact = plan_bits_equal(out, ids, w)
             heat()  # clocks up (see torch_argon/timing.py)
