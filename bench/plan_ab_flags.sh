@@ -37,7 +37,6 @@ python3 -c "import sys, torch; sys.exit(not torch.cuda.is_available())" ||
 . "$(dirname "$0")/gpu_env.sh"
 export PYTHONUNBUFFERED=1 ARGON_CUDA_ARCH="${ARGON_CUDA_ARCH:-90}" MAX_JOBS="${MAX_JOBS:-$(nproc)}"
 
-
 build() {  # build NAME FLAGS: build the tree with FLAGS, keep a copy of the package
   local t0=$SECONDS
   touch $SOURCES
