@@ -157,6 +157,32 @@ def test_grid_kernel_shapes(T, K, E, tm, dist, cluster, replicas, chunks):
     assert ran_grid(names) == grid_fits(T * K, E, cluster, chunks), names
 
 
+@needs_cooperative
+@pytest.mark.parametrize("chunks", range(1, 9))
+@pytest.mark.parametrize("id_dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("cluster", [16, GRID_SHAPE])
+def test_grid_kernel_every_instantiation(chunks, id_dtype, cluster):
+    """The grid kernel is compiled once per chunk count and id type: each of the sixteen, in
+    clusters of 16 (7 replicas) and in the grid shape, on a last segment that is not full, with
+    -1 ids and out-of-range ones (counted in meta, not placed), on outputs pre-filled with
+    garbage."""
+    K, E = 8, 512
+    segments = 16 if cluster == 16 else min(GRID_MAX_SEGMENTS, 20)
+    T = segments * 512 * chunks // K - 3
+    ids = make_ids(T, K, E, "neg_some", seed=chunks, dtype=id_dtype)
+    ids[T // 2, 1], ids[T - 1, 7] = E, -5
+    w = make_weights(T, K)
+    masked = torch.where((ids >= E) | (ids < -1), -1, ids)
+    want = reference.moe_plan(masked, w, E, 16)
+    out = want._replace(**{f: garbage_like(getattr(want, f)).cuda() for f in FIELDS})
+    with plan_knobs(grid=1 << 30, grid_cluster=cluster, grid_chunks=chunks):
+        names = kernels_launched(lambda: ops.moe_plan(ids.cuda(), w.cuda(), E, 16, out=out))
+    for f in FIELDS[:-1]:
+        assert_bits_equal(getattr(out, f), getattr(want, f), f)
+    assert out.meta.cpu().tolist() == want.meta.tolist()[:3] + [2]  # two bad ids
+    assert ran_grid(names) == grid_fits(T * K, E, cluster, chunks), names
+
+
 @pytest.mark.skipif(not HAS_BIG_CLUSTERS, reason="needs clusters of 16 blocks (sm_90+, and a "
                     "device that runs that non-portable size)")
 @pytest.mark.parametrize("dist", ["one_expert", "neg_all"])

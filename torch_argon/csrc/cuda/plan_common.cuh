@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "../plan_layout.h"
 #include "cuda_common.cuh"
@@ -77,11 +78,15 @@ __device__ __forceinline__ void load_ids_as(const void* ids, int64_t begin, cons
   for (int j = 0; j < N; ++j) id[j] = static_cast<int64_t>(raw[j]);
 }
 
-// The ids of entries begin + idx[j] (-1 where here[j] is false), N loads in flight.
-template <int N>
+// The ids of entries begin + idx[j] (-1 where here[j] is false), N loads in flight. Id is the
+// ids' type where the kernel is compiled for one (int64_t or int32_t), else void: p.ids_64
+// picks at run time.
+template <int N, typename Id = void>
 __device__ __forceinline__ void load_ids(const PlanParams& p, int64_t begin, const int* idx,
                                          const bool* here, int64_t* id) {
-  if (p.ids_64) {
+  if constexpr (!std::is_void_v<Id>) {
+    load_ids_as<N, Id>(p.ids, begin, idx, here, id);
+  } else if (p.ids_64) {
     load_ids_as<N, int64_t>(p.ids, begin, idx, here, id);
   } else {
     load_ids_as<N, int32_t>(p.ids, begin, idx, here, id);
@@ -90,8 +95,8 @@ __device__ __forceinline__ void load_ids(const PlanParams& p, int64_t begin, con
 
 // The loads of N chunks of a lane, c0 .. c0 + N - 1 (slot = slot0 + 32 * c, entry begin +
 // slot). Slots past chunk C or past n_local read nothing. Weights are read only for the chunks
-// c whose bit c is set in `weighed` (the others get zero bits).
-template <int N>
+// c whose bit c is set in `weighed` (the others get zero bits). Id: as for load_ids.
+template <int N, typename Id = void>
 __device__ __forceinline__ ChunkLoads<N> issue_chunk_loads(const PlanParams& p, int64_t begin,
                                                            int slot0, int c0, int C,
                                                            int n_local, unsigned weighed) {
@@ -102,7 +107,7 @@ __device__ __forceinline__ ChunkLoads<N> issue_chunk_loads(const PlanParams& p, 
     idx[j] = slot0 + 32 * (c0 + j);
     l.here[j] = c0 + j < C && idx[j] < n_local;
   }
-  load_ids<N>(p, begin, idx, l.here, l.id);
+  load_ids<N, Id>(p, begin, idx, l.here, l.id);
 #pragma unroll
   for (int j = 0; j < N; ++j) {
     const int64_t i = begin + idx[j];

@@ -1,5 +1,5 @@
 // moe_plan on CUDA: the launcher, which picks a kernel, and the op registrations.
-//   Where E <= kGridMaxExperts: plan_grid_kernel<C> (plan_grid.cuh), one launch for any n up
+//   Where E <= kGridMaxExperts: plan_grid_kernel<C, Id> (plan_grid.cuh), one launch for any n up
 //     to 8 chunks per warp over the resident blocks. Up to kGridOneSegmentEntries entries the
 //     plan is one segment that every block ranks (the blocks share the writes); on sm_90,
 //     4, 8 or 16 segments on the blocks of a cluster (8 up to kGridClusterChunks per warp,
@@ -73,9 +73,16 @@ int g_grid_cluster = 0;    // grid kernel: 0 automatic, 1..16 the cluster shape 
                            // segments, kGridForceGrid the grid shape
 
 using PlanKernel = void (*)(PlanParams);
-constexpr PlanKernel kGridKernels[kGridMaxChunks] = {
-    plan_grid_kernel<1>, plan_grid_kernel<2>, plan_grid_kernel<3>, plan_grid_kernel<4>,
-    plan_grid_kernel<5>, plan_grid_kernel<6>, plan_grid_kernel<7>, plan_grid_kernel<8>};
+// One grid kernel per chunk count and id type: [ids_64][C - 1]. Against one kernel per C that
+// branched on p.ids_64 (H200, same-run A/B, plans back to back, bit-exact): int32 ids -0.19 to
+// -0.32 us at T = 1024-4096 (there now faster than int64, with half the bytes), int64 ids
+// within 0.03 (bench/plan_cuda_notes.md, session 20).
+template <typename Id>
+constexpr PlanKernel kGridKernelsFor[kGridMaxChunks] = {
+    plan_grid_kernel<1, Id>, plan_grid_kernel<2, Id>, plan_grid_kernel<3, Id>,
+    plan_grid_kernel<4, Id>, plan_grid_kernel<5, Id>, plan_grid_kernel<6, Id>,
+    plan_grid_kernel<7, Id>, plan_grid_kernel<8, Id>};
+constexpr const PlanKernel* kGridKernels[2] = {kGridKernelsFor<int32_t>, kGridKernelsFor<int64_t>};
 
 // Dynamic shared memory above the default 48 KiB (static included) needs an opt-in per kernel
 // and device; granted sizes are remembered so the call is made once, not on every launch.
@@ -170,19 +177,24 @@ GridDevice grid_device(const cudaDeviceProp& props) {
   // The widest plan needs ~100 KB (E = 1022, C = 8): more than sm_86 / sm_89 blocks may have
   // (99 KB). Opt in to what the device allows; the launcher gives plans that need more to the
   // portable kernels.
-  const PlanKernel widest = kGridKernels[kGridMaxChunks - 1];
+  // The two id types' kernels have the same static shared memory; the queries below take the
+  // fewer blocks or clusters of the two widest.
+  const PlanKernel widest[2] = {kGridKernels[0][kGridMaxChunks - 1],
+                                kGridKernels[1][kGridMaxChunks - 1]};
   cudaFuncAttributes compiled{};
-  C10_CUDA_CHECK(cudaFuncGetAttributes(&compiled, widest));
+  C10_CUDA_CHECK(cudaFuncGetAttributes(&compiled, widest[1]));
   d.smem_room = props.sharedMemPerBlockOptin - compiled.sharedSizeBytes;
   d.alone_smem = std::min(one_block_per_sm_smem(props, compiled.sharedSizeBytes), d.smem_room);
-  for (int c = 1; c <= kGridMaxChunks; ++c) {
-    const size_t bytes = std::min(
-        d.launch_smem(plan_grid_smem_bytes(kGridMaxExperts, c, kGridMaxClusterSegments),
-                      kGridMaxClusterSegments),
-        d.smem_room);
-    C10_CUDA_CHECK(cudaFuncSetAttribute(kGridKernels[c - 1],
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(bytes)));
+  for (const PlanKernel* kernels : kGridKernels) {
+    for (int c = 1; c <= kGridMaxChunks; ++c) {
+      const size_t bytes = std::min(
+          d.launch_smem(plan_grid_smem_bytes(kGridMaxExperts, c, kGridMaxClusterSegments),
+                        kGridMaxClusterSegments),
+          d.smem_room);
+      C10_CUDA_CHECK(cudaFuncSetAttribute(kernels[c - 1],
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(bytes)));
+    }
   }
   // Residency and clusters at the most any plan of that shape may ask for: a smaller plan fits
   // as well.
@@ -194,23 +206,32 @@ GridDevice grid_device(const cudaDeviceProp& props) {
   const size_t smem = widest_smem(0);
   int coop = 0, per_sm = 0;
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
-  C10_CUDA_CHECK(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, widest, kGridThreads, smem));
+  for (int w = 0; w < 2; ++w) {
+    int k = 0;
+    C10_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&k, widest[w], kGridThreads, smem));
+    per_sm = w == 0 ? k : std::min(per_sm, k);
+  }
   d.resident_blocks = coop ? per_sm * props.multiProcessorCount : 0;
   // Clusters need an sm_90+ device and a kernel compiled for it (one JIT-compiled from older
   // PTX has no cluster code).
   if (props.major >= 9 && compiled.ptxVersion >= 90) {
     d.sm90_code = true;
-    d.clusters = active_clusters(widest, widest_smem(8), 8) >= 1;
+    d.clusters = active_clusters(widest[0], widest_smem(8), 8) >= 1 &&
+                 active_clusters(widest[1], widest_smem(8), 8) >= 1;
     // Clusters above 8 blocks need the kernels' opt-in; a device that refuses it runs none.
     bool big = d.clusters;
-    for (int c = 1; c <= kGridMaxChunks && big; ++c) {
-      big = cudaFuncSetAttribute(kGridKernels[c - 1],
-                                 cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
+    for (const PlanKernel* kernels : kGridKernels) {
+      for (int c = 1; c <= kGridMaxChunks && big; ++c) {
+        big = cudaFuncSetAttribute(kernels[c - 1], cudaFuncAttributeNonPortableClusterSizeAllowed,
+                                   1) == cudaSuccess;
+      }
     }
     if (!big) (void)cudaGetLastError();
     d.big_clusters =
-        big ? active_clusters(widest, widest_smem(kGridBigCluster), kGridBigCluster) : 0;
+        big ? std::min(active_clusters(widest[0], widest_smem(kGridBigCluster), kGridBigCluster),
+                       active_clusters(widest[1], widest_smem(kGridBigCluster), kGridBigCluster))
+            : 0;
   }
   if (dev < 64) {
     known[dev] = d;
@@ -303,8 +324,8 @@ bool launch_plan_grid(PlanParams& p, const cudaDeviceProp& props, const at::Devi
     attrs[n_attrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attrs[n_attrs++].val.programmaticStreamSerializationAllowed = 1;
   }
-  launch_plan_kernel(kGridKernels[shape.chunks - 1], p, shape.blocks, kGridThreads, smem, s,
-                     attrs, n_attrs);
+  launch_plan_kernel(kGridKernels[p.ids_64 ? 1 : 0][shape.chunks - 1], p, shape.blocks,
+                     kGridThreads, smem, s, attrs, n_attrs);
   return true;
 }
 
@@ -460,12 +481,14 @@ std::vector<int64_t> plan_tuning(int64_t single_max_entries, int64_t chunks, int
 std::vector<int64_t> plan_grid_device() {
   const GridDevice d = grid_device(*at::cuda::getCurrentDeviceProperties());
   int cluster_blocks_per_sm = 0;
-  for (int c = 1; c <= kGridMaxChunks; ++c) {
-    const size_t smem = d.launch_smem(plan_grid_smem_bytes(1, c, 2), 2);
-    int per_sm = 0;
-    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kGridKernels[c - 1],
-                                                                 kGridThreads, smem));
-    cluster_blocks_per_sm = std::max(cluster_blocks_per_sm, per_sm);
+  for (const PlanKernel* kernels : kGridKernels) {
+    for (int c = 1; c <= kGridMaxChunks; ++c) {
+      const size_t smem = d.launch_smem(plan_grid_smem_bytes(1, c, 2), 2);
+      int per_sm = 0;
+      C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernels[c - 1],
+                                                                   kGridThreads, smem));
+      cluster_blocks_per_sm = std::max(cluster_blocks_per_sm, per_sm);
+    }
   }
   return {d.resident_blocks, d.clusters ? 1 : 0, d.big_clusters,
           static_cast<int64_t>(d.smem_room), cluster_blocks_per_sm};

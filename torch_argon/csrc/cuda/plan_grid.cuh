@@ -12,9 +12,10 @@
 //     two grid barriers (cooperative_groups grid sync).
 //
 // Algorithm. Segment s owns the entries [s * S, (s + 1) * S), S = 512 * C (C, the chunks per
-// warp, is a template parameter: the instruction cache holds a kernel of one C much better
-// than one loop over up to eight); warp w owns C consecutive chunks of 32 consecutive entries,
-// so (segment, warp, chunk, lane) is flat-index order. The row of entry i, expert e, is
+// warp, is a template parameter, as is the ids' type: the instruction cache holds a kernel of
+// one C much better than one loop over up to eight); warp w owns C consecutive chunks of 32
+// consecutive entries, so (segment, warp, chunk, lane) is flat-index order. The row of entry
+// i, expert e, is
 //     offsets[e]                      exclusive scan of the padded totals over experts
 //   + (entries of e in segments < s)  exclusive scan over segments of their counts
 //   + (entries of e in warps < w)     scan of the block's per-warp count table h[e][w]
@@ -263,7 +264,8 @@ __device__ __forceinline__ unsigned warp_peers(int key) {
   return peers;
 }
 
-template <int C>
+// Id: the ids' type (int64_t or int32_t; p.ids_64 says which the launcher picked this for).
+template <int C, typename Id>
 __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p) {
   static_assert(C >= 1 && C <= kGridMaxChunks, "chunks per warp");
   constexpr int S = kGridThreads * C;          // entries per segment
@@ -342,7 +344,7 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
     zero_h();
     wait_for_prerequisites();
   }
-  const ChunkLoads<C> loads = issue_chunk_loads<C>(p, begin, slot0, 0, C, n_local, own);
+  const ChunkLoads<C> loads = issue_chunk_loads<C, Id>(p, begin, slot0, 0, C, n_local, own);
   if (!p.pdl) zero_h();
   chunk_keys_and_weights<C>(p, loads, kAbsent, key, wv, bad);
   __syncthreads();
