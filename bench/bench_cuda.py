@@ -8,7 +8,8 @@ times, timed with CUDA events; median over replays, divided by `inner`). Baselin
 the device back to the host (the argsort plan's bincount) cannot be captured: they are timed
 eagerly (events around `inner` back-to-back calls) and marked "timing": "eager".
 Routing: E = 512, K = 10, tile_m = 16; uniform = top-10 of random scores, zipf = Zipf(1.2)
-expert popularity (K distinct experts per token). Every plan is checked bit for bit against
+expert popularity (K distinct experts per token); int64 ids (torch.topk's), and for the plan
+the same ids as int32 too. Every plan is checked bit for bit against
 the CPU backend before it is timed. The eager-overhead rows time host wall clock per call of
 moe_plan against one tiny torch op (x.add_(1) on one element) in the same process, in turns
 (tiny op, each API, again, 15 times), since the lent host's speed drifts between runs.
@@ -136,6 +137,17 @@ def bench_plan(records):
                                path=path, sm_clock_mhz=clock))
             print(f"plan   {dist:8s} T={T:6d} {us:8.2f} us  argsort {base:8.2f} us  exact={exact}"
                   f"  (SM clock {clock} MHz after)")
+            # The same routing as int32 ids (what vLLM's and SGLang's routers hand their
+            # plans), against the int64 plan just timed: the grid kernel reads half the bytes.
+            ids32 = ids.int()
+            exact32 = plan_bits_equal(ops.moe_plan(ids32, w, E, TM, out=out), ids32, w)
+            heat()
+            us32, how32 = timed(lambda: ops.moe_plan(ids32, w, E, TM, out=out))
+            exact32 = exact32 and plan_bits_equal(out, ids32, w)
+            records.append(rec("plan", T, dist, us32, "plan_int64_ids", us, timing=how32,
+                               baseline_timing=how, bit_exact=exact32, n_entries=T * K,
+                               ids="int32 ids"))
+            print(f"plan   {dist:8s} T={T:6d} {us32:8.2f} us  with int32 ids  exact={exact32}")
             for op, before in behind(T).items():
                 us_pdl, us_no = plan_behind_us(before, plan)
                 records.append(rec(op, T, dist, us_pdl, "same_without_dependent_launch", us_no,

@@ -57,12 +57,12 @@ def cuda_ops_table(records):
     rows = ["| op | T | routing | argon (us) | baseline | baseline (us) | speedup | timing |",
             "|---|---:|---|---:|---|---:|---:|---|"]
     for r in sorted((r for r in records if r["op"] in CUDA_OPS),
-                    key=lambda r: (CUDA_OPS.index(r["op"]), r["T"], r["dist"])):
+                    key=lambda r: (CUDA_OPS.index(r["op"]), "ids" in r, r["T"], r["dist"])):
         base = r.get("baseline_median_us")
         timing = r.get("timing", "eager")
         if r.get("baseline_timing", timing) != timing:
             timing += f" (baseline {r['baseline_timing']})"
-        label = r["op"] + "".join(f" {r[k]}" for k in ("dtype", "api") if r.get(k))
+        label = r["op"] + "".join(f" {r[k]}" for k in ("dtype", "api", "ids") if r.get(k))
         vs = f"{base:.1f} | {base / r['median_us']:.2f}x" if base else "- | -"
         rows.append(f"| {label} | {r['T']} | {r['dist']} | {r['median_us']:.1f} | "
                     f"{r.get('baseline') or '-'} | {vs} | {timing} |")
