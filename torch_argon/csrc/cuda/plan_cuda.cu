@@ -177,10 +177,11 @@ GridDevice grid_device(const cudaDeviceProp& props) {
   // The widest plan needs ~100 KB (E = 1022, C = 8): more than sm_86 / sm_89 blocks may have
   // (99 KB). Opt in to what the device allows; the launcher gives plans that need more to the
   // portable kernels.
-  // The two id types' kernels have the same static shared memory; the queries below take the
-  // fewer blocks or clusters of the two widest.
+  // The two id types' kernels have the same static shared memory; the residency queries below
+  // take the fewer blocks or clusters of the two widest.
   const PlanKernel widest[2] = {kGridKernels[0][kGridMaxChunks - 1],
                                 kGridKernels[1][kGridMaxChunks - 1]};
+  const auto fewer = [&](auto held) { return std::min(held(widest[0]), held(widest[1])); };
   cudaFuncAttributes compiled{};
   C10_CUDA_CHECK(cudaFuncGetAttributes(&compiled, widest[1]));
   d.smem_room = props.sharedMemPerBlockOptin - compiled.sharedSizeBytes;
@@ -204,21 +205,25 @@ GridDevice grid_device(const cudaDeviceProp& props) {
         d.smem_room);
   };
   const size_t smem = widest_smem(0);
-  int coop = 0, per_sm = 0;
+  int coop = 0;
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
-  for (int w = 0; w < 2; ++w) {
-    int k = 0;
+  const int per_sm = fewer([&](PlanKernel kernel) {
+    int blocks = 0;
     C10_CUDA_CHECK(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&k, widest[w], kGridThreads, smem));
-    per_sm = w == 0 ? k : std::min(per_sm, k);
-  }
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kGridThreads, smem));
+    return blocks;
+  });
   d.resident_blocks = coop ? per_sm * props.multiProcessorCount : 0;
   // Clusters need an sm_90+ device and a kernel compiled for it (one JIT-compiled from older
   // PTX has no cluster code).
   if (props.major >= 9 && compiled.ptxVersion >= 90) {
     d.sm90_code = true;
-    d.clusters = active_clusters(widest[0], widest_smem(8), 8) >= 1 &&
-                 active_clusters(widest[1], widest_smem(8), 8) >= 1;
+    const auto clusters_held = [&](int size) {
+      return fewer([&](PlanKernel kernel) {
+        return active_clusters(kernel, widest_smem(size), size);
+      });
+    };
+    d.clusters = clusters_held(8) >= 1;
     // Clusters above 8 blocks need the kernels' opt-in; a device that refuses it runs none.
     bool big = d.clusters;
     for (const PlanKernel* kernels : kGridKernels) {
@@ -228,10 +233,7 @@ GridDevice grid_device(const cudaDeviceProp& props) {
       }
     }
     if (!big) (void)cudaGetLastError();
-    d.big_clusters =
-        big ? std::min(active_clusters(widest[0], widest_smem(kGridBigCluster), kGridBigCluster),
-                       active_clusters(widest[1], widest_smem(kGridBigCluster), kGridBigCluster))
-            : 0;
+    d.big_clusters = big ? clusters_held(kGridBigCluster) : 0;
   }
   if (dev < 64) {
     known[dev] = d;
