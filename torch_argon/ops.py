@@ -3,6 +3,7 @@
 `OpSet` holds the public functions for one op library: `argon` (dispatched by device) or
 `argon_host` (the .metal kernels on host threads). The package exports the `argon` set.
 """
+from types import SimpleNamespace
 from typing import Optional
 
 import torch
@@ -11,6 +12,8 @@ from ._shapes import META_N_BAD_IDS, META_SIZE, plan_rows
 from .plan import MoEPlan
 
 LIBRARIES = ("argon", "argon_host")
+OP_NAMES = ("moe_plan", "moe_plan_out", "moe_gather", "moe_gather_out", "moe_combine",
+            "moe_combine_out", "swiglu", "swiglu_out", "moe_mm", "moe_mm_out")
 
 
 def _register_fakes(lib: str) -> None:
@@ -62,6 +65,12 @@ class OpSet:
 
     def __init__(self, namespace):
         self.ns = namespace
+        # Each op's one overload, looked up once: calling torch.ops.argon.moe_plan resolves
+        # the overload on every call, about 1 us of host time (a plain function namespace, such
+        # as the reference's, is used as is).
+        self.op = SimpleNamespace(**{name: getattr(getattr(namespace, name), "default",
+                                                   getattr(namespace, name))
+                                     for name in OP_NAMES})
 
     def moe_plan(self, topk_ids, topk_weights, n_expert: int, tile_m: int = 16, *,
                  out: Optional[MoEPlan] = None, check_ids: bool = False) -> MoEPlan:
@@ -76,10 +85,10 @@ class OpSet:
             count back and raise. This syncs with the device; the CPU always raises.
         """
         if out is None:
-            plan = MoEPlan(*self.ns.moe_plan(topk_ids, topk_weights, n_expert, tile_m), tile_m)
+            plan = MoEPlan(*self.op.moe_plan(topk_ids, topk_weights, n_expert, tile_m), tile_m)
         else:
-            self.ns.moe_plan_out(topk_ids, topk_weights, n_expert, tile_m, *out.tensors())
-            plan = out._replace(tile_m=tile_m)
+            self.op.moe_plan_out(topk_ids, topk_weights, n_expert, tile_m, *out[:7])
+            plan = out if out.tile_m == tile_m else out._replace(tile_m=tile_m)
         if check_ids and int(plan.meta[META_N_BAD_IDS]) > 0:
             raise ValueError(
                 f"topk_ids holds {int(plan.meta[META_N_BAD_IDS])} ids outside [0, n_expert="
@@ -94,8 +103,8 @@ class OpSet:
         """
         sorted_token = plan.sorted_token if isinstance(plan, MoEPlan) else plan
         if out is None:
-            return self.ns.moe_gather(x, sorted_token, out_dtype)
-        self.ns.moe_gather_out(x, sorted_token, out)
+            return self.op.moe_gather(x, sorted_token, out_dtype)
+        self.op.moe_gather_out(x, sorted_token, out)
         return out
 
     def moe_combine(self, y, plan, topk_weights, *, shared=None, residual=None,
@@ -107,15 +116,15 @@ class OpSet:
         """
         pos = plan.pos if isinstance(plan, MoEPlan) else plan
         if out is None:
-            return self.ns.moe_combine(y, pos, topk_weights, shared, residual, out_dtype)
-        self.ns.moe_combine_out(y, pos, topk_weights, shared, residual, out)
+            return self.op.moe_combine(y, pos, topk_weights, shared, residual, out_dtype)
+        self.op.moe_combine_out(y, pos, topk_weights, shared, residual, out)
         return out
 
     def swiglu(self, gate, up=None, *, out_dtype: Optional[torch.dtype] = None, out=None):
         """silu(gate) * up in fp32, rounded once. With up=None, gate is [R, 2I]: gate | up."""
         if out is None:
-            return self.ns.swiglu(gate, up, out_dtype)
-        self.ns.swiglu_out(gate, up, out)
+            return self.op.swiglu(gate, up, out_dtype)
+        self.op.swiglu_out(gate, up, out)
         return out
 
     def moe_mm(self, xs, w, plan, tile_m: Optional[int] = None, *, out=None):
@@ -132,8 +141,8 @@ class OpSet:
             if tile_m is None:
                 raise ValueError("moe_mm: pass tile_m along with a bare tile_expert tensor")
         if out is None:
-            return self.ns.moe_mm(xs, w, tile_expert, tile_m)
-        self.ns.moe_mm_out(xs, w, tile_expert, tile_m, out)
+            return self.op.moe_mm(xs, w, tile_expert, tile_m)
+        self.op.moe_mm_out(xs, w, tile_expert, tile_m, out)
         return out
 
 
