@@ -8,6 +8,7 @@ from typing import Optional
 
 import torch
 
+from . import _C
 from ._shapes import META_N_BAD_IDS, META_SIZE, plan_rows
 from .plan import MoEPlan
 
@@ -71,6 +72,10 @@ class OpSet:
         self.op = SimpleNamespace(**{name: getattr(getattr(namespace, name), "default",
                                                    getattr(namespace, name))
                                      for name in OP_NAMES})
+        # Our op libraries have an eager fast path for the functional plan (one allocation for
+        # the seven outputs: csrc/plan_fresh.cpp); other namespaces (the reference) do not.
+        name = getattr(namespace, "name", None)
+        self._fresh_lib = name if name in LIBRARIES else None
 
     def moe_plan(self, topk_ids, topk_weights, n_expert: int, tile_m: int = 16, *,
                  out: Optional[MoEPlan] = None, check_ids: bool = False) -> MoEPlan:
@@ -80,12 +85,21 @@ class OpSet:
 
         topk_ids: [T, K] int32 or int64, each in [0, n_expert) or -1 (skipped).
         topk_weights: [T, K] float32 / float16 / bfloat16.
-        out: a plan to write into (every element is overwritten).
+        out: a plan to write into (every element is overwritten). Without it, in eager mode, the
+            seven tensors of the new plan are views of one fresh buffer (one allocation instead
+            of seven: the call's host time on CUDA drops by about a third); they never overlap.
+            Under torch.compile, and for tensor subclasses or inside Python modes, the plan
+            comes from the op, seven separate tensors; the values are the same either way.
         check_ids: on devices that count out-of-range ids instead of raising (GPUs), read the
             count back and raise. This syncs with the device; the CPU always raises.
         """
         if out is None:
-            plan = MoEPlan(*self.op.moe_plan(topk_ids, topk_weights, n_expert, tile_m), tile_m)
+            tensors = None
+            if self._fresh_lib is not None and not torch.compiler.is_compiling():
+                tensors = _C.plan_fresh(self._fresh_lib, topk_ids, topk_weights, n_expert, tile_m)
+            if tensors is None:  # compiling, or a case the fast path leaves to the op
+                tensors = self.op.moe_plan(topk_ids, topk_weights, n_expert, tile_m)
+            plan = MoEPlan(*tensors, tile_m)
         else:
             self.op.moe_plan_out(topk_ids, topk_weights, n_expert, tile_m, *out[:7])
             plan = out if out.tile_m == tile_m else out._replace(tile_m=tile_m)

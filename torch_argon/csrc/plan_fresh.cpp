@@ -1,0 +1,145 @@
+// The eager fast path of the functional plan: torch_argon.moe_plan(ids, w, E, tm) without out=.
+//
+// Why: the op's functional form allocates its seven outputs one by one, and on a CUDA host each
+// allocation and free through the caching allocator costs about a microsecond (H200 host,
+// bench/lab/eager_cost.py: seven of them 6.9 us, where launching a tiny torch op costs 7.5).
+// Here the seven outputs are views of ONE fresh buffer, each starting on a 128-byte boundary,
+// and the plan is written by the op library's moe_plan_out (any backend, through the
+// dispatcher). A custom op may not return outputs that share a storage, so this is a plain
+// Python function of torch_argon._C, not an op: the Python API calls it only in eager mode
+// (never under torch.compile, which traces the op), and it returns None, leaving the call to
+// the op, whenever it would behave differently from it: tensor subclasses or Python modes
+// (FakeTensorMode, torch.device(...) contexts, ...), dispatch keys switched on for the thread
+// (torch.jit.trace, vmap), arguments of other types, devices without our kernels,
+// weights that require grad.
+// One storage for seven tensors is also what record_stream needs: recorded on any of them, it
+// covers the whole buffer, which the caching allocator frees once all seven are gone.
+#include <ATen/PythonTorchFunctionTLS.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
+#include <pybind11/pybind11.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <cstring>
+#include <tuple>
+
+#include "checks.h"
+#include "op_signatures.h"
+#include "plan_fresh.h"
+
+namespace argon {
+namespace {
+
+constexpr int64_t kAlignWords = 32;  // each output starts 128 bytes into a line of its own
+
+int64_t padded_words(std::initializer_list<int64_t> size) {
+  int64_t n = 1;
+  for (int64_t s : size) n *= s;
+  return (n + kAlignWords - 1) / kAlignWords * kAlignWords;
+}
+
+// A contiguous tensor of `size` over `buffer`'s storage, `word` int32 words in.
+at::Tensor carve(const at::Tensor& buffer, int64_t word, std::initializer_list<int64_t> size,
+                 at::ScalarType dtype) {
+  at::Tensor t = at::detail::make_tensor<c10::TensorImpl>(
+      c10::Storage(buffer.storage()), buffer.key_set(), c10::scalarTypeToTypeMeta(dtype));
+  t.unsafeGetTensorImpl()->set_storage_offset(word);  // int32 and float32: both one word
+  t.unsafeGetTensorImpl()->set_sizes_contiguous(size);
+  return t;
+}
+
+PlanOutputs plan_in_one_buffer(c10::TypedOperatorHandle<PlanOutFn> out_op, const at::Tensor& ids,
+                               const at::Tensor& w, int64_t n_expert, int64_t tile_m) {
+  const PlanDims d = check_plan_inputs(ids, w, n_expert, tile_m);
+  int64_t words = 0;
+  make_plan_outputs(d, [&](std::initializer_list<int64_t> size, at::ScalarType) {
+    words += padded_words(size);
+    return at::Tensor();
+  });
+  const at::Tensor buffer = at::empty({words}, ids.options().dtype(at::kInt));
+  int64_t word = 0;  // make_plan_outputs makes the outputs in contract order (a braced list)
+  PlanOutputs out = make_plan_outputs(
+      d, [&](std::initializer_list<int64_t> size, at::ScalarType dtype) {
+        at::Tensor t = carve(buffer, word, size, dtype);
+        word += padded_words(size);
+        return t;
+      });
+  const auto& [counts, offsets, sorted_token, sorted_weight, pos, tile_expert, meta] = out;
+  out_op.call(ids, w, n_expert, tile_m, counts, offsets, sorted_token, sorted_weight, pos,
+              tile_expert, meta);
+  return out;
+}
+
+c10::TypedOperatorHandle<PlanOutFn> plan_out_op(const char* ns) {
+  return c10::Dispatcher::singleton()
+      .findSchemaOrThrow((std::string(ns) + "::moe_plan_out").c_str(), "")
+      .typed<PlanOutFn>();
+}
+
+// Whether the op would do anything the fast path does not: see the header comment.
+bool fast_path_applies(PyObject* ids, PyObject* w, PyObject* n_expert, PyObject* tile_m) {
+  if (!THPVariable_CheckExact(ids) || !THPVariable_CheckExact(w)) return false;
+  if (!PyLong_CheckExact(n_expert) || !PyLong_CheckExact(tile_m)) return false;
+  if (c10::impl::TorchDispatchModeTLS::any_modes_set() || at::impl::torch_function_mode_enabled())
+    return false;
+  // Dispatch keys switched on for this thread beyond the defaults (the JIT tracer, functorch
+  // transforms such as vmap, Python dispatch): whatever they would do to the op, leave it to
+  // the op. (Autocast, which un-excludes keys, does nothing to integer plans.)
+  const auto switched_on =
+      c10::impl::tls_local_dispatch_key_set().included_ - c10::default_included_set;
+  if (!switched_on.empty()) return false;
+  const at::Tensor& t = THPVariable_Unpack(ids);
+  const auto type = t.device().type();
+  if (type != c10::DeviceType::CPU && type != c10::DeviceType::CUDA &&
+      type != c10::DeviceType::MPS)
+    return false;
+  return !(c10::GradMode::is_enabled() && THPVariable_Unpack(w).requires_grad());
+}
+
+// A Python tuple of the seven tensors.
+PyObject* wrap_seven(PlanOutputs&& out) {
+  PyObject* tuple = PyTuple_New(7);
+  if (tuple == nullptr) return nullptr;
+  Py_ssize_t i = 0;
+  std::apply([&](auto&... t) { (PyTuple_SET_ITEM(tuple, i++, THPVariable_Wrap(std::move(t))), ...); },
+             out);
+  return tuple;
+}
+
+}  // namespace
+
+PyObject* plan_fresh(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+  HANDLE_TH_ERRORS
+  if (nargs != 5 || !PyUnicode_Check(args[0])) {
+    PyErr_SetString(PyExc_TypeError,
+                    "plan_fresh(library: str, topk_ids, topk_weights, n_expert, tile_m)");
+    return nullptr;
+  }
+  const char* lib = PyUnicode_AsUTF8(args[0]);
+  if (lib == nullptr) return nullptr;
+  // The op handles of the two op libraries, found once.
+  static const auto argon_op = plan_out_op("argon");
+  static const auto host_op = plan_out_op("argon_host");
+  const bool host = std::strcmp(lib, "argon_host") == 0;
+  if (!host && std::strcmp(lib, "argon") != 0) {
+    PyErr_Format(PyExc_ValueError, "plan_fresh: unknown op library '%s'", lib);
+    return nullptr;
+  }
+  if (!fast_path_applies(args[1], args[2], args[3], args[4])) Py_RETURN_NONE;
+  const int64_t n_expert = PyLong_AsLongLong(args[3]);
+  const int64_t tile_m = PyLong_AsLongLong(args[4]);
+  if (PyErr_Occurred()) return nullptr;  // an int beyond 64 bits
+  const at::Tensor& ids = THPVariable_Unpack(args[1]);
+  const at::Tensor& w = THPVariable_Unpack(args[2]);
+  PlanOutputs out;
+  {
+    pybind11::gil_scoped_release no_gil;  // as torch's own ops do around their kernels
+    out = plan_in_one_buffer(host ? host_op : argon_op, ids, w, n_expert, tile_m);
+  }
+  return wrap_seven(std::move(out));
+  END_HANDLE_TH_ERRORS
+}
+
+}  // namespace argon

@@ -1,0 +1,11 @@
+// torch_argon._C.plan_fresh: the eager functional plan in one allocation (plan_fresh.cpp).
+#pragma once
+#include <Python.h>
+
+namespace argon {
+
+// plan_fresh(library, topk_ids, topk_weights, n_expert, tile_m) -> the seven plan tensors, views
+// of one fresh buffer, or None where the op must make the plan instead.
+PyObject* plan_fresh(PyObject* module, PyObject* const* args, Py_ssize_t nargs);
+
+}  // namespace argon
