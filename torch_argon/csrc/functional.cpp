@@ -1,7 +1,6 @@
 // The functional ops, written once for every backend: check the arguments, allocate outputs
 // whose sizes come from shapes alone (never from data, so no host sync), and call the _out op
 // of the same library through the dispatcher, which picks the device's kernel.
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
 #include "checks.h"
@@ -10,13 +9,6 @@
 
 namespace argon {
 namespace {
-
-template <typename Fn>
-c10::TypedOperatorHandle<Fn> out_op(const char* ns, const char* name) {
-  return c10::Dispatcher::singleton()
-      .findSchemaOrThrow((std::string(ns) + "::" + name).c_str(), "")
-      .typed<Fn>();
-}
 
 // One instance per op library (`argon`, `argon_host`), so each calls its own _out kernels.
 template <const char* NS>
@@ -29,7 +21,7 @@ struct Functional {
           return at::empty(size, topk_ids.options().dtype(dtype));
         });
     auto& [counts, offsets, sorted_token, sorted_weight, pos, tile_expert, meta] = out;
-    static auto op = out_op<PlanOutFn>(NS, "moe_plan_out");
+    static auto op = find_op<PlanOutFn>(NS, "moe_plan_out");
     op.call(topk_ids, topk_weights, n_expert, tile_m, counts, offsets, sorted_token,
             sorted_weight, pos, tile_expert, meta);
     return out;
@@ -42,7 +34,7 @@ struct Functional {
                 sorted_token.sizes());
     Tensor out = at::empty({sorted_token.size(0), x.size(1)},
                            x.options().dtype(out_dtype.value_or(x.scalar_type())));
-    static auto op = out_op<GatherOutFn>(NS, "moe_gather_out");
+    static auto op = find_op<GatherOutFn>(NS, "moe_gather_out");
     op.call(x, sorted_token, out);
     return out;
   }
@@ -54,7 +46,7 @@ struct Functional {
     TORCH_CHECK(pos.dim() == 2, "pos must be 2-D [T, K], got shape ", pos.sizes());
     Tensor out = at::empty({pos.size(0), y.size(1)},
                            y.options().dtype(out_dtype.value_or(y.scalar_type())));
-    static auto op = out_op<CombineOutFn>(NS, "moe_combine_out");
+    static auto op = find_op<CombineOutFn>(NS, "moe_combine_out");
     op.call(y, pos, topk_weights, shared, residual, out);
     return out;
   }
@@ -65,7 +57,7 @@ struct Functional {
     const int64_t inner = up.has_value() ? gate.size(1) : gate.size(1) / 2;
     Tensor out = at::empty({gate.size(0), inner},
                            gate.options().dtype(out_dtype.value_or(gate.scalar_type())));
-    static auto op = out_op<SwigluOutFn>(NS, "swiglu_out");
+    static auto op = find_op<SwigluOutFn>(NS, "swiglu_out");
     op.call(gate, up, out);
     return out;
   }
@@ -75,7 +67,7 @@ struct Functional {
     TORCH_CHECK(xs.dim() == 2, "xs must be 2-D [R, Kd], got shape ", xs.sizes());
     TORCH_CHECK(w.dim() == 3, "w must be 3-D [E, N, Kd], got shape ", w.sizes());
     Tensor out = at::empty({xs.size(0), w.size(1)}, xs.options());
-    static auto op = out_op<MoeMmOutFn>(NS, "moe_mm_out");
+    static auto op = find_op<MoeMmOutFn>(NS, "moe_mm_out");
     op.call(xs, w, tile_expert, tile_m, out);
     return out;
   }

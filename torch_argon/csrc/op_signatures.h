@@ -2,8 +2,10 @@
 // types, so the functional forms (functional.cpp) can call any backend through one typed handle.
 #pragma once
 #include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 
 #include <optional>
+#include <string>
 
 namespace argon {
 
@@ -20,5 +22,14 @@ using CombineOutFn = void(const Tensor& y, const Tensor& pos, const Tensor& topk
 using SwigluOutFn = void(const Tensor& gate, const OptTensor& up, const Tensor& out);
 using MoeMmOutFn = void(const Tensor& xs, const Tensor& w, const Tensor& tile_expert,
                         int64_t tile_m, const Tensor& out);
+
+// The typed handle of op `name` of library `ns` (e.g. "argon", "moe_plan_out"); find it once
+// (a static) and call it for every call after.
+template <typename Fn>
+c10::TypedOperatorHandle<Fn> find_op(const char* ns, const char* name) {
+  return c10::Dispatcher::singleton()
+      .findSchemaOrThrow((std::string(ns) + "::" + name).c_str(), "")
+      .typed<Fn>();
+}
 
 }  // namespace argon

@@ -1,9 +1,10 @@
 // The eager fast path of the functional plan: torch_argon.moe_plan(ids, w, E, tm) without out=.
 //
-// Why: the op's functional form allocates its seven outputs one by one, and on a CUDA host each
-// allocation and free through the caching allocator costs about a microsecond (H200 host,
-// bench/lab/eager_cost.py: seven of them 6.9 us, where launching a tiny torch op costs 7.5).
-// Here the seven outputs are views of ONE fresh buffer, each starting on a 128-byte boundary,
+// Why: the op's functional form allocates its seven outputs one by one, and on the lent H200's
+// host each allocation and free through the caching allocator costs 1-2 us
+// (bench/lab/eager_cost.py: seven of them 6.9-12.3 us, where launching a tiny torch op costs
+// 6.8-10.9). With one allocation the call costs 1.43-1.52x a tiny op, against 2.1-2.4x for
+// the op (bench/plan_cuda_notes.md, session 21). Here the seven outputs are views of ONE fresh buffer, each starting on a 128-byte boundary,
 // and the plan is written by the op library's moe_plan_out (any backend, through the
 // dispatcher). A custom op may not return outputs that share a storage, so this is a plain
 // Python function of torch_argon._C, not an op: the Python API calls it only in eager mode
@@ -15,7 +16,6 @@
 // One storage for seven tensors is also what record_stream needs: recorded on any of them, it
 // covers the whole buffer, which the caching allocator frees once all seven are gone.
 #include <ATen/PythonTorchFunctionTLS.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <pybind11/pybind11.h>
@@ -32,7 +32,7 @@
 namespace argon {
 namespace {
 
-constexpr int64_t kAlignWords = 32;  // each output starts 128 bytes into a line of its own
+constexpr int64_t kAlignWords = 32;  // each output starts on a 128-byte boundary
 
 int64_t padded_words(std::initializer_list<int64_t> size) {
   int64_t n = 1;
@@ -50,8 +50,9 @@ at::Tensor carve(const at::Tensor& buffer, int64_t word, std::initializer_list<i
   return t;
 }
 
-PlanOutputs plan_in_one_buffer(c10::TypedOperatorHandle<PlanOutFn> out_op, const at::Tensor& ids,
-                               const at::Tensor& w, int64_t n_expert, int64_t tile_m) {
+PlanOutputs plan_in_one_buffer(c10::TypedOperatorHandle<PlanOutFn> out_op,
+                               const at::Tensor& ids, const at::Tensor& w, int64_t n_expert,
+                               int64_t tile_m) {
   const PlanDims d = check_plan_inputs(ids, w, n_expert, tile_m);
   int64_t words = 0;
   make_plan_outputs(d, [&](std::initializer_list<int64_t> size, at::ScalarType) {
@@ -70,12 +71,6 @@ PlanOutputs plan_in_one_buffer(c10::TypedOperatorHandle<PlanOutFn> out_op, const
   out_op.call(ids, w, n_expert, tile_m, counts, offsets, sorted_token, sorted_weight, pos,
               tile_expert, meta);
   return out;
-}
-
-c10::TypedOperatorHandle<PlanOutFn> plan_out_op(const char* ns) {
-  return c10::Dispatcher::singleton()
-      .findSchemaOrThrow((std::string(ns) + "::moe_plan_out").c_str(), "")
-      .typed<PlanOutFn>();
 }
 
 // Whether the op would do anything the fast path does not: see the header comment.
@@ -98,14 +93,21 @@ bool fast_path_applies(PyObject* ids, PyObject* w, PyObject* n_expert, PyObject*
   return !(c10::GradMode::is_enabled() && THPVariable_Unpack(w).requires_grad());
 }
 
-// A Python tuple of the seven tensors.
+// A Python tuple of the seven tensors (nullptr, with the error set, if Python runs out of memory).
 PyObject* wrap_seven(PlanOutputs&& out) {
   PyObject* tuple = PyTuple_New(7);
   if (tuple == nullptr) return nullptr;
   Py_ssize_t i = 0;
-  std::apply([&](auto&... t) { (PyTuple_SET_ITEM(tuple, i++, THPVariable_Wrap(std::move(t))), ...); },
-             out);
-  return tuple;
+  bool ok = true;
+  std::apply(
+      [&](auto&... t) {
+        ((ok = ok && (PyTuple_SET_ITEM(tuple, i, THPVariable_Wrap(std::move(t))),
+                      PyTuple_GET_ITEM(tuple, i++) != nullptr)),
+         ...);
+      },
+      out);
+  if (!ok) Py_DECREF(tuple);  // a tuple's dealloc skips the items never set
+  return ok ? tuple : nullptr;
 }
 
 }  // namespace
@@ -120,8 +122,8 @@ PyObject* plan_fresh(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nar
   const char* lib = PyUnicode_AsUTF8(args[0]);
   if (lib == nullptr) return nullptr;
   // The op handles of the two op libraries, found once.
-  static const auto argon_op = plan_out_op("argon");
-  static const auto host_op = plan_out_op("argon_host");
+  static const auto argon_op = find_op<PlanOutFn>("argon", "moe_plan_out");
+  static const auto host_op = find_op<PlanOutFn>("argon_host", "moe_plan_out");
   const bool host = std::strcmp(lib, "argon_host") == 0;
   if (!host && std::strcmp(lib, "argon") != 0) {
     PyErr_Format(PyExc_ValueError, "plan_fresh: unknown op library '%s'", lib);
