@@ -7,6 +7,7 @@
 #include <initializer_list>
 #include <tuple>
 
+#include "op_signatures.h"
 #include "plan_layout.h"
 
 namespace argon {
@@ -20,10 +21,6 @@ struct PlanDims {
 };
 
 PlanDims plan_dims(int64_t T, int64_t K, int64_t E, int64_t tile_m);
-
-// moe_plan's seven outputs: counts, offsets, sorted_token, sorted_weight, pos, tile_expert, meta.
-using PlanOutputs = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
-                               at::Tensor, at::Tensor>;
 
 // Allocates them, sized from d alone: `make(sizes, dtype)` makes one tensor (at::empty with the
 // ids' options, or a backend's own allocator where the dispatcher round trip costs too much).

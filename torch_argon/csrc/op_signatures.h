@@ -1,10 +1,12 @@
-// C++ signatures of the _out kernels. Every backend declares its kernels with exactly these
-// types, so the functional forms (functional.cpp) can call any backend through one typed handle.
+// C++ signatures of the ops. Every backend declares its _out kernels with exactly these types, so
+// the functional forms (functional.cpp) can call any backend through one typed handle; the
+// autograd-key kernels (autograd_skip.cpp) are written once for all of them.
 #pragma once
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <optional>
+#include <tuple>
 #include <string>
 
 namespace argon {
@@ -22,6 +24,20 @@ using CombineOutFn = void(const Tensor& y, const Tensor& pos, const Tensor& topk
 using SwigluOutFn = void(const Tensor& gate, const OptTensor& up, const Tensor& out);
 using MoeMmOutFn = void(const Tensor& xs, const Tensor& w, const Tensor& tile_expert,
                         int64_t tile_m, const Tensor& out);
+
+// moe_plan's seven outputs: counts, offsets, sorted_token, sorted_weight, pos, tile_expert, meta.
+using PlanOutputs = std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor>;
+using PlanFn = PlanOutputs(const Tensor& topk_ids, const Tensor& topk_weights, int64_t n_expert,
+                           int64_t tile_m);
+using GatherFn = Tensor(const Tensor& x, const Tensor& sorted_token,
+                        std::optional<at::ScalarType> out_dtype);
+using CombineFn = Tensor(const Tensor& y, const Tensor& pos, const Tensor& topk_weights,
+                         const OptTensor& shared, const OptTensor& residual,
+                         std::optional<at::ScalarType> out_dtype);
+using SwigluFn = Tensor(const Tensor& gate, const OptTensor& up,
+                        std::optional<at::ScalarType> out_dtype);
+using MoeMmFn = Tensor(const Tensor& xs, const Tensor& w, const Tensor& tile_expert,
+                       int64_t tile_m);
 
 // The typed handle of op `name` of library `ns` (e.g. "argon", "moe_plan_out"); find it once
 // (a static) and call it for every call after.

@@ -1,0 +1,37 @@
+"""One small call of every op (functional and _out forms) of a backend's library, for the tests
+that run each op the same way: opcheck (test_opcheck.py), the autograd key (test_autograd_key.py)."""
+import torch
+
+from routing_cases import make_ids, make_weights
+
+T, K, E, TM, H = 24, 3, 6, 8, 16
+
+
+def op_cases(backend):
+    d = backend.device
+    ns = backend.ops.ns
+    ids, w = make_ids(T, K, E, "neg_some").to(d), make_weights(T, K).to(d)
+    plan = backend.ops.moe_plan(ids, w, E, TM)
+    R = plan.sorted_token.shape[0]
+    x = torch.randn(T, H, device=d, dtype=torch.bfloat16)
+    y = torch.randn(R, H, device=d, dtype=torch.bfloat16)
+    W = torch.randn(E, 2 * H, H, device=d, dtype=torch.bfloat16)
+    g = torch.randn(R, 2 * H, device=d, dtype=torch.bfloat16)
+    empty = lambda *s, dt=torch.int32: torch.empty(*s, dtype=dt, device=d)  # noqa: E731
+    plan_outs = [torch.empty_like(t) for t in plan.tensors()]
+    return {
+        "moe_plan": (ns.moe_plan, (ids, w, E, TM)),
+        "moe_plan_out": (ns.moe_plan_out, (ids, w, E, TM, *plan_outs)),
+        "moe_gather": (ns.moe_gather, (x, plan.sorted_token, torch.float16)),
+        "moe_gather_out": (ns.moe_gather_out, (x, plan.sorted_token, empty(R, H, dt=x.dtype))),
+        "moe_combine": (ns.moe_combine, (y, plan.pos, w, x, None, None)),
+        "moe_combine_out": (ns.moe_combine_out, (y, plan.pos, w, None, x, empty(T, H, dt=y.dtype))),
+        "swiglu": (ns.swiglu, (g, None, None)),
+        "swiglu_out": (ns.swiglu_out, (g[:, :H], g[:, H:], empty(R, H, dt=g.dtype))),
+        "moe_mm": (ns.moe_mm, (y, W, plan.tile_expert, TM)),
+        "moe_mm_out": (ns.moe_mm_out, (y, W, plan.tile_expert, TM, empty(R, 2 * H, dt=y.dtype))),
+    }
+
+
+OPS = ["moe_plan", "moe_plan_out", "moe_gather", "moe_gather_out", "moe_combine",
+       "moe_combine_out", "swiglu", "swiglu_out", "moe_mm", "moe_mm_out"]
