@@ -11,6 +11,7 @@ from conftest import assert_bits_equal
 from routing_cases import garbage_like, make_ids, make_weights
 from torch_argon import _C
 from torch_argon._shapes import META_SIZE, plan_rows
+from torch_argon.plan import MoEPlan
 
 FIELDS = ("counts", "offsets", "sorted_token", "sorted_weight", "pos", "tile_expert", "meta")
 SHAPES = [(0, 4, 8, 16), (1, 1, 1, 8), (7, 2, 3, 8), (257, 10, 512, 16), (300, 16, 128, 64),
@@ -22,8 +23,8 @@ def library(backend):
 
 
 def fresh(backend, ids, w, E, tm):
-    """The fast path's seven tensors, called directly (None where it steps aside)."""
-    return _C.plan_fresh(library(backend), ids, w, E, tm)
+    """The fast path's plan, called directly (None where it steps aside)."""
+    return _C.plan_fresh(MoEPlan, library(backend), ids, w, E, tm)
 
 
 def assert_plan_equal(got, want):
@@ -67,13 +68,13 @@ def test_fresh_plan_matches_reference(backend, ref, T, K, E, tm, dist):
 
 
 def test_fresh_plan_is_seven_disjoint_views(backend):
-    """One storage; each output contiguous, with the contract's shape and dtype, on its own
+    """A MoEPlan (built in C); one storage; each output contiguous, with the contract's shape and dtype, on its own
     128-byte aligned range inside the storage, in contract order, none overlapping."""
     T, K, E, tm = 300, 10, 64, 16
     dev = backend.device
     ids, w = make_ids(T, K, E, "uniform").to(dev), make_weights(T, K).to(dev)
     tensors = fresh(backend, ids, w, E, tm)
-    assert tensors is not None
+    assert type(tensors) is MoEPlan and tensors.tile_m == tm and len(tensors) == 8
     R = plan_rows(T, K, E, tm)
     shapes = [(E,), (E + 1,), (R,), (R,), (T, K), (R // tm,), (META_SIZE,)]
     storage = tensors[0].untyped_storage()
@@ -207,11 +208,15 @@ def test_fast_path_raises_the_ops_errors(backend, case):
 def test_plan_fresh_checks_its_call():
     ids, w = make_ids(4, 2, 4, "uniform"), make_weights(4, 2)
     with pytest.raises(ValueError, match="unknown op library 'nope'"):
-        _C.plan_fresh("nope", ids, w, 4, 16)
+        _C.plan_fresh(MoEPlan, "nope", ids, w, 4, 16)
     with pytest.raises(TypeError, match="plan_fresh"):
-        _C.plan_fresh("argon", ids, w, 4)
+        _C.plan_fresh(MoEPlan, "argon", ids, w, 4)
+    with pytest.raises(TypeError, match="plan_fresh"):
+        _C.plan_fresh("argon", ids, w, 4, 16)  # no plan type
+    with pytest.raises(TypeError, match="plan_fresh"):
+        _C.plan_fresh(list, "argon", ids, w, 4, 16)  # not a tuple type
     with pytest.raises(OverflowError):
-        _C.plan_fresh("argon", ids, w, 1 << 70, 16)
+        _C.plan_fresh(MoEPlan, "argon", ids, w, 1 << 70, 16)
 
 
 def test_public_function_takes_the_fast_path():

@@ -94,12 +94,12 @@ class OpSet:
             count back and raise. This syncs with the device; the CPU always raises.
         """
         if out is None:
-            tensors = None
+            plan = None
             if self._fresh_lib is not None and not torch.compiler.is_compiling():
-                tensors = _C.plan_fresh(self._fresh_lib, topk_ids, topk_weights, n_expert, tile_m)
-            if tensors is None:  # compiling, or a case the fast path leaves to the op
-                tensors = self.op.moe_plan(topk_ids, topk_weights, n_expert, tile_m)
-            plan = MoEPlan(*tensors, tile_m)
+                plan = _C.plan_fresh(MoEPlan, self._fresh_lib, topk_ids, topk_weights, n_expert,
+                                     tile_m)
+            if plan is None:  # compiling, or a case the fast path leaves to the op
+                plan = MoEPlan(*self.op.moe_plan(topk_ids, topk_weights, n_expert, tile_m), tile_m)
         else:
             self.op.moe_plan_out(topk_ids, topk_weights, n_expert, tile_m, *out[:7])
             plan = out if out.tile_m == tile_m else out._replace(tile_m=tile_m)

@@ -8,8 +8,9 @@
 static PyMethodDef argon_methods[] = {
     {"plan_fresh", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(argon::plan_fresh)),
      METH_FASTCALL,
-     "plan_fresh(library, topk_ids, topk_weights, n_expert, tile_m): the seven plan tensors, "
-     "views of one fresh buffer, or None where the op must make the plan (see plan_fresh.cpp)."},
+     "plan_fresh(plan_type, library, topk_ids, topk_weights, n_expert, tile_m): the plan as a "
+     "plan_type (MoEPlan), its seven tensors views of one fresh buffer, or None where the op "
+     "must make the plan (see plan_fresh.cpp)."},
     {nullptr, nullptr, 0, nullptr}};
 
 static PyModuleDef argon_module = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, argon_methods};
