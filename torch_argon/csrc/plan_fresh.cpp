@@ -3,8 +3,8 @@
 // Why: the op's functional form allocates its seven outputs one by one, and on the lent H200's
 // host each allocation and free through the caching allocator costs 1-2 us
 // (bench/lab/eager_cost.py: seven of them 6.9-12.3 us, where launching a tiny torch op costs
-// 6.8-10.9). With one allocation the call costs 1.43-1.52x a tiny op, against 2.1-2.4x for
-// the op (bench/plan_cuda_notes.md, session 21).
+// 6.8-10.9). With one allocation, and the MoEPlan built here, the call costs 1.18-1.39x a
+// tiny op, against 1.9-2.3x for the op (bench/plan_cuda_notes.md, sessions 21 and 22).
 // Here the seven outputs are views of ONE fresh buffer, each starting on a 128-byte boundary,
 // and the plan is written by the op library's moe_plan_out (any backend, through the
 // dispatcher). A custom op may not return outputs that share a storage, so this is a plain
