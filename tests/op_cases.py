@@ -1,5 +1,6 @@
 """One small call of every op (functional and _out forms) of a backend's library, for the tests
-that run each op the same way: opcheck (test_opcheck.py), the autograd key (test_autograd_key.py)."""
+that run each op the same way: opcheck (test_opcheck.py), the Autograd-key kernels
+(test_autograd_key.py)."""
 import torch
 
 from routing_cases import make_ids, make_weights

@@ -68,8 +68,9 @@ def test_fresh_plan_matches_reference(backend, ref, T, K, E, tm, dist):
 
 
 def test_fresh_plan_is_seven_disjoint_views(backend):
-    """A MoEPlan (built in C); one storage; each output contiguous, with the contract's shape and dtype, on its own
-    128-byte aligned range inside the storage, in contract order, none overlapping."""
+    """A MoEPlan (built in C); one storage; each output contiguous, with the contract's shape
+    and dtype, on its own 128-byte aligned range inside the storage, in contract order, none
+    overlapping."""
     T, K, E, tm = 300, 10, 64, 16
     dev = backend.device
     ids, w = make_ids(T, K, E, "uniform").to(dev), make_weights(T, K).to(dev)
