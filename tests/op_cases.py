@@ -4,6 +4,7 @@ that run each op the same way: opcheck (test_opcheck.py), the Autograd-key kerne
 import torch
 
 from routing_cases import make_ids, make_weights
+from torch_argon.ops import OP_NAMES as OPS  # noqa: F401 (the ops, in one list)
 
 T, K, E, TM, H = 24, 3, 6, 8, 16
 
@@ -34,5 +35,8 @@ def op_cases(backend):
     }
 
 
-OPS = ["moe_plan", "moe_plan_out", "moe_gather", "moe_gather_out", "moe_combine",
-       "moe_combine_out", "swiglu", "swiglu_out", "moe_mm", "moe_mm_out"]
+def written_args(op):
+    """The positions and names of the arguments op writes (Tensor(a!) in its schema)."""
+    schema = getattr(op, "default", op)._schema
+    return [(i, a.name) for i, a in enumerate(schema.arguments)
+            if a.alias_info is not None and a.alias_info.is_write]

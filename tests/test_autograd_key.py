@@ -8,15 +8,14 @@ import pytest
 import torch
 import torch.autograd.forward_ad as fwAD
 
-from op_cases import OPS, op_cases
+from op_cases import OPS, op_cases, written_args
 
 FUNCTIONAL = [name for name in OPS if not name.endswith("_out")]
 
 
-def _out_args(name, args):
-    """The _out forms' output arguments are the trailing tensors after the inputs."""
-    n_out = 7 if name == "moe_plan_out" else 1
-    return list(args[-n_out:]) if name.endswith("_out") else []
+def _out_args(op, args):
+    """The tensors op writes, from its schema (none for the functional forms)."""
+    return [args[i] for i, _ in written_args(op)]
 
 
 def _with_grad(args, outs):
@@ -49,7 +48,7 @@ def test_inputs_requiring_grad_get_the_fallbacks_behaviour(backend, op_name):
     op, args = op_cases(backend)[op_name]
     lib = backend.ops.ns.name
     assert torch._C._dispatch_has_kernel_for_dispatch_key(f"{lib}::{op_name}", "Autograd")
-    outs = _out_args(op_name, args)
+    outs = _out_args(op, args)
 
     plain_args, plain_outs = _garbage_outs(args, outs)
     plain = _results(op_name, op, plain_args, plain_outs)
@@ -96,7 +95,7 @@ def test_the_fallback_mode_is_followed(backend, op_name):
 def test_forward_ad_raises(backend, op_name):
     """A dual tensor: NotImplementedError naming the op, not a silently missing tangent."""
     op, args = op_cases(backend)[op_name]
-    outs = _out_args(op_name, args)
+    outs = _out_args(op, args)
     i = next(i for i, a in enumerate(args) if isinstance(a, torch.Tensor)
              and a.is_floating_point() and not any(a is o for o in outs))
     with fwAD.dual_level():
@@ -111,9 +110,9 @@ def test_out_requiring_grad_raises(backend, op_name):
     """In grad mode an output that autograd tracks is refused, its name in the error, and left
     as it was; under no_grad it is written."""
     op, args = op_cases(backend)[op_name]
-    outs = _out_args(op_name, args)
-    tracked = next(o for o in outs if o.is_floating_point())
-    name = "sorted_weight" if op_name == "moe_plan_out" else "out"
+    outs = _out_args(op, args)
+    i, name = next((i, name) for i, name in written_args(op) if args[i].is_floating_point())
+    tracked = args[i]
     leaf = torch.full_like(tracked, 77).requires_grad_()
     call = [leaf if a is tracked else a for a in _garbage_outs(args, [o for o in outs
                                                                        if o is not tracked])[0]]

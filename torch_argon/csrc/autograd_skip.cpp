@@ -71,12 +71,12 @@ template <const char* NS, const char* Name, typename Ret, typename... Args>
 struct SkipAutograd<NS, Name, Ret(Args...)> {
   static Ret kernel(c10::DispatchKeySet keys, Args... args) {
     static const auto op = find_op<Ret(Args...)>(NS, Name);
-    // The backend kernels run with the autograd keys excluded, so the ATen ops they call see
-    // no autograd either: torch's out= ops raise when an input requires grad, which made the
-    // CPU moe_mm (at::mm_out) fail for a weight requiring grad until this guard.
     TORCH_CHECK_NOT_IMPLEMENTED(!(has_forward_grad(args) || ...), "Trying to use forward AD with ",
                                 NS, "::", Name, ", which does not support it (the argon ops are "
                                 "forward only)");
+    // The backend kernels run with the autograd keys excluded, so the ATen ops they call see
+    // no autograd either: torch's out= ops raise when an input requires grad, which made the
+    // CPU moe_mm (at::mm_out) fail for a weight requiring grad until this guard.
     at::AutoDispatchBelowAutograd below_autograd;
     if (c10::GradMode::is_enabled() && (requires_grad(args) || ...)) {
       check_written_args_untracked(op, args...);

@@ -6,8 +6,8 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <optional>
-#include <tuple>
 #include <string>
+#include <tuple>
 
 namespace argon {
 
