@@ -37,8 +37,9 @@ HAS_CLUSTERS = CUDA.available and torch.cuda.get_device_properties(0).major >= 9
 # Clusters of 16 blocks are a non-portable size: the launcher asks the device (an H100 / H200
 # runs them), and so does this oracle.
 HAS_BIG_CLUSTERS = CUDA.available and grid_device()["big_clusters"] > 0
-# The dynamic shared memory a block of the grid kernel may have (an H200: ~227 KB, which every
-# plan fits; an sm_86 / sm_89 GPU: ~99 KB, which E = 1022 does not).
+# The dynamic shared memory a block of the grid kernel may have (an H200: ~227 KB, an sm_86 /
+# sm_89 GPU: ~99 KB, which every plan fits: the widest asks ~72 KB; an sm_75 GPU: 64 KB, which
+# E = 1022 does not).
 GRID_SMEM_ROOM = grid_device()["smem_room"] if CUDA.available else 0
 # Segments the grid kernel takes: one resident block per SM (its registers allow no second),
 # at most 128.
@@ -54,10 +55,10 @@ def ran_grid(names):
 
 def grid_smem_fits(E, chunks, cluster):
     """Whether the grid kernel's shared memory for E experts, `chunks` chunks per warp and
-    clusters of `cluster` segments (plan_grid_smem_bytes: h of E rows of 20, or the staging
+    clusters of `cluster` segments (plan_grid_smem_bytes: h of E rows of 12, or the staging
     area, then a totals row and four per-expert arrays, then in clusters of 2 or more the two
     sums into which the peers add their u16 counts) fits the device."""
-    h = max(E * 20, 3 * 512 * chunks)
+    h = max(E * 12, 3 * 512 * chunks)
     totals_row = (E + 2 + 3) & ~3
     acc = (h + totals_row + 4 * E + 1 + 3) & ~3
     acc_bytes = (E + 2 + 7) // 8 * 16
@@ -71,9 +72,9 @@ def grid_fits(n, E, cluster, chunks):
         return False
     n = max(n, 1)
     if cluster == 0:
-        # The launcher picks the chunks; they change the shared memory only below E = 615,
-        # where even 8 chunks take 62 KB, which every sm_75+ device allows. Only sm_90+ runs
-        # clusters, and there every plan fits with its two sums.
+        # The launcher picks the chunks; 8 ask the most shared memory (E = 1022: ~72 KB),
+        # which every sm_80+ device allows. Only sm_90+ runs clusters, and there every plan
+        # fits with its two sums.
         return n <= 8 * 512 * GRID_MAX_SEGMENTS and grid_smem_fits(E, 8, 0)
     if cluster == GRID_SHAPE:
         c = chunks or -(-n // (512 * GRID_MAX_SEGMENTS))
@@ -181,6 +182,25 @@ def test_grid_kernel_every_instantiation(chunks, id_dtype, cluster):
         assert_bits_equal(getattr(out, f), getattr(want, f), f)
     assert out.meta.cpu().tolist() == want.meta.tolist()[:3] + [2]  # two bad ids
     assert ran_grid(names) == grid_fits(T * K, E, cluster, chunks), names
+
+
+@needs_cooperative
+@pytest.mark.parametrize("cluster,segments", [(1, 1), (GRID_SHAPE, 4)])
+def test_warp_counts_at_their_bound(cluster, segments):
+    """A block keeps each warp's count of an expert as a u16, two warps to a 32-bit word, and
+    scans them in place into the entries of that expert in earlier warps. Every entry to one
+    expert in full segments of 8 chunks puts each warp's count at 256 and the last warp's
+    prefix at 3840 (the high half's), the most a segment holds: one segment, and the grid
+    shape, on outputs pre-filled with garbage."""
+    K, E = 8, 512
+    T = segments * 8 * 512 // K
+    ids, w = make_ids(T, K, E, "one_expert", seed=T), make_weights(T, K)
+    want = reference.moe_plan(ids, w, E, 16)
+    out = want._replace(**{f: garbage_like(getattr(want, f)).cuda() for f in FIELDS})
+    with plan_knobs(grid=1 << 30, grid_cluster=cluster, grid_chunks=8):
+        names = kernels_launched(lambda: ops.moe_plan(ids.cuda(), w.cuda(), E, 16, out=out))
+    assert_plan_equal(out, want)
+    assert ran_grid(names), names
 
 
 @pytest.mark.skipif(not HAS_BIG_CLUSTERS, reason="needs clusters of 16 blocks (sm_90+, and a "

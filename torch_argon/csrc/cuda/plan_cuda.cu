@@ -174,9 +174,9 @@ GridDevice grid_device(const cudaDeviceProp& props) {
   C10_CUDA_CHECK(cudaGetDevice(&dev));
   if (dev < 64 && asked[dev]) return known[dev];
   GridDevice d;
-  // The widest plan needs ~100 KB (E = 1022, C = 8): more than sm_86 / sm_89 blocks may have
-  // (99 KB). Opt in to what the device allows; the launcher gives plans that need more to the
-  // portable kernels.
+  // The widest plan needs ~72 KB (E = 1022, C = 8): more than a block has without opting in
+  // (48 KB) and than sm_75 blocks may have (64 KB). Opt in to what the device allows; the
+  // launcher gives plans that need more to the portable kernels.
   // The two id types' kernels have the same static shared memory; the residency queries below
   // take the fewer blocks or clusters of the two widest.
   const PlanKernel widest[2] = {kGridKernels[0][kGridMaxChunks - 1],

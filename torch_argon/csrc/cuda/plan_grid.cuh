@@ -22,11 +22,11 @@
 //   + (entries of e before i in w)    h[e][w] before i's chunk + lanes below i with its key
 // where every valid entry adds one to h[e][w] (a shared atomic), chunk by chunk, and a lane of a
 // chunk the block places (another replica places the others) reads h[e][w] before its chunk
-// adds; a lane's peers (the lanes of its chunk with the same key) come from one ballot per key
-// bit, after the counts are scanned and sent (the ballots wait behind the exchange's barrier,
-// not in front of it). Keys, weights and ranks stay in registers. That is a stable rank
-// without a sort and without global atomics; integer sums are exact, so the bytes are the
-// same on every run.
+// adds (h holds u16 counts: warps 2i and 2i + 1 share a word); a lane's peers (the lanes of its
+// chunk with the same key) come from one ballot per key bit, after the counts are scanned and
+// sent (the ballots wait behind the exchange's barrier, not in front of it). Keys, weights and
+// ranks stay in registers. That is a stable rank without a sort and without global atomics;
+// integer sums are exact, so the bytes are the same on every run.
 // Ids that are -1 or out of range get key E (counted, not ranked; out-of-range ones also for
 // meta); slots past the last entry get key E + 1 and touch nothing.
 //
@@ -37,7 +37,7 @@
 //                                                                           B / CB arrive
 //   counts: shared atomics into h, chunk by chunk; before each chunk this replica places,
 //   its lanes read h[e][w] (the warp's earlier entries of e)                B
-//   scan of h per expert (one thread, four int4); the block's counts (columns E, E + 1:
+//   scan of h per expert (one thread, two int4); the block's counts (columns E, E + 1:
 //   invalid and out-of-range ids) go to shared memory, and in the grid shape to column b of
 //   the workspace table [E + 2][G]; cluster shape: once every mbarrier is set up, the block
 //   adds its counts into each peer's earlier or later sum           B, CB wait / B / GB
@@ -121,8 +121,14 @@ namespace argon::cuda {
 constexpr int kGridThreads = 512;          // threads per block (16 warps)
 constexpr int kGridWarps = kGridThreads / 32;
 constexpr int kGridMaxChunks = 8;          // chunks per warp, held in registers
-constexpr int kGridHStride = kGridWarps + 4;  // h row of one expert: int4 column scans hit
-                                              // every bank once per quarter warp
+// h row of one expert: the warps' counts as u16 pairs (a count is at most S <= 4096, so no
+// carry crosses the halves), then 4 words of padding, so that int4 column scans hit every bank
+// once per quarter warp. Against one word per warp (20-word rows), H200, same-run A/B,
+// bit-exact, plans back to back: -0.13 us uniform / -0.08 Zipf at T = 4096, -0.03 to -0.16 at
+// T = 128-8192 but for T = 1024 (+0.07 / +0.12) and 16384 (+0.01 / +0.05); zeroing only the
+// 16 count words of the old rows was slower everywhere (bench/plan_cuda_notes.md, session 23).
+constexpr int kGridHWords = kGridWarps / 2;
+constexpr int kGridHStride = kGridHWords + 4;
 constexpr int kGridKeyBits = 10;           // ballots per chunk: keys up to E + 1 < 1024
 constexpr int kGridMaxBlocks = 128;        // segments: four per lane of one warp in step 4
 constexpr int kGridMaxClusterSegments = 16;  // cluster shape: 16 is a non-portable size (the
@@ -264,6 +270,15 @@ __device__ __forceinline__ unsigned warp_peers(int key) {
   return peers;
 }
 
+// h's cell of expert e for a warp: the word of its warp pair, and its half of that word.
+__device__ __forceinline__ unsigned* h_pair(int* s_h, int e, int warp) {
+  return reinterpret_cast<unsigned*>(s_h) + e * kGridHStride + (warp >> 1);
+}
+__device__ __forceinline__ int h_count(unsigned pair, int warp) {
+  return static_cast<int>((pair >> ((warp & 1) * 16)) & 0xffffu);
+}
+__device__ __forceinline__ unsigned h_one(int warp) { return 1u << ((warp & 1) * 16); }
+
 // Id: the ids' type (int64_t or int32_t; p.ids_64 says which the launcher picked this for).
 template <int C, typename Id>
 __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p) {
@@ -277,7 +292,7 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
   // misses overlap at the start instead of stalling later steps (lab: -0.05 us at T <= 128).
   asm volatile("" ::"l"(p.ids), "r"(p.cluster), "l"(p.meta));
   const int E = p.E;
-  int* s_h = smem_words;  // [E][kGridHStride] per-warp counts of each expert; later the staging
+  int* s_h = smem_words;  // [E][kGridHStride] per-warp counts (u16) of each expert; later the
   int* s_cnt = s_h + plan_grid_h_words(E, C);     // [totals row] block counts (in the cluster
                                                   // shape as u16, copied to the peers)
   int* s_base = s_cnt + plan_grid_totals_row(E);  // [E] row of this block's first entry of e
@@ -319,7 +334,7 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
   //    for it. Either way the next kernel of the stream may start now, if launched so.
   let_dependents_start();
   const auto zero_h = [&] {
-    const int words = E * kGridHStride;  // a multiple of 4 (the part the ranks use)
+    const int words = E * kGridHStride;  // a multiple of 4 (with the padding: one plain loop)
     int4* h4 = reinterpret_cast<int4*>(s_h);
 #pragma unroll 1
     for (int q = tid; q < words / 4; q += kGridThreads) h4[q] = make_int4(0, 0, 0, 0);
@@ -361,13 +376,13 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
     const int k = key[c];
     const bool valid = k < E;
     invalid += k == E;
-    int* h = s_h + k * kGridHStride + warp;
+    unsigned* h = h_pair(s_h, k, warp);
     if ((own >> c) & 1u) {  // the same for the whole warp
       __syncwarp();         // the atomics of earlier chunks are visible to every lane
-      rank[c] = valid ? *h : 0;
+      rank[c] = valid ? h_count(*h, warp) : 0;
       __syncwarp();         // every lane has read h before this chunk adds to it
     }
-    if (valid) atomicAdd(h, 1);
+    if (valid) atomicAdd(h, h_one(warp));
   }
   invalid = warp_sum(invalid);
   bad = warp_sum(bad);
@@ -375,27 +390,35 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
   if (lane == 0 && bad != 0) atomicAdd(&s_bad, bad);              // on every run
   __syncthreads();
 
-  // 3. Column scan (thread e, its h row as four int4): h[e][w] becomes the entries of e in
-  //    warps before w. The block's counts (columns E, E + 1: invalid and out-of-range ids) go
-  //    to column b of the workspace's count table [E + 2][G], or stay in shared memory.
+  // 3. Column scan (thread e, its h row as two int4 of u16 pairs): h[e][w] becomes the entries
+  //    of e in warps before w (at most S <= 4096: each pair stays two u16). The block's counts
+  //    (columns E, E + 1: invalid and out-of-range ids) go to column b of the workspace's
+  //    count table [E + 2][G], or stay in shared memory.
   const int ws_row = plan_grid_totals_row(E);
   int* ws_tot = p.block_hist;             // [ws_row] plan totals per column
   int* ws_cnt = p.block_hist + ws_row;    // [E + 2][G] block counts, then exclusive prefixes
 #pragma unroll 1
   for (int e = tid; e < E; e += kGridThreads) {
-    int4* row = reinterpret_cast<int4*>(s_h + e * kGridHStride);
-    int4 v[kGridWarps / 4];
+    uint4* row = reinterpret_cast<uint4*>(s_h + e * kGridHStride);
+    uint4 v[kGridHWords / 4];
 #pragma unroll
-    for (int j = 0; j < kGridWarps / 4; ++j) v[j] = row[j];
+    for (int j = 0; j < kGridHWords / 4; ++j) v[j] = row[j];
     int run = 0;
+    const auto pair_prefix = [&run](unsigned& pair) {  // (lo, hi) becomes (run, run + lo)
+      const int lo = static_cast<int>(pair & 0xffffu);
+      const int hi = static_cast<int>(pair >> 16);
+      pair = static_cast<unsigned>(run) | (static_cast<unsigned>(run + lo) << 16);
+      run += lo + hi;
+    };
 #pragma unroll
-    for (int j = 0; j < kGridWarps / 4; ++j) {
-      const int4 x = v[j];
-      v[j] = make_int4(run, run + x.x, run + x.x + x.y, run + x.x + x.y + x.z);
-      run += x.x + x.y + x.z + x.w;
+    for (int j = 0; j < kGridHWords / 4; ++j) {  // in warp order
+      pair_prefix(v[j].x);
+      pair_prefix(v[j].y);
+      pair_prefix(v[j].z);
+      pair_prefix(v[j].w);
     }
 #pragma unroll
-    for (int j = 0; j < kGridWarps / 4; ++j) row[j] = v[j];
+    for (int j = 0; j < kGridHWords / 4; ++j) row[j] = v[j];
     if (cluster_exchange) {
       s_cnt16[e] = static_cast<unsigned short>(run);
     } else {
@@ -459,7 +482,9 @@ __global__ void __launch_bounds__(kGridThreads, 1) plan_grid_kernel(PlanParams p
   for (int c = 0; c < C; ++c) {
     if (!((own >> c) & 1u)) continue;  // the same for the whole warp
     const unsigned peers = warp_peers(key[c]);
-    if (key[c] < E) rank[c] += s_h[key[c] * kGridHStride + warp] + __popc(peers & lanes_below);
+    if (key[c] < E) {
+      rank[c] += h_count(*h_pair(s_h, key[c], warp), warp) + __popc(peers & lanes_below);
+    }
   }
   if (grid_exchange) {
     // Lanes per column: enough for four blocks each (a power of two, so segments align).
