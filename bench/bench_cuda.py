@@ -27,10 +27,10 @@ import traceback
 import torch
 
 import torch_argon
-from torch_argon import baselines
-from torch_argon._plan_tuning import GRID_SHAPE, grid_device, kernels_launched, plan_knobs
+from torch_argon.testing import baselines
+from torch_argon.testing.plan_tuning import GRID_SHAPE, grid_device, kernels_launched, plan_knobs
 from torch_argon._shapes import plan_rows
-from torch_argon.timing import cuda_events_us, cuda_graph_us, heat
+from torch_argon.testing.timing import cuda_events_us, cuda_graph_us, heat
 
 E, K, TM, H = 512, 10, 16, 2560
 PLAN_T = [1, 4, 16, 128, 512, 1024, 2048, 3072, 4096, 8192, 16384]

@@ -32,10 +32,11 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from torch_argon import backends, baselines, triton_ops  # noqa: E402
+from torch_argon import triton_ops  # noqa: E402
+from torch_argon.testing import backends, baselines  # noqa: E402
 from torch_argon.layer import moe_layer  # noqa: E402
 from torch_argon.routing import route  # noqa: E402
-from torch_argon.timing import cuda_events_us, heat  # noqa: E402
+from torch_argon.testing.timing import cuda_events_us, heat  # noqa: E402
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 STAGES = ("route", "plan", "gather", "gate_up_mm", "swiglu", "down_mm", "combine")
@@ -131,7 +132,7 @@ def layer_fn(x, router, w_gate_up, w_down, K, ops, path):
     """The layer along one path: "triton" (the CUDA default) or "ops" (as before the Triton
     kernels: torch.topk and one argon op per stage)."""
     def run(tm):
-        return moe_layer(x, router, w_gate_up, w_down, K, tile_m=tm, ops=ops, path=path,
+        return moe_layer(x, router, (w_gate_up, w_down), K, tile_m=tm, ops=ops, path=path,
                          topk="auto" if path == "triton" else "torch")
     return run
 

@@ -10,13 +10,14 @@ import pytest
 import torch
 
 import torch_argon
-from torch_argon import baselines, reference
-from torch_argon.layer import default_tile_m
-from torch_argon.timing import synchronize
+from torch_argon import reference
+from torch_argon.testing import baselines
+from torch_argon.paths import ops_tile_m
+from torch_argon.testing.timing import synchronize
 from routing_cases import make_ids, make_weights
 
 T, K, E, TM, H, I = 2048, 10, 512, 16, 2048, 512
-DEVICES = ["cpu"] + [d for d in ("cuda", "mps") if torch_argon.backends.get(d).available]
+DEVICES = ["cpu"] + [d for d in ("cuda", "mps") if torch_argon.testing.backends.get(d).available]
 
 
 @pytest.fixture(scope="module", params=DEVICES)
@@ -93,7 +94,7 @@ def test_moe_mm(benchmark, case, impl):
     ids = make_ids(T, K, e, "uniform").to(case["dev"])
     dt = torch.float32 if case["dev"] == "cpu" else torch.bfloat16
     wts = (torch.randn(e, n, hid, generator=g) / hid ** 0.5).to(case["dev"], dt)
-    tm = default_tile_m(case["dev"])
+    tm = ops_tile_m(case["dev"])
     plan = torch_argon.moe_plan(ids, case["w"], e, tm)
     xs = torch.randn(plan.sorted_token.shape[0], hid, generator=g).to(case["dev"], dt)
     order, ends = baselines.argsort_plan(ids, e)

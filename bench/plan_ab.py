@@ -11,7 +11,7 @@ router top-k, as in a layer (bench_cuda.py's "plan_after_topk": graph replay of 
 less [top-k] alone, dependent launch as the launcher sets it), under "topk+<dist>/<T>": a plan
 change can move that sequence differently from plans back to back (bench/plan_cuda_notes.md,
 session 12). --knobs sets plan_tuning knobs by name for the run (see
-torch_argon/_plan_tuning.py), e.g. --knobs grid_replicas=7,grid_cluster=16. --ids int32 times
+torch_argon/testing/plan_tuning.py), e.g. --knobs grid_replicas=7,grid_cluster=16. --ids int32 times
 the same routing with int32 ids (the keys stay the same, so two runs of one build, one with
 int64 ids and one with int32, make an A/B of the ids' width).
 """
@@ -26,8 +26,8 @@ import torch
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch_argon  # noqa: E402
 from bench_cuda import E, TM, behind, behind_us, graph_us, plan_bits_equal, routing  # noqa: E402
-from torch_argon._plan_tuning import set_plan_knobs  # noqa: E402
-from torch_argon.timing import heat  # noqa: E402
+from torch_argon.testing.plan_tuning import set_plan_knobs  # noqa: E402
+from torch_argon.testing.timing import heat  # noqa: E402
 
 DEFAULT_T = "1,16,128,512,1024,2048,3072,4096,6144,8192"
 

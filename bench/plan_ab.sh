@@ -9,7 +9,7 @@
 #
 # OLD_DIR holds the old files at their repository paths; everything else is the working tree's.
 # Give it kernel sources only: the harness (this tree's bench/) also imports helpers from the
-# package under test (torch_argon.timing, torch_argon._plan_tuning), which must be current.
+# package under test (torch_argon.testing.timing, torch_argon.testing.plan_tuning), which must be current.
 # Run from the repository root. Through the device tool: keep lab/ out of git
 # (.git/info/exclude) and name it in `carry`.
 # Results: $OUT (or /tmp/plan_ab): ab_<tag>.json per run, runs.log, the build logs (7 files);

@@ -14,7 +14,7 @@ import torch
 
 import torch_argon
 from bench import bench_cuda as bc
-from torch_argon.timing import cuda_graph_us, heat
+from torch_argon.testing.timing import cuda_graph_us, heat
 
 
 def main():

@@ -32,7 +32,7 @@ def import_package_without_extension():
 import_package_without_extension()
 from torch_argon import reference  # noqa: E402
 from torch_argon.routing import route  # noqa: E402
-from torch_argon.timing import cuda_events_us, cuda_graph_us as graph_us  # noqa: E402
+from torch_argon.testing.timing import cuda_events_us, cuda_graph_us as graph_us  # noqa: E402
 from torch_argon.triton_ops.configs import MMConfig  # noqa: E402
 from torch_argon.triton_ops.ops import launch_moe_mm, topk_triton  # noqa: E402
 

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from torch_argon import backends
+from torch_argon.testing import backends
 
 
 def backend_params(names):

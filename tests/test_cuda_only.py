@@ -6,8 +6,9 @@ values on every backend through the default path; these cover what only CUDA has
 import pytest
 import torch
 
-from torch_argon import backends, reference
-from torch_argon._plan_tuning import (GRID_SHAPE, grid_device, kernels_launched, plan_knobs,
+from torch_argon import reference
+from torch_argon.testing import backends
+from torch_argon.testing.plan_tuning import (GRID_SHAPE, grid_device, kernels_launched, plan_knobs,
                                       set_plan_knobs)
 from conftest import assert_bits_equal
 from routing_cases import garbage_like, make_ids, make_weights

@@ -2,7 +2,7 @@
 each lane schedule, the plan's limits, the recipe's kernel choices, and the runner's handling of
 barriers that not every lane reaches.
 
-Schedules (csrc/metal_host/lane_runner.h): `free` runs one host thread per lane, all concurrent;
+Schedules (csrc/metal/host/lane_runner.h): `free` runs one host thread per lane, all concurrent;
 `forward` / `reverse` run one lane at a time in ascending / descending order, each until its next
 barrier. A missing barrier is caught deterministically by one of forward (a lane reads what a
 higher lane has not written yet) or reverse (what a lower lane has not written yet); the
@@ -11,7 +11,7 @@ barrier-deletion check (tools/barrier_mutation.py) relies on these tests.
 import pytest
 import torch
 
-from torch_argon import backends
+from torch_argon.testing import backends
 from torch_argon._shapes import META_N_BAD_IDS
 from routing_cases import make_ids, make_weights
 from test_moe_mm import REL_TOL, rel_err, setup as moe_mm_setup
@@ -76,7 +76,7 @@ def test_plan_int64_ids_beyond_32_bits_are_bad_ids():
 
 def test_plan_expert_limit():
     ids = make_ids(10, 2, 4097, "uniform")
-    with pytest.raises(RuntimeError, match=r"n_expert <= 4096, got 4097"):
+    with pytest.raises(ValueError, match=r"n_expert <= 4096, got 4097"):
         BACKEND.ops.moe_plan(ids, make_weights(10, 2), 4097, 16)
 
 

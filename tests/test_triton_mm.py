@@ -11,7 +11,8 @@ import pytest
 import torch
 
 import torch_argon
-from torch_argon import backends, reference, triton_ops
+from torch_argon import reference, triton_ops
+from torch_argon.testing import backends
 from triton_cases import CASES, REL_TOL, run_case, run_corrupt_tokens_case, run_topk_case
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -68,10 +69,10 @@ def test_layer_triton_path_cuda(tile_m):
     x, rw, wgu, wd = _layer_problem()
     K = 4
     ids, w = torch_argon.route(x, rw, K)
-    want = reference.moe_layer(x.cpu(), rw.cpu(), wgu.cpu(), wd.cpu(), K, topk_ids=ids.cpu(),
+    want = reference.moe_layer(x.cpu(), rw.cpu(), (wgu.cpu(), wd.cpu()), K, topk_ids=ids.cpu(),
                                topk_weights=w.cpu())
     for path in ("triton", "ops"):
-        got = torch_argon.moe_layer(x, rw, wgu, wd, K, tile_m=tile_m, path=path).cpu()
+        got = torch_argon.moe_layer(x, rw, (wgu, wd), K, tile_m=tile_m, path=path).cpu()
         err = float((got.double() - want.double()).norm() / want.double().norm())
         assert err < REL_TOL[torch.bfloat16], (path, err)
 
@@ -80,11 +81,11 @@ def test_layer_triton_path_cuda(tile_m):
 def test_layer_triton_path_refusals():
     x, rw, wgu, wd = _layer_problem()
     with pytest.raises(ValueError, match="power of two >= 16"):
-        torch_argon.moe_layer(x, rw, wgu, wd, 2, tile_m=8, path="triton")
+        torch_argon.moe_layer(x, rw, (wgu, wd), 2, tile_m=8, path="triton")
     with pytest.raises(ValueError, match="fp16 / bf16"):
-        torch_argon.moe_layer(x.float(), rw.float(), wgu.float(), wd.float(), 2, path="triton")
+        torch_argon.moe_layer(x.float(), rw.float(), (wgu.float(), wd.float()), 2, path="triton")
     # "auto" falls back to the ops path where Triton cannot run
-    torch_argon.moe_layer(x.float(), rw.float(), wgu.float(), wd.float(), 2)
+    torch_argon.moe_layer(x.float(), rw.float(), (wgu.float(), wd.float()), 2)
 
 
 @needs_cuda
@@ -92,7 +93,7 @@ def test_layer_triton_compiles_fullgraph_cuda():
     x, rw, wgu, wd = _layer_problem(T=40)
     torch._dynamo.reset()
     compiled = torch.compile(torch_argon.moe_layer, fullgraph=True)
-    eager = torch_argon.moe_layer(x, rw, wgu, wd, 2, renormalize=True, path="triton")
+    eager = torch_argon.moe_layer(x, rw, (wgu, wd), 2, renormalize=True, path="triton")
     got = compiled(x, rw, wgu, wd, 2, renormalize=True, path="triton")
     torch.testing.assert_close(got, eager, atol=2e-2, rtol=2e-2)
 

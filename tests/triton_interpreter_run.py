@@ -31,7 +31,7 @@ def _index_scalars_numpy2():
 
 _index_scalars_numpy2()
 
-from torch_argon import backends  # noqa: E402
+from torch_argon.testing import backends  # noqa: E402
 from triton_cases import CASES, run_case, run_corrupt_tokens_case, run_topk_case  # noqa: E402
 
 results = {name: run_case(name, "cpu", torch.float16, backends.get("cpu").ops)

@@ -6,7 +6,7 @@ Each is plain torch, written the way model libraries and users write it, and tim
 import torch
 import torch.nn.functional as F
 
-from ._shapes import plan_rows
+from .._shapes import plan_rows
 
 
 def plan_argsort(topk_ids, topk_weights, n_expert, tile_m=16):
@@ -54,7 +54,7 @@ def layer_per_expert_loop(x, router_weight, w_gate_up, w_down, top_k, *, scoring
                           renormalize=False):
     """A MoE layer the way model libraries run it eagerly: one Python iteration per expert
     that received tokens (which needs the routing on the host)."""
-    from .routing import route
+    from ..routing import route
 
     ids, weights = route(x, router_weight, top_k, scoring=scoring, renormalize=renormalize,
                          topk="torch")
@@ -112,7 +112,7 @@ def layer_argsort_grouped_mm(x, router_weight, w_gate_up, w_down, top_k, *, scor
                              renormalize=False):
     """The best plain-torch layer: stable argsort of the entries by expert, one
     torch._grouped_mm per projection over unpadded groups, and a scatter-add combine."""
-    from .routing import route
+    from ..routing import route
 
     ids, weights = route(x, router_weight, top_k, scoring=scoring, renormalize=renormalize,
                          topk="torch")

@@ -7,41 +7,52 @@
   cuda        torch.ops.argon, CUDA kernels               CUDA tensors
   mps         torch.ops.argon, Metal kernels via MPS      MPS tensors
 """
+import inspect
 from dataclasses import dataclass
 from types import SimpleNamespace
 
 import torch
 
-from . import reference
-from .ops import OpSet
+from .. import reference
+from ..ops import FUNCTIONAL_OPS, OpSet
+from ..plan import MoEPlan
 
 NAMES = ("reference", "cpu", "metal_host", "cuda", "mps")
 
 
 def _reference_namespace():
-    """reference.py shaped like a torch.ops namespace (functional and _out forms)."""
+    """reference.py shaped like a torch.ops namespace: for every op of the table, its functional
+    form (the reference function of the same name; a plan comes back as its seven tensors) and
+    its _out form (the functional form's results copied into the written arguments)."""
 
-    def plan(ids, w, E, tm):
-        return reference.moe_plan(ids, w, E, tm).tensors()
+    def functional(fn):
+        def call(*args, **kwargs):
+            result = fn(*args, **kwargs)
+            return result.tensors() if isinstance(result, MoEPlan) else result
+        return call
 
-    def plan_out(ids, w, E, tm, *outs):
-        for dst, src in zip(outs, plan(ids, w, E, tm)):
-            dst.copy_(src)
+    def out_form(name, fn, takes_out_dtype):
+        schema = getattr(torch.ops.argon, f"{name}_out").default._schema
+        written = [i for i, a in enumerate(schema.arguments)
+                   if a.alias_info is not None and a.alias_info.is_write]
 
-    def into(fn):
-        def out_form(*args):
-            *inputs, out = args
-            out.copy_(fn(*inputs, out_dtype=out.dtype) if fn is not reference.moe_mm
-                      else fn(*inputs))
-        return out_form
+        def call(*args):
+            inputs = [a for i, a in enumerate(args) if i not in written]
+            outs = [args[i] for i in written]
+            kwargs = {"out_dtype": outs[0].dtype} if takes_out_dtype else {}
+            result = fn(*inputs, **kwargs)
+            results = result if isinstance(result, tuple) else (result,)
+            for dst, src in zip(outs, results):
+                dst.copy_(src)
+        return call
 
-    return SimpleNamespace(
-        moe_plan=plan, moe_plan_out=plan_out,
-        moe_gather=reference.moe_gather, moe_gather_out=into(reference.moe_gather),
-        moe_combine=reference.moe_combine, moe_combine_out=into(reference.moe_combine),
-        swiglu=reference.swiglu, swiglu_out=into(reference.swiglu),
-        moe_mm=reference.moe_mm, moe_mm_out=into(reference.moe_mm),
-    )
+    ns = {}
+    for name in FUNCTIONAL_OPS:
+        raw = getattr(reference, name)
+        fn = functional(raw)
+        takes_out_dtype = "out_dtype" in inspect.signature(raw).parameters
+        ns[name], ns[f"{name}_out"] = fn, out_form(name, fn, takes_out_dtype)
+    return SimpleNamespace(**ns)
 
 
 def _has_kernel(lib, dispatch_key):
