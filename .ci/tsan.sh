@@ -2,7 +2,7 @@
 # ThreadSanitizer run of the Metal-on-host runtime: builds the plan and gather kernels (the
 # unmodified .metal files), the shared launch recipe and the lane runner with -fsanitize=thread,
 # without torch, and runs them on small shapes with every lane a concurrent thread, checking the
-# results bit for bit (csrc/metal_host/standalone/tsan_check.cpp).
+# results bit for bit (csrc/metal/host/standalone/tsan_check.cpp).
 # Then a negative control: the same build with one barrier of mm_place deleted must make TSan
 # report a race, which shows TSan really watches the lanes.
 # Exit status non-zero on any race, mismatch, or a control that TSan does not flag.
@@ -14,14 +14,14 @@ OUT=${TSAN_OUT:-build/tsan}
 mkdir -p "$OUT"
 SRC=torch_argon/csrc
 FLAGS=(-std=c++20 -O1 -g -fsanitize=thread -ffp-contract=off -pthread
-       -I"$SRC" -I"$SRC/metal_host" -I"$SRC/metal_host/shim")
-UNITS=("$SRC/metal_host/lane_runner.cpp" "$SRC/metal_host/kernel_table.cpp"
-       "$SRC/metal_host/host_encoder.cpp" "$SRC/metal_recipe.cpp"
-       "$SRC/metal_host/kernels_gather.cpp" "$SRC/metal_host/standalone/tsan_check.cpp")
+       -I"$SRC" -I"$SRC/metal/host" -I"$SRC/metal/host/shim")
+UNITS=("$SRC/metal/host/lane_runner.cpp" "$SRC/metal/host/kernel_table.cpp"
+       "$SRC/metal/host/host_encoder.cpp" "$SRC/metal/recipe.cpp"
+       "$SRC/metal/host/kernels_gather.cpp" "$SRC/metal/host/standalone/tsan_check.cpp")
 export TSAN_OPTIONS="halt_on_error=1 exitcode=66 report_signal_unsafe=0"
 
 build() {  # build <binary> <dir holding plan.metal>; one compiler call (bash 3.2 friendly)
-  "$CXX" "${FLAGS[@]}" -I"$2" -Itorch_argon/metal "${UNITS[@]}" "$SRC/metal_host/kernels_plan.cpp" \
+  "$CXX" "${FLAGS[@]}" -I"$2" -Itorch_argon/metal "${UNITS[@]}" "$SRC/metal/host/kernels_plan.cpp" \
     -o "$1"
 }
 

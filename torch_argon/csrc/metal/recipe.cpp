@@ -1,4 +1,4 @@
-#include "metal_recipe.h"
+#include "metal/recipe.h"
 
 #include <algorithm>
 #include <stdexcept>

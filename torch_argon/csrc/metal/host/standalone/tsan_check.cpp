@@ -10,7 +10,7 @@
 
 #include "host_encoder.h"
 #include "lane_runner.h"
-#include "metal_recipe.h"
+#include "metal/recipe.h"
 
 namespace {
 

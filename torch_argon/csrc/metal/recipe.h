@@ -1,7 +1,7 @@
 // The launch recipe of the argon Metal kernels, written once: which kernels, in which order, with
 // which grid, buffer indices and params. It is written against a tiny encoder interface that two
 // backends implement: the MPS stream's compute encoder (mps/) and the host runner that executes
-// the same .metal files on CPU threads (metal_host/). So every parity test run on the host also
+// the same .metal files on CPU threads (host/). So every parity test run on the host also
 // checks the recipe the GPU uses. Free of torch, so the standalone ThreadSanitizer build uses it.
 #pragma once
 #include <cstddef>

@@ -1,4 +1,4 @@
-// The argon _out ops on MPS: the shared op bodies (metal_recipe_ops.cpp) with a target that
+// The argon _out ops on MPS: the shared op bodies (metal/out_ops.cpp) with a target that
 // encodes into the current MPS stream. The recipe runs first into a CommandRecorder, and
 // pipelines are fetched, outside the dispatch block; inside it (dispatch_sync on the stream's
 // queue) the commands are replayed into the stream's shared compute encoder. No second encoder,
@@ -10,7 +10,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "../metal_recipe_ops.h"
+#include "metal/out_ops.h"
 #include "metal_library.h"
 
 namespace argon::metal {
@@ -85,12 +85,10 @@ Target& mps_target() {
   return t;
 }
 
-using Ops = OutOps<mps_target>;
-
 }  // namespace
 
 TORCH_LIBRARY_IMPL(argon, MPS, m) {
-  Ops::register_all(m);
+  register_out_ops<mps_target>(m);
 }
 
 }  // namespace argon::metal

@@ -1,4 +1,4 @@
-#include "metal_recipe_ops.h"
+#include "metal/out_ops.h"
 
 #include <stdexcept>
 
@@ -8,7 +8,7 @@ namespace argon::metal {
 namespace {
 
 uint32_t u32(int64_t v, const char* what) {
-  TORCH_CHECK(v >= 0 && v <= int64_t(UINT32_MAX), what, " = ", v, " does not fit the Metal "
+  TORCH_CHECK_VALUE(v >= 0 && v <= int64_t(UINT32_MAX), what, " = ", v, " does not fit the Metal "
               "kernels' 32-bit sizes");
   return static_cast<uint32_t>(v);
 }
@@ -20,23 +20,23 @@ ArgonDtype argon_dtype(at::ScalarType t) {
     case at::kFloat: return ARGON_F32;
     case at::kHalf: return ARGON_F16;
     case at::kBFloat16: return ARGON_BF16;
-    default: TORCH_CHECK(false, "unsupported dtype ", t);
+    default: TORCH_CHECK_VALUE(false, "unsupported dtype ", t);
   }
 }
 
-void plan_out(Target& target, const Tensor& topk_ids, const Tensor& topk_weights,
+void moe_plan_out(Target& target, const Tensor& topk_ids, const Tensor& topk_weights,
               int64_t n_expert, int64_t tile_m, const Tensor& counts, const Tensor& offsets,
               const Tensor& sorted_token, const Tensor& sorted_weight, const Tensor& pos,
               const Tensor& tile_expert, const Tensor& meta) {
   const PlanDims d = check_plan_inputs(topk_ids, topk_weights, n_expert, tile_m);
-  check_plan_outputs(d, topk_ids, counts, offsets, sorted_token, sorted_weight, pos, tile_expert,
+  check_plan_outputs(d, topk_ids, topk_weights, counts, offsets, sorted_token, sorted_weight, pos, tile_expert,
                      meta);
   PlanLaunch launch;
   try {
     launch = plan_launch(d.T, d.K, d.E, d.tile_m, d.r_max, topk_ids.scalar_type() == at::kLong,
                          argon_dtype(topk_weights.scalar_type()));
   } catch (const std::invalid_argument& e) {
-    TORCH_CHECK(false, e.what());
+    TORCH_CHECK_VALUE(false, e.what());
   }
   const Tensor ids = topk_ids.contiguous(), w = topk_weights.contiguous();
   const Tensor scratch =
@@ -48,7 +48,7 @@ void plan_out(Target& target, const Tensor& topk_ids, const Tensor& topk_weights
   target.encode([&](Encoder& enc) { encode_plan(enc, launch, b); });
 }
 
-void gather_out(Target& target, const Tensor& x_in, const Tensor& sorted_token_in,
+void moe_gather_out(Target& target, const Tensor& x_in, const Tensor& sorted_token_in,
                 const Tensor& out) {
   check_gather(x_in, sorted_token_in, out);
   const Tensor x = x_in.contiguous(), sorted_token = sorted_token_in.contiguous();
@@ -62,7 +62,7 @@ void gather_out(Target& target, const Tensor& x_in, const Tensor& sorted_token_i
   target.encode([&](Encoder& enc) { encode_gather(enc, p, b); });
 }
 
-void combine_out(Target& target, const Tensor& y_in, const Tensor& pos_in,
+void moe_combine_out(Target& target, const Tensor& y_in, const Tensor& pos_in,
                  const Tensor& w_in, const OptTensor& shared_in, const OptTensor& residual_in,
                  const Tensor& out) {
   check_combine(y_in, pos_in, w_in, shared_in, residual_in, out);
@@ -115,7 +115,7 @@ void moe_mm_out(Target& target, const Tensor& xs, const Tensor& w, const Tensor&
   p.xs_row_stride = u32(xs.stride(0), "xs.stride(0)");
   p.xs_col_stride = u32(xs.stride(1), "xs.stride(1)");
   const uint64_t es = static_cast<uint64_t>(w.stride(0));
-  TORCH_CHECK(w.stride(0) >= 0, "w.stride(0) must be >= 0");
+  TORCH_CHECK_VALUE(w.stride(0) >= 0, "w.stride(0) must be >= 0");
   p.w_expert_stride_lo = static_cast<uint32_t>(es);
   p.w_expert_stride_hi = static_cast<uint32_t>(es >> 32);
   p.w_row_stride = u32(w.stride(1), "w.stride(1)");

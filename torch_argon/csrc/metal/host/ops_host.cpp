@@ -1,11 +1,11 @@
 // The `argon_host` op library: the argon _out ops run by the .metal kernels on host threads, on
-// CPU tensors, through the same recipe as MPS (metal_recipe_ops.cpp). The test suite selects it
+// CPU tensors, through the same recipe as MPS (metal/out_ops.cpp). The test suite selects it
 // as backend "metal_host". Like the GPU, out-of-range ids are treated as -1 and counted in meta.
 #include <torch/library.h>
 
 #include "host_encoder.h"
 #include "lane_runner.h"
-#include "metal_recipe_ops.h"
+#include "metal/out_ops.h"
 
 namespace argon::metal {
 namespace {
@@ -33,8 +33,6 @@ Target& host_target() {
   static HostTarget t;
   return t;
 }
-
-using Ops = OutOps<host_target>;
 
 void set_schedule(const std::string& name) { argon_host::set_schedule_override(name.c_str()); }
 
@@ -76,7 +74,7 @@ TORCH_LIBRARY_FRAGMENT(argon_host, m) {
 }
 
 TORCH_LIBRARY_IMPL(argon_host, CPU, m) {
-  Ops::register_all(m);
+  register_out_ops<host_target>(m);
 }
 
 }  // namespace argon::metal
