@@ -11,7 +11,7 @@ import re
 import shutil
 import subprocess
 
-from setuptools import setup
+from setuptools import find_packages, setup
 from torch.utils import cpp_extension
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -48,7 +48,7 @@ if platform.system() == "Linux":
     # at::parallel_for is inline OpenMP in torch's headers: without -fopenmp it runs serially.
     cxx_flags.append("-fopenmp")
     extra_link.append("-fopenmp")
-srcs = sources("*.cpp", "cpu/*.cpp", "metal_host/*.cpp")
+srcs = sources("*.cpp", "cpu/*.cpp", "metal/*.cpp", "metal/host/*.cpp")
 Extension = cpp_extension.CppExtension
 
 if want_cuda():
@@ -60,7 +60,7 @@ if want_cuda():
         nvcc_flags += [f"-gencode=arch=compute_{arch},code=sm_{arch}"]
 
 # ---- Metal for MPS (owned by the Metal backend): the kernels as one embedded source, which
-# csrc/mps compiles on first use, and a prebuilt argon.metallib when `xcrun metal` exists.
+# csrc/metal/mps compiles on first use, and a prebuilt argon.metallib when `xcrun metal` exists.
 METAL_DIR = os.path.join("torch_argon", "metal")
 METAL_KERNELS = ("plan.metal", "gather.metal", "combine.metal", "swiglu.metal", "moe_mm.metal")
 GENERATED = os.path.join("build", "argon_generated")
@@ -116,7 +116,7 @@ def build_metallib():
 
 
 if want_mps():
-    srcs += sources("mps/*.mm")
+    srcs += sources("metal/mps/*.mm")
     defines.append(("ARGON_WITH_MPS", "1"))
     cxx_flags += ["-fobjc-arc"]
     extra_link += ["-framework", "Metal", "-framework", "Foundation"]
@@ -128,7 +128,7 @@ ext = Extension(
     sources=srcs,
     include_dirs=[os.path.join(ROOT, CSRC), os.path.join(ROOT, "torch_argon", "metal"),
                   # <metal_stdlib> for the .metal files compiled as C++ (the host shim)
-                  os.path.join(ROOT, CSRC, "metal_host", "shim"),
+                  os.path.join(ROOT, CSRC, "metal", "host", "shim"),
                   # metal_source.inc for the MPS dispatch (macOS only)
                   os.path.join(ROOT, "build", "argon_generated")],
     define_macros=defines,
@@ -140,7 +140,7 @@ setup(
     name="torch_argon",
     version="0.1.0",
     description="Fast Mixture-of-Experts prefill ops for PyTorch on MPS, CUDA and the CPU",
-    packages=["torch_argon", "torch_argon.integrations", "torch_argon.triton_ops"],
+    packages=find_packages(include=["torch_argon", "torch_argon.*"]),
     package_data={"torch_argon": ["metal/*.metal", "metal/*.h", "metal/*.metallib"]},
     ext_modules=[ext],
     cmdclass={"build_ext": cpp_extension.BuildExtension},

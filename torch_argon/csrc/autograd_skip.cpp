@@ -24,6 +24,7 @@
 #include <type_traits>
 
 #include "op_signatures.h"
+#include "op_table.h"
 
 namespace argon {
 namespace {
@@ -92,16 +93,12 @@ struct SkipAutograd<NS, Name, Ret(Args...)> {
   }
 };
 
-constexpr char kMoePlan[] = "moe_plan";
-constexpr char kMoeGather[] = "moe_gather";
-constexpr char kMoeCombine[] = "moe_combine";
-constexpr char kSwiglu[] = "swiglu";
-constexpr char kMoeMm[] = "moe_mm";
-constexpr char kMoePlanOut[] = "moe_plan_out";
-constexpr char kMoeGatherOut[] = "moe_gather_out";
-constexpr char kMoeCombineOut[] = "moe_combine_out";
-constexpr char kSwigluOut[] = "swiglu_out";
-constexpr char kMoeMmOut[] = "moe_mm_out";
+// The op names as constants with linkage (template arguments of SkipAutograd).
+#define ARGON_NAME_CONSTANTS(name, schema, out_schema, Fn, OutFn) \
+  constexpr char k_##name[] = #name;                              \
+  constexpr char k_##name##_out[] = #name "_out";
+ARGON_OPS(ARGON_NAME_CONSTANTS)
+#undef ARGON_NAME_CONSTANTS
 
 template <const char* NS, const char* Name, typename Fn>
 void skip_autograd(torch::Library& m) {
@@ -110,16 +107,11 @@ void skip_autograd(torch::Library& m) {
 
 template <const char* NS>
 void register_skips(torch::Library& m) {
-  skip_autograd<NS, kMoePlan, PlanFn>(m);
-  skip_autograd<NS, kMoeGather, GatherFn>(m);
-  skip_autograd<NS, kMoeCombine, CombineFn>(m);
-  skip_autograd<NS, kSwiglu, SwigluFn>(m);
-  skip_autograd<NS, kMoeMm, MoeMmFn>(m);
-  skip_autograd<NS, kMoePlanOut, PlanOutFn>(m);
-  skip_autograd<NS, kMoeGatherOut, GatherOutFn>(m);
-  skip_autograd<NS, kMoeCombineOut, CombineOutFn>(m);
-  skip_autograd<NS, kSwigluOut, SwigluOutFn>(m);
-  skip_autograd<NS, kMoeMmOut, MoeMmOutFn>(m);
+#define ARGON_SKIP_AUTOGRAD(name, schema, out_schema, Fn, OutFn) \
+  skip_autograd<NS, k_##name, Fn>(m);                            \
+  skip_autograd<NS, k_##name##_out, OutFn>(m);
+  ARGON_OPS(ARGON_SKIP_AUTOGRAD)
+#undef ARGON_SKIP_AUTOGRAD
 }
 
 constexpr char kArgon[] = "argon";

@@ -29,8 +29,8 @@ struct Functional {
 
   static Tensor moe_gather(const Tensor& x, const Tensor& sorted_token,
                            std::optional<at::ScalarType> out_dtype) {
-    TORCH_CHECK(x.dim() == 2, "x must be 2-D [T, H], got shape ", x.sizes());
-    TORCH_CHECK(sorted_token.dim() == 1, "sorted_token must be 1-D [R], got shape ",
+    TORCH_CHECK_VALUE(x.dim() == 2, "x must be 2-D [T, H], got shape ", x.sizes());
+    TORCH_CHECK_VALUE(sorted_token.dim() == 1, "sorted_token must be 1-D [R], got shape ",
                 sorted_token.sizes());
     Tensor out = at::empty({sorted_token.size(0), x.size(1)},
                            x.options().dtype(out_dtype.value_or(x.scalar_type())));
@@ -42,8 +42,8 @@ struct Functional {
   static Tensor moe_combine(const Tensor& y, const Tensor& pos, const Tensor& topk_weights,
                             const OptTensor& shared, const OptTensor& residual,
                             std::optional<at::ScalarType> out_dtype) {
-    TORCH_CHECK(y.dim() == 2, "y must be 2-D [R, H], got shape ", y.sizes());
-    TORCH_CHECK(pos.dim() == 2, "pos must be 2-D [T, K], got shape ", pos.sizes());
+    TORCH_CHECK_VALUE(y.dim() == 2, "y must be 2-D [R, H], got shape ", y.sizes());
+    TORCH_CHECK_VALUE(pos.dim() == 2, "pos must be 2-D [T, K], got shape ", pos.sizes());
     Tensor out = at::empty({pos.size(0), y.size(1)},
                            y.options().dtype(out_dtype.value_or(y.scalar_type())));
     static auto op = find_op<CombineOutFn>(NS, "moe_combine_out");
@@ -53,7 +53,7 @@ struct Functional {
 
   static Tensor swiglu(const Tensor& gate, const OptTensor& up,
                        std::optional<at::ScalarType> out_dtype) {
-    TORCH_CHECK(gate.dim() == 2, "gate must be 2-D, got shape ", gate.sizes());
+    TORCH_CHECK_VALUE(gate.dim() == 2, "gate must be 2-D, got shape ", gate.sizes());
     const int64_t inner = up.has_value() ? gate.size(1) : gate.size(1) / 2;
     Tensor out = at::empty({gate.size(0), inner},
                            gate.options().dtype(out_dtype.value_or(gate.scalar_type())));
@@ -64,8 +64,8 @@ struct Functional {
 
   static Tensor moe_mm(const Tensor& xs, const Tensor& w, const Tensor& tile_expert,
                        int64_t tile_m) {
-    TORCH_CHECK(xs.dim() == 2, "xs must be 2-D [R, Kd], got shape ", xs.sizes());
-    TORCH_CHECK(w.dim() == 3, "w must be 3-D [E, N, Kd], got shape ", w.sizes());
+    TORCH_CHECK_VALUE(xs.dim() == 2, "xs must be 2-D [R, Kd], got shape ", xs.sizes());
+    TORCH_CHECK_VALUE(w.dim() == 3, "w must be 3-D [E, N, Kd], got shape ", w.sizes());
     Tensor out = at::empty({xs.size(0), w.size(1)}, xs.options());
     static auto op = find_op<MoeMmOutFn>(NS, "moe_mm_out");
     op.call(xs, w, tile_expert, tile_m, out);
@@ -73,11 +73,10 @@ struct Functional {
   }
 
   static void register_impls(torch::Library& m) {
-    m.impl("moe_plan", TORCH_FN(moe_plan));
-    m.impl("moe_gather", TORCH_FN(moe_gather));
-    m.impl("moe_combine", TORCH_FN(moe_combine));
-    m.impl("swiglu", TORCH_FN(swiglu));
-    m.impl("moe_mm", TORCH_FN(moe_mm));
+#define ARGON_IMPL_FUNCTIONAL(name, schema, out_schema, Fn, OutFn) \
+  m.impl(#name, TORCH_FN(name));
+    ARGON_OPS(ARGON_IMPL_FUNCTIONAL)
+#undef ARGON_IMPL_FUNCTIONAL
   }
 };
 

@@ -1,11 +1,34 @@
 // The Python module torch_argon._C. Importing it runs the static op registrations
-// (TORCH_LIBRARY blocks) of every backend compiled into the library. Its one function is the
+// (TORCH_LIBRARY blocks) of every backend compiled into the library. Its functions: the op
+// names of the table (op_table.h), from which the Python side derives its op list, and the
 // eager plan's fast path (plan_fresh.cpp), which cannot be an op.
 #include <Python.h>
 
+#include "op_table.h"
 #include "plan_fresh.h"
 
+// op_names() -> tuple of the functional op names, in table order (each also has a _out form).
+static PyObject* op_names(PyObject*, PyObject*) {
+#define ARGON_OP_NAME(name, schema, out_schema, Fn, OutFn) #name,
+  static const char* const names[] = {ARGON_OPS(ARGON_OP_NAME)};
+#undef ARGON_OP_NAME
+  const Py_ssize_t n = sizeof(names) / sizeof(names[0]);
+  PyObject* tuple = PyTuple_New(n);
+  if (tuple == nullptr) return nullptr;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* name = PyUnicode_FromString(names[i]);
+    if (name == nullptr) {
+      Py_DECREF(tuple);
+      return nullptr;
+    }
+    PyTuple_SET_ITEM(tuple, i, name);
+  }
+  return tuple;
+}
+
 static PyMethodDef argon_methods[] = {
+    {"op_names", op_names, METH_NOARGS,
+     "op_names(): the functional argon op names, in the op table's order (each has a _out form)."},
     {"plan_fresh", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(argon::plan_fresh)),
      METH_FASTCALL,
      "plan_fresh(plan_type, library, topk_ids, topk_weights, n_expert, tile_m): the plan as a "
