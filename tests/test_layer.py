@@ -22,8 +22,8 @@ def test_layer_matches_reference(backend, dtype, T, H, E, I, K, renorm):
     wd = (torch.randn(E, H, I) / I ** 0.5).to(dtype)
     residual = torch.randn(T, H).to(dtype)
     ids, w = torch_argon.route(x, rw, K, renormalize=renorm)
-    want = reference.moe_layer(x, rw, wgu, wd, K, residual=residual, topk_ids=ids, topk_weights=w)
-    got = torch_argon.moe_layer(x.to(d), rw.to(d), wgu.to(d), wd.to(d), K, renormalize=renorm,
+    want = reference.moe_layer(x, rw, (wgu, wd), K, residual=residual, topk_ids=ids, topk_weights=w)
+    got = torch_argon.moe_layer(x.to(d), rw.to(d), (wgu.to(d), wd.to(d)), K, renormalize=renorm,
                                 residual=residual.to(d), ops=backend.ops).cpu()
     err = float((got.double() - want.double()).norm() / want.double().norm())
     assert err < REL_TOL[dtype], err
@@ -39,10 +39,10 @@ def test_layer_under_inference_mode(backend, mode):
     x, rw = torch.randn(T, H), torch.randn(E, H)
     wgu, wd = torch.randn(E, 2 * I, H) / H ** 0.5, torch.randn(E, H, I) / I ** 0.5
     ids, w = torch_argon.route(x, rw, K)
-    want = reference.moe_layer(x, rw, wgu, wd, K, topk_ids=ids, topk_weights=w)
+    want = reference.moe_layer(x, rw, (wgu, wd), K, topk_ids=ids, topk_weights=w)
     ctx = torch.inference_mode() if mode == "inference_mode" else torch.no_grad()
     with ctx:
-        got = torch_argon.moe_layer(x.to(d), rw.to(d), wgu.to(d), wd.to(d), K,
+        got = torch_argon.moe_layer(x.to(d), rw.to(d), (wgu.to(d), wd.to(d)), K,
                                     ops=backend.ops).cpu()
     err = float((got.double() - want.double()).norm() / want.double().norm())
     assert err < REL_TOL[torch.float32], err

@@ -10,9 +10,10 @@ import torch
 import torch.nn.functional as F
 
 from conftest import backend_params
-from torch_argon import backends, reference
+from torch_argon import reference
+from torch_argon.testing import backends
 from torch_argon.layer import moe_experts, moe_layer, shared_expert
-from torch_argon.nn import MoE, Experts, SwiGLUMLP, expert_stacks
+from torch_argon.nn import MoE, Experts, SwiGLUMLP, expert_weights
 from torch_argon.routing import route
 
 TOL = {torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
@@ -25,8 +26,9 @@ def reference_on_cpu(x, w_gate_up, w_down, ids, weights, shared=None, residual=N
     def cpu(t):
         return None if t is None else t.cpu()
 
-    return reference.moe_layer(x.cpu().double(), None, w_gate_up.cpu().double(),
-                               w_down.cpu().double(), ids.shape[1], topk_ids=ids.cpu(),
+    return reference.moe_layer(x.cpu().double(), None,
+                               (w_gate_up.cpu().double(), w_down.cpu().double()), ids.shape[1],
+                               topk_ids=ids.cpu(),
                                topk_weights=weights.cpu(), shared=cpu(shared),
                                residual=None if residual is None else residual.cpu().double())
 
@@ -82,7 +84,7 @@ def test_moe_layer_matches_reference(backend, dtype, shape, scoring, renormalize
     b = backends.get(backend)
     T, H, I, E, K, tm = shape
     w = make_layer(T, H, I, E, dtype, b.device)
-    out = moe_layer(w["x"], w["router"], w["gate_up"], w["down"], K, scoring=scoring,
+    out = moe_layer(w["x"], w["router"], (w["gate_up"], w["down"]), K, scoring=scoring,
                     renormalize=renormalize, tile_m=tm, ops=b.ops)
     ids, weights = route(w["x"], w["router"], K, scoring=scoring, renormalize=renormalize)
     ref = reference_on_cpu(w["x"], w["gate_up"], w["down"], ids, weights)
@@ -98,7 +100,7 @@ def test_moe_layer_shared_expert_and_residual(backend, dtype, gated):
     w = make_layer(T, H, I, E, dtype, b.device, shared_I=48)
     residual = make_layer(T, H, I, E, dtype, b.device, seed=1)["x"]
     gate_weight = w["shared_gate"] if gated else None
-    out = moe_layer(w["x"], w["router"], w["gate_up"], w["down"], K, renormalize=True,
+    out = moe_layer(w["x"], w["router"], (w["gate_up"], w["down"]), K, renormalize=True,
                     shared_expert_weights=w["shared"], shared_expert_gate=gate_weight,
                     residual=residual, ops=b.ops)
     shared = shared_expert_f64(*(t.cpu() for t in (w["x"], *w["shared"])),
@@ -119,7 +121,7 @@ def test_moe_experts_skips_minus_one_ids(backend):
     ids, weights = route(w["x"], w["router"], K)
     ids = torch.where(ids % 2 == 1, -1, ids)  # drop the odd experts
     ids[3] = -1                               # and one token entirely
-    out = moe_experts(w["x"], ids, weights, w["gate_up"], w["down"], ops=b.ops)
+    out = moe_experts(w["x"], ids, weights, (w["gate_up"], w["down"]), ops=b.ops)
     ref = reference_on_cpu(w["x"], w["gate_up"], w["down"], ids, weights)
     assert_close_rel(out, ref, torch.float32, backend)
     assert torch.count_nonzero(out[3]) == 0
@@ -132,9 +134,9 @@ def test_moe_experts_skips_minus_one_ids(backend):
 def test_moe_layer_rejects_bad_weight_shapes(bad, match):
     w = make_layer(8, 32, 16, 4, torch.float32, "cpu")
     with pytest.raises(ValueError, match=match):
-        moe_layer(w["x"], w["router"], bad(w), w["down"], 2)
+        moe_layer(w["x"], w["router"], (bad(w), w["down"]), 2)
     with pytest.raises(ValueError, match=r"w_down must be \[E, H, I\]"):
-        moe_layer(w["x"], w["router"], w["gate_up"], w["down"][:, :, :-1], 2)
+        moe_layer(w["x"], w["router"], (w["gate_up"], w["down"][:, :, :-1]), 2)
 
 
 # ---- nn.MoE and the weight layouts --------------------------------------------------------
@@ -205,7 +207,8 @@ def test_transposed_stacks_are_passed_without_a_copy():
         transposed.gate.weight.copy_(plain.gate.weight)
         transposed.experts.gate_up_proj.copy_(plain.experts.gate_up_proj.transpose(1, 2))
         transposed.experts.down_proj.copy_(plain.experts.down_proj.transpose(1, 2))
-    w_gate_up, w_down = expert_stacks(transposed.experts)
+    stacks = expert_weights(transposed.experts)
+    w_gate_up, w_down = stacks.gate_up, stacks.down
     assert w_gate_up.data_ptr() == transposed.experts.gate_up_proj.data_ptr()
     assert w_down.data_ptr() == transposed.experts.down_proj.data_ptr()
     x = torch.randn(17, 64)
@@ -252,7 +255,7 @@ def test_per_expert_modules_are_stacked_once_and_share_memory():
     ids = torch.tensor([[0, 2], [4, -1], [1, 3]] * 3)
     weights = torch.rand(9, 2)
     with torch.no_grad():
-        out = moe_experts(x, ids, weights, *expert_stacks(moe.experts))
+        out = moe_experts(x, ids, weights, expert_weights(moe.experts))
         loop = torch.zeros_like(x)
         for t in range(9):
             for k in range(2):
@@ -292,7 +295,7 @@ def test_functional_moe_layer_compiles_fullgraph():
     w = make_layer(21, 32, 16, 8, torch.bfloat16, "cpu", shared_I=24)
 
     def layer(x):
-        return moe_layer(x, w["router"], w["gate_up"], w["down"], 2, scoring="sigmoid",
+        return moe_layer(x, w["router"], (w["gate_up"], w["down"]), 2, scoring="sigmoid",
                          renormalize=True, shared_expert_weights=w["shared"],
                          shared_expert_gate=w["shared_gate"], residual=x)
 

@@ -58,7 +58,7 @@ def run_case(name, device, dtype, ops):
     want_h = reference.swiglu(reference.moe_mm(xs, wgu, plan.tile_expert, tm))
     want_gu = reference.moe_mm(xs, wgu, plan.tile_expert, tm)
     want_y = reference.moe_mm(want_h, wd, plan.tile_expert, tm)
-    want_layer = reference.moe_layer(x, None, wgu, wd, K, topk_ids=ids, topk_weights=w)
+    want_layer = reference.moe_layer(x, None, (wgu, wd), K, topk_ids=ids, topk_weights=w)
 
     d = device
     dplan = plan.to(d)

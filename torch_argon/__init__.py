@@ -8,7 +8,7 @@ or the whole layer: torch_argon.moe_layer(x, router_weight, w_gate_up, w_down, t
 import torch
 
 from . import _C  # noqa: F401  (registers the ops of every compiled backend)
-from . import backends, nn, reference
+from . import nn, reference
 from .ops import OpSet, argon_ops
 from .plan import MoEPlan
 from .layer import moe_layer

@@ -13,11 +13,13 @@ import platform
 
 import torch
 
-from . import backends, baselines, reference
+from . import reference
 from . import triton_ops
-from .layer import default_tile_m, triton_path_refusal
+from .paths import choose_experts_path
+from .weights import DenseExperts
 from .routing import route
-from .timing import median_us
+from .testing import backends, baselines
+from .testing.timing import median_us
 
 # Qwen3-Next-sized by default; the CPU default is smaller so it finishes in seconds.
 DEFAULTS = {
@@ -70,22 +72,20 @@ def check_parity(args, layer, ops, out):
     got = ops.moe_plan(ids, w, args.E, args.tile_m)
     want = reference.moe_plan(ids.cpu(), w.cpu(), args.E, args.tile_m)
     plan_ok = all(torch.equal(a.cpu(), b) for a, b in zip(got.tensors(), want.tensors()))
-    ref = reference.moe_layer(*(layer[k] for k in ("x", "router_weight", "w_gate_up", "w_down")),
-                              args.K, topk_ids=ids, topk_weights=w)
+    ref = reference.moe_layer(layer["x"], layer["router_weight"],
+                              (layer["w_gate_up"], layer["w_down"]), args.K, topk_ids=ids,
+                              topk_weights=w)
     rel = float((out.double() - ref.double()).norm() / ref.double().norm())
     return plan_ok, rel
 
 
-def pick_tile_m(args, layer, ops):
-    """The tile_m the layer itself takes when none is given, so the stages timed below are the
-    ones moe_layer runs. Returns (tile_m, path)."""
-    x, wgu, wd = layer["x"], layer["w_gate_up"], layer["w_down"]
-    triton = not triton_path_refusal(x, wgu, wd, ops, args.tile_m)
-    if args.tile_m is not None:
-        return args.tile_m, "triton" if triton else "ops"
-    if triton:
-        return triton_ops.layer_tile_m(args.T * args.K, args.E), "triton"
-    return default_tile_m(args.device), "ops"
+def pick_path(args, layer, ops):
+    """The path and tile_m the layer itself takes (paths.choose_experts_path), so the stages
+    timed below are the ones moe_layer runs. Returns (tile_m, path name)."""
+    experts = DenseExperts(layer["w_gate_up"], layer["w_down"])
+    chosen = choose_experts_path(layer["x"], experts, ops, n_entries=args.T * args.K,
+                                 tile_m=args.tile_m)
+    return chosen.tile_m, chosen.name
 
 
 def time_stages(args, layer, ops, device):
@@ -117,7 +117,7 @@ def time_stages(args, layer, ops, device):
         argon["down GEMM"] = t(lambda: ops.moe_mm(h, wd, plan))
     argon["combine"] = t(lambda: ops.moe_combine(y, plan, w, out_dtype=x.dtype))
     from .layer import moe_layer
-    argon["whole layer"] = t(lambda: moe_layer(x, rw, wgu, wd, K, tile_m=tm, ops=ops))
+    argon["whole layer"] = t(lambda: moe_layer(x, rw, (wgu, wd), K, tile_m=tm, ops=ops))
 
     torch_path = {"route": argon["route"]}
     order, ends = baselines.argsort_plan(ids, E)
@@ -195,9 +195,9 @@ def main(argv=None):
     torch.manual_seed(0)
     with torch.inference_mode():
         layer = make_layer(args, device)
-        args.tile_m, args.path = pick_tile_m(args, layer, ops)
+        args.tile_m, args.path = pick_path(args, layer, ops)
         from .layer import moe_layer
-        out = moe_layer(layer["x"], layer["router_weight"], layer["w_gate_up"], layer["w_down"],
+        out = moe_layer(layer["x"], layer["router_weight"], (layer["w_gate_up"], layer["w_down"]),
                         args.K, tile_m=args.tile_m, ops=ops)
         plan_ok, rel = check_parity(args, layer, ops, out)
         argon, torch_path, loop = time_stages(args, layer, ops, device)

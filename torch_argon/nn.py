@@ -9,9 +9,10 @@ from typing import Optional
 import torch
 from torch import nn
 
-from .layer import check_expert_weights, moe_experts, shared_expert
+from .layer import moe_experts, shared_expert
 from .ops import argon_ops, OpSet
 from .routing import SCORINGS, route
+from .weights import DenseExperts
 
 
 class TopKRouter(nn.Module):
@@ -92,16 +93,28 @@ class Experts(nn.Module):
         self.down_proj = nn.Parameter(down, requires_grad=first_down.requires_grad)
         return self
 
+    def expert_weights(self) -> DenseExperts:
+        """The stacks as the layer takes them (views: [E, 2I, H] and [E, H, I])."""
+        return dense_stacks(self)
+
     def extra_repr(self):
         return f"gate_up_proj={tuple(self.gate_up_proj.shape)}, is_transposed={self.is_transposed}"
 
 
-def expert_stacks(experts):
-    """(w_gate_up [E, 2I, H], w_down [E, H, I]) views of an experts module's stacks: ours, or
-    any module with gate_up_proj / down_proj and optionally is_transposed (transformers')."""
+def expert_weights(experts):
+    """The expert-weights object of an experts module: its own `expert_weights()` where it has
+    one (ours, quantized ones), else DenseExperts over views of gate_up_proj [E, 2I, H] and
+    down_proj [E, H, I] (transformers' experts modules; is_transposed honoured)."""
+    own = getattr(experts, "expert_weights", None)
+    return own() if callable(own) else dense_stacks(experts)
+
+
+def dense_stacks(experts):
+    """DenseExperts over views of a module's gate_up_proj / down_proj stacks."""
     if getattr(experts, "is_transposed", False):
-        return experts.gate_up_proj.transpose(1, 2), experts.down_proj.transpose(1, 2)
-    return experts.gate_up_proj, experts.down_proj
+        return DenseExperts(experts.gate_up_proj.transpose(1, 2),
+                            experts.down_proj.transpose(1, 2))
+    return DenseExperts(experts.gate_up_proj, experts.down_proj)
 
 
 class SwiGLUMLP(nn.Module):
@@ -150,7 +163,8 @@ class MoE(nn.Module):
         """Wraps existing modules, sharing their parameters (nothing is copied).
 
         gate: a router whose forward(x [T, H]) returns (logits, weights [T, K], ids [T, K]).
-        experts: a module with gate_up_proj / down_proj stacks (see expert_stacks).
+        experts: a module with gate_up_proj / down_proj stacks or an expert_weights() method
+            (see expert_weights).
         shared_expert: a module with gate_proj / up_proj / down_proj linears, or None.
         shared_expert_gate: an nn.Linear(H, 1) whose sigmoid scales the shared expert, or None.
         """
@@ -166,8 +180,8 @@ class MoE(nn.Module):
         shape = x.shape
         x = x.reshape(-1, shape[-1])
         _, weights, ids = self.gate(x)
-        w_gate_up, w_down = expert_stacks(self.experts)
-        check_expert_weights(x, w_gate_up, w_down)
+        experts = expert_weights(self.experts)
+        experts.check(x.shape[-1])
         shared = None
         if self.shared_expert is not None:
             s = self.shared_expert
@@ -177,7 +191,7 @@ class MoE(nn.Module):
                                    gate_weight, ops=self.ops)
         if residual is not None:
             residual = residual.reshape(x.shape)
-        out = moe_experts(x, ids, weights, w_gate_up, w_down, tile_m=self.tile_m, shared=shared,
+        out = moe_experts(x, ids, weights, experts, tile_m=self.tile_m, shared=shared,
                           residual=residual, ops=self.ops)
         return out.reshape(shape)
 

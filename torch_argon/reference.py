@@ -7,9 +7,6 @@ import torch.nn.functional as F
 from ._shapes import META_SIZE, plan_rows
 from .plan import MoEPlan
 
-FLOAT_TYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-
 def _check_ids(topk_ids, n_expert):
     bad = (topk_ids < -1) | (topk_ids >= n_expert)
     if bool(bad.any()):
@@ -99,14 +96,20 @@ def moe_mm(xs, w, tile_expert, tile_m):
     return out
 
 
-def moe_layer(x, router_weight, w_gate_up, w_down, top_k, *, scoring="softmax",
-              renormalize=False, shared=None, residual=None, topk_ids=None, topk_weights=None):
+def moe_layer(x, router_weight, experts, top_k, *, scoring="softmax", renormalize=False,
+              shared=None, residual=None, topk_ids=None, topk_weights=None):
     """The whole layer, one expert at a time in float64: the ground truth for moe_layer.
+    experts: as moe_layer takes them (an expert-weights object or (w_gate_up, w_down)); quantized
+    experts are dequantized first.
 
     Routing is shared with the fast layer (routing.route) unless ids and weights are given, so
     ties in the router's top-k cannot make the two disagree.
     """
     from .routing import route
+    from .weights import as_expert_weights
+
+    dense = as_expert_weights(experts).to_dense()
+    w_gate_up, w_down = dense.gate_up, dense.down
 
     if topk_ids is None:
         topk_ids, topk_weights = route(x, router_weight, top_k, scoring=scoring,

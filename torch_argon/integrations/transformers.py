@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from ..layer import moe_experts
-from ..nn import MoE, expert_stacks
+from ..nn import MoE, expert_weights
 
 # transformers.models.<module>: its sparse MoE block. Those missing from the installed
 # transformers are skipped.
@@ -157,10 +157,10 @@ def argon_experts_forward(experts, hidden_states, top_k_index, top_k_weights):
             raise ValueError(f"experts_implementation='argon' cannot run "
                              f"{type(experts).__name__}: {reason}")
         experts._argon_checked = True
-    w_gate_up, w_down = expert_stacks(experts)
+    weights = expert_weights(experts)
     if getattr(experts, "_is_expert_parallel", False):
-        top_k_index = torch.where(top_k_index >= w_gate_up.shape[0], -1, top_k_index)
-    return moe_experts(hidden_states, top_k_index, top_k_weights, w_gate_up, w_down)
+        top_k_index = torch.where(top_k_index >= weights.n_experts, -1, top_k_index)
+    return moe_experts(hidden_states, top_k_index, top_k_weights, weights)
 
 
 def register_experts_implementation():

@@ -2,17 +2,14 @@
 down GEMM -> the argon combine. Two GEMM launches instead of gather, gate/up moe_mm, swiglu and
 down moe_mm; the [R, 2I] gate/up intermediate and the gathered copy of x are never written."""
 
-from .configs import layer_tile_m
 from .ops import moe_gate_up_swiglu_triton, moe_mm_triton
 
 
-def moe_experts_triton(x, topk_ids, topk_weights, w_gate_up, w_down, *, tile_m=None,
-                       shared=None, residual=None, ops):
-    """Same contract as layer.moe_experts. tile_m: None picks it from the mean rows per expert
-    (T*K/E, from shapes); otherwise a power of two >= 16."""
+def moe_experts_triton(x, topk_ids, topk_weights, w_gate_up, w_down, *, tile_m, shared=None,
+                       residual=None, ops):
+    """Same contract as layer.moe_experts, for dense stacks w_gate_up [E, 2I, H] and
+    w_down [E, H, I]. tile_m: a power of two >= 16 (paths.choose_experts_path picks it)."""
     E = w_gate_up.shape[0]
-    if tile_m is None:
-        tile_m = layer_tile_m(topk_ids.shape[0] * topk_ids.shape[1], E)
     plan = ops.moe_plan(topk_ids, topk_weights, E, tile_m)
     h = moe_gate_up_swiglu_triton(x, w_gate_up, plan.tile_expert, plan.meta, tile_m,
                                   plan.sorted_token, zero_unused=False)
