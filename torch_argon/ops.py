@@ -13,13 +13,39 @@ from ._shapes import META_N_BAD_IDS, META_SIZE, plan_rows
 from .plan import MoEPlan
 
 LIBRARIES = ("argon", "argon_host")
-OP_NAMES = ("moe_plan", "moe_plan_out", "moe_gather", "moe_gather_out", "moe_combine",
-            "moe_combine_out", "swiglu", "swiglu_out", "moe_mm", "moe_mm_out")
+# The ops of the C++ op table (csrc/op_table.h): each functional form, then its _out form.
+FUNCTIONAL_OPS = _C.op_names()
+OP_NAMES = tuple(n for name in FUNCTIONAL_OPS for n in (name, f"{name}_out"))
+
+
+def check_one_device(op_name: str, args, kwargs=None) -> None:
+    """Raises a ValueError, worded as the C++ checks word it, if the tensor arguments of a call
+    of argon op `op_name` are not all on one device: the fakes run for meta tensors, and a real
+    tensor mixed with a meta one would otherwise get no kernel that writes it."""
+    schema = getattr(torch.ops.argon, op_name).default._schema
+    named = dict(zip((a.name for a in schema.arguments), args))
+    named.update(kwargs or {})
+    first = None
+    for name, t in named.items():
+        if not isinstance(t, torch.Tensor):
+            continue
+        if first is None:
+            first = t.device
+        elif t.device != first:
+            raise ValueError(f"{name} must be on {first} like the other tensors of the call, "
+                             f"got {t.device}")
 
 
 def _register_fakes(lib: str) -> None:
     def fake(name):
-        return torch.library.register_fake(f"{lib}::{name}")
+        register = torch.library.register_fake(f"{lib}::{name}")
+
+        def checked(fn):
+            def fake_impl(*args, **kwargs):
+                check_one_device(name, args, kwargs)
+                return fn(*args, **kwargs)
+            return register(fake_impl)
+        return checked
 
     @fake("moe_plan")
     def _(topk_ids, topk_weights, n_expert, tile_m):
@@ -61,6 +87,31 @@ for _lib in LIBRARIES:
     _register_fakes(_lib)
 
 
+def _check_n_expert(n_expert):
+    """n_expert as an int the ops take (int64), or a ValueError naming it (the same on every
+    backend; a Python int beyond int64 would otherwise fail in the dispatcher's conversion)."""
+    if isinstance(n_expert, torch.SymInt):
+        return n_expert
+    if not isinstance(n_expert, int) or isinstance(n_expert, bool):
+        raise ValueError(f"n_expert must be an int, got {type(n_expert).__name__}")
+    if n_expert < 1:
+        raise ValueError(f"n_expert must be >= 1, got {n_expert}")
+    if n_expert > 2**31 - 1:
+        raise ValueError(f"n_expert must fit in int32, got {n_expert}")
+    return n_expert
+
+
+def _plan_buffers(out):
+    """The seven output tensors of `out=`: a MoEPlan, or a tuple / list of its seven tensors (in
+    MoEPlan's field order); anything else is refused before a buffer is written."""
+    buffers = tuple(out)[:7] if isinstance(out, (tuple, list)) else ()
+    if len(buffers) != 7 or not all(isinstance(t, torch.Tensor) for t in buffers):
+        raise ValueError("out must be a MoEPlan or a tuple of its seven tensors (counts, offsets, "
+                         "sorted_token, sorted_weight, pos, tile_expert, meta), got "
+                         f"{type(out).__name__}")
+    return buffers
+
+
 class OpSet:
     """The public functions, bound to one op library (a `torch.ops` namespace)."""
 
@@ -85,7 +136,8 @@ class OpSet:
 
         topk_ids: [T, K] int32 or int64, each in [0, n_expert) or -1 (skipped).
         topk_weights: [T, K] float32 / float16 / bfloat16.
-        out: a plan to write into (every element is overwritten). Without it, in eager mode, the
+        out: a plan to write into (every element is overwritten; a MoEPlan or a tuple of its
+            seven tensors). Without it, in eager mode, the
             seven tensors of the new plan are views of one fresh buffer (one allocation instead
             of seven: the call's host time on CUDA drops by about a third); they never overlap.
             Under torch.compile, and for tensor subclasses or inside Python modes, the plan
@@ -93,6 +145,7 @@ class OpSet:
         check_ids: on devices that count out-of-range ids instead of raising (GPUs), read the
             count back and raise. This syncs with the device; the CPU always raises.
         """
+        n_expert = _check_n_expert(n_expert)
         if out is None:
             plan = None
             if self._fresh_lib is not None and not torch.compiler.is_compiling():
@@ -101,8 +154,10 @@ class OpSet:
             if plan is None:  # compiling, or a case the fast path leaves to the op
                 plan = MoEPlan(*self.op.moe_plan(topk_ids, topk_weights, n_expert, tile_m), tile_m)
         else:
-            self.op.moe_plan_out(topk_ids, topk_weights, n_expert, tile_m, *out[:7])
-            plan = out if out.tile_m == tile_m else out._replace(tile_m=tile_m)
+            buffers = _plan_buffers(out)
+            self.op.moe_plan_out(topk_ids, topk_weights, n_expert, tile_m, *buffers)
+            plan = (out if isinstance(out, MoEPlan) and out.tile_m == tile_m
+                    else MoEPlan(*buffers, tile_m))
         if check_ids and int(plan.meta[META_N_BAD_IDS]) > 0:
             raise ValueError(
                 f"topk_ids holds {int(plan.meta[META_N_BAD_IDS])} ids outside [0, n_expert="

@@ -42,13 +42,28 @@ def select_experts(logits, top_k, *, scoring="softmax", renormalize=False, topk=
     return ids, weights
 
 
+def check_router(x, router_weight, top_k):
+    """Raises a ValueError naming the caller's argument: x must be [T, H], router_weight [E, H]
+    with x's H, and 0 < top_k <= E."""
+    if x.dim() != 2:
+        raise ValueError(f"x must be 2-D [T, H], got shape {tuple(x.shape)}")
+    H = x.shape[1]
+    if router_weight.dim() != 2 or router_weight.shape[1] != H:
+        raise ValueError(f"router_weight must be [E, H={H}], got {tuple(router_weight.shape)}")
+    E = router_weight.shape[0]
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 0 < top_k <= E:
+        raise ValueError(f"top_k must be an int in [1, E={E}], got {top_k!r}")
+
+
 def route(x, router_weight, top_k, *, scoring="softmax", renormalize=False, return_logits=False,
           topk="auto"):
     """Returns (topk_ids int64 [T, K], topk_weights float32 [T, K]), and the router logits
     [T, E] (in x's dtype) as a third element when return_logits is set.
 
-    router_weight: [E, H]. See select_experts for scoring, renormalize and topk.
+    x: [T, H]. router_weight: [E, H]. top_k: in [1, E]. See select_experts for scoring,
+    renormalize and topk.
     """
+    check_router(x, router_weight, top_k)
     logits = torch.nn.functional.linear(x, router_weight)
     ids, weights = select_experts(logits, top_k, scoring=scoring, renormalize=renormalize,
                                   topk=topk)

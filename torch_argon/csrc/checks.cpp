@@ -1,5 +1,7 @@
 #include "checks.h"
 
+#include <algorithm>
+#include <string_view>
 #include <limits>
 
 namespace argon {
@@ -8,31 +10,31 @@ namespace {
 const char* dtype_name(at::ScalarType t) { return c10::toString(t); }
 
 void check_device(const at::Tensor& t, const char* name, const at::Device& dev) {
-  TORCH_CHECK(t.device() == dev, name, " must be on ", dev, " like the other inputs, got ",
-              t.device());
+  TORCH_CHECK_VALUE(t.device() == dev, name, " must be on ", dev, " like the other tensors of the "
+                    "call, got ", t.device());
 }
 
 void check_dim(const at::Tensor& t, const char* name, int64_t dim, const char* shape) {
-  TORCH_CHECK(t.dim() == dim, name, " must be ", dim, "-D ", shape, ", got shape ", t.sizes());
+  TORCH_CHECK_VALUE(t.dim() == dim, name, " must be ", dim, "-D ", shape, ", got shape ", t.sizes());
 }
 
 void check_float(const at::Tensor& t, const char* name) {
-  TORCH_CHECK(is_float_data(t.scalar_type()), name,
+  TORCH_CHECK_VALUE(is_float_data(t.scalar_type()), name,
               " must be float32, float16 or bfloat16, got ", dtype_name(t.scalar_type()));
 }
 
 void check_int32(const at::Tensor& t, const char* name) {
-  TORCH_CHECK(t.scalar_type() == at::kInt, name, " must be int32 (as moe_plan returns it), got ",
+  TORCH_CHECK_VALUE(t.scalar_type() == at::kInt, name, " must be int32 (as moe_plan returns it), got ",
               dtype_name(t.scalar_type()));
 }
 
 // Outputs are written through raw pointers: they must be dense, with the exact shape.
 void check_out(const at::Tensor& t, const char* name, at::IntArrayRef shape, at::ScalarType dtype,
                const at::Device& dev) {
-  TORCH_CHECK(t.sizes() == shape, name, " must have shape ", shape, ", got ", t.sizes());
-  TORCH_CHECK(t.scalar_type() == dtype, name, " must be ", dtype_name(dtype), ", got ",
+  TORCH_CHECK_VALUE(t.sizes() == shape, name, " must have shape ", shape, ", got ", t.sizes());
+  TORCH_CHECK_VALUE(t.scalar_type() == dtype, name, " must be ", dtype_name(dtype), ", got ",
               dtype_name(t.scalar_type()));
-  TORCH_CHECK(t.is_contiguous(), name, " must be contiguous (pass a fresh torch.empty buffer)");
+  TORCH_CHECK_VALUE(t.is_contiguous(), name, " must be contiguous (pass a fresh torch.empty buffer)");
   check_device(t, name, dev);
 }
 
@@ -58,26 +60,27 @@ PlanDims plan_dims(int64_t T, int64_t K, int64_t E, int64_t tile_m) {
 PlanDims check_plan_inputs(const at::Tensor& topk_ids, const at::Tensor& topk_weights,
                            int64_t n_expert, int64_t tile_m) {
   check_dim(topk_ids, "topk_ids", 2, "[T, K]");
-  TORCH_CHECK(topk_ids.scalar_type() == at::kInt || topk_ids.scalar_type() == at::kLong,
+  TORCH_CHECK_VALUE(topk_ids.scalar_type() == at::kInt || topk_ids.scalar_type() == at::kLong,
               "topk_ids must be int32 or int64, got ", dtype_name(topk_ids.scalar_type()));
   check_dim(topk_weights, "topk_weights", 2, "[T, K]");
   check_float(topk_weights, "topk_weights");
-  TORCH_CHECK(topk_weights.sizes() == topk_ids.sizes(), "topk_weights must have the shape of ",
+  TORCH_CHECK_VALUE(topk_weights.sizes() == topk_ids.sizes(), "topk_weights must have the shape of ",
               "topk_ids ", topk_ids.sizes(), ", got ", topk_weights.sizes());
   check_device(topk_weights, "topk_weights", topk_ids.device());
-  TORCH_CHECK(n_expert >= 1, "n_expert must be >= 1, got ", n_expert);
-  TORCH_CHECK(n_expert <= std::numeric_limits<int32_t>::max(), "n_expert must fit in int32, got ",
+  TORCH_CHECK_VALUE(n_expert >= 1, "n_expert must be >= 1, got ", n_expert);
+  TORCH_CHECK_VALUE(n_expert <= std::numeric_limits<int32_t>::max(), "n_expert must fit in int32, got ",
               n_expert);
-  TORCH_CHECK(tile_m >= 1 && tile_m <= 4096 && (tile_m & (tile_m - 1)) == 0,
+  TORCH_CHECK_VALUE(tile_m >= 1 && tile_m <= 4096 && (tile_m & (tile_m - 1)) == 0,
               "tile_m must be a power of two in [1, 4096], got ", tile_m);
   PlanDims d = plan_dims(topk_ids.size(0), topk_ids.size(1), n_expert, tile_m);
-  TORCH_CHECK(d.r_max <= std::numeric_limits<int32_t>::max(),
+  TORCH_CHECK_VALUE(d.r_max <= std::numeric_limits<int32_t>::max(),
               "moe_plan: T*K plus padding must fit in int32 rows; got T=", d.T, ", K=", d.K,
               ", tile_m=", tile_m, " (", d.r_max, " rows): split the batch");
   return d;
 }
 
-void check_plan_outputs(const PlanDims& d, const at::Tensor& topk_ids, const at::Tensor& counts,
+void check_plan_outputs(const PlanDims& d, const at::Tensor& topk_ids,
+                        const at::Tensor& topk_weights, const at::Tensor& counts,
                         const at::Tensor& offsets, const at::Tensor& sorted_token,
                         const at::Tensor& sorted_weight, const at::Tensor& pos,
                         const at::Tensor& tile_expert, const at::Tensor& meta) {
@@ -89,6 +92,10 @@ void check_plan_outputs(const PlanDims& d, const at::Tensor& topk_ids, const at:
   check_out(pos, "pos", {d.T, d.K}, at::kInt, dev);
   check_out(tile_expert, "tile_expert", {d.n_tiles}, at::kInt, dev);
   check_out(meta, "meta", {ARGON_META_SIZE}, at::kInt, dev);
+  check_no_overlap({{"counts", &counts}, {"offsets", &offsets}, {"sorted_token", &sorted_token},
+                    {"sorted_weight", &sorted_weight}, {"pos", &pos},
+                    {"tile_expert", &tile_expert}, {"meta", &meta}},
+                   {{"topk_ids", &topk_ids}, {"topk_weights", &topk_weights}});
 }
 
 void check_gather(const at::Tensor& x, const at::Tensor& sorted_token, const at::Tensor& out) {
@@ -99,6 +106,7 @@ void check_gather(const at::Tensor& x, const at::Tensor& sorted_token, const at:
   check_device(sorted_token, "sorted_token", x.device());
   check_float(out, "out");
   check_out(out, "out", {sorted_token.size(0), x.size(1)}, out.scalar_type(), x.device());
+  check_no_overlap({{"out", &out}}, {{"x", &x}, {"sorted_token", &sorted_token}});
 }
 
 void check_combine(const at::Tensor& y, const at::Tensor& pos, const at::Tensor& topk_weights,
@@ -111,7 +119,7 @@ void check_combine(const at::Tensor& y, const at::Tensor& pos, const at::Tensor&
   check_device(pos, "pos", y.device());
   check_dim(topk_weights, "topk_weights", 2, "[T, K]");
   check_float(topk_weights, "topk_weights");
-  TORCH_CHECK(topk_weights.sizes() == pos.sizes(), "topk_weights must have the shape of pos ",
+  TORCH_CHECK_VALUE(topk_weights.sizes() == pos.sizes(), "topk_weights must have the shape of pos ",
               pos.sizes(), ", got ", topk_weights.sizes());
   check_device(topk_weights, "topk_weights", y.device());
   const int64_t T = pos.size(0), H = y.size(1);
@@ -119,12 +127,19 @@ void check_combine(const at::Tensor& y, const at::Tensor& pos, const at::Tensor&
     if (!opt->has_value()) continue;
     const at::Tensor& t = opt->value();
     check_float(t, name);
-    TORCH_CHECK(t.dim() == 2 && t.size(0) == T && t.size(1) == H, name, " must have shape [T, H] = [",
+    TORCH_CHECK_VALUE(t.dim() == 2 && t.size(0) == T && t.size(1) == H, name, " must have shape [T, H] = [",
                 T, ", ", H, "], got ", t.sizes());
     check_device(t, name, y.device());
   }
   check_float(out, "out");
   check_out(out, "out", {T, H}, out.scalar_type(), y.device());
+  // out may be the residual itself: each element of residual is read before the same element
+  // of out is written.
+  check_no_overlap({{"out", &out}},
+                   {{"y", &y}, {"pos", &pos}, {"topk_weights", &topk_weights},
+                    {"shared", shared ? &*shared : nullptr},
+                    {"residual", residual ? &*residual : nullptr}},
+                   {{"out", "residual"}});
 }
 
 void check_swiglu(const at::Tensor& gate, const std::optional<at::Tensor>& up,
@@ -133,18 +148,21 @@ void check_swiglu(const at::Tensor& gate, const std::optional<at::Tensor>& up,
   check_float(gate, "gate");
   int64_t inner = gate.size(1);
   if (up.has_value()) {
-    TORCH_CHECK(up->scalar_type() == gate.scalar_type(), "up must have the dtype of gate (",
+    TORCH_CHECK_VALUE(up->scalar_type() == gate.scalar_type(), "up must have the dtype of gate (",
                 dtype_name(gate.scalar_type()), "), got ", dtype_name(up->scalar_type()));
-    TORCH_CHECK(up->sizes() == gate.sizes(), "up must have the shape of gate ", gate.sizes(),
+    TORCH_CHECK_VALUE(up->sizes() == gate.sizes(), "up must have the shape of gate ", gate.sizes(),
                 ", got ", up->sizes());
     check_device(*up, "up", gate.device());
   } else {
-    TORCH_CHECK(inner % 2 == 0, "gate holds gate and up halves, so its last dim must be even, got ",
+    TORCH_CHECK_VALUE(inner % 2 == 0, "gate holds gate and up halves, so its last dim must be even, got ",
                 inner);
     inner /= 2;
   }
   check_float(out, "out");
   check_out(out, "out", {gate.size(0), inner}, out.scalar_type(), gate.device());
+  // With gate and up as two tensors, out may be either of them (elementwise, read before write).
+  check_no_overlap({{"out", &out}}, {{"gate", &gate}, {"up", up ? &*up : nullptr}},
+                   {{"out", "gate"}, {"out", "up"}});
 }
 
 void check_moe_mm(const at::Tensor& xs, const at::Tensor& w, const at::Tensor& tile_expert,
@@ -152,20 +170,78 @@ void check_moe_mm(const at::Tensor& xs, const at::Tensor& w, const at::Tensor& t
   check_dim(xs, "xs", 2, "[R, Kd]");
   check_float(xs, "xs");
   check_dim(w, "w", 3, "[E, N, Kd]");
-  TORCH_CHECK(w.scalar_type() == xs.scalar_type(), "w must have the dtype of xs (",
+  TORCH_CHECK_VALUE(w.scalar_type() == xs.scalar_type(), "w must have the dtype of xs (",
               dtype_name(xs.scalar_type()), "), got ", dtype_name(w.scalar_type()));
-  TORCH_CHECK(w.size(2) == xs.size(1), "w must be [E, N, Kd] with Kd = xs.size(1) = ", xs.size(1),
+  TORCH_CHECK_VALUE(w.size(2) == xs.size(1), "w must be [E, N, Kd] with Kd = xs.size(1) = ", xs.size(1),
               ", got ", w.sizes(), " (for a [E, Kd, N] stack pass w.transpose(1, 2))");
   check_device(w, "w", xs.device());
   check_dim(tile_expert, "tile_expert", 1, "[R / tile_m]");
   check_int32(tile_expert, "tile_expert");
   check_device(tile_expert, "tile_expert", xs.device());
-  TORCH_CHECK(tile_m >= 1 && (tile_m & (tile_m - 1)) == 0, "tile_m must be a power of two, got ",
+  TORCH_CHECK_VALUE(tile_m >= 1 && (tile_m & (tile_m - 1)) == 0, "tile_m must be a power of two, got ",
               tile_m);
-  TORCH_CHECK(xs.size(0) == tile_expert.size(0) * tile_m, "xs must have tile_expert.size(0) * ",
+  TORCH_CHECK_VALUE(xs.size(0) == tile_expert.size(0) * tile_m, "xs must have tile_expert.size(0) * ",
               "tile_m = ", tile_expert.size(0) * tile_m, " rows (the plan's R_max), got ",
               xs.size(0));
   check_out(out, "out", {xs.size(0), w.size(1)}, xs.scalar_type(), xs.device());
+  check_no_overlap({{"out", &out}}, {{"xs", &xs}, {"w", &w}, {"tile_expert", &tile_expert}});
+}
+
+// ---- overlap -------------------------------------------------------------------------------
+
+namespace {
+
+// The bytes [begin, end) a tensor's elements can touch within its storage (conservative for
+// strided tensors: the hull from the lowest to the highest element).
+std::pair<uintptr_t, uintptr_t> byte_hull(const at::Tensor& t) {
+  const auto base = reinterpret_cast<uintptr_t>(t.storage().data());
+  int64_t lo = 0, hi = 0;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    const int64_t reach = (t.size(d) - 1) * t.stride(d);
+    (reach < 0 ? lo : hi) += reach;
+  }
+  const int64_t item = t.element_size();
+  const int64_t start = t.storage_offset();
+  return {base + static_cast<uintptr_t>((start + lo) * item),
+          base + static_cast<uintptr_t>((start + hi + 1) * item)};
+}
+
+}  // namespace
+
+bool may_overlap(const at::Tensor& a, const at::Tensor& b) {
+  if (!a.defined() || !b.defined() || a.numel() == 0 || b.numel() == 0) return false;
+  if (a.device() != b.device() || a.is_meta() || b.is_meta()) return false;
+  if (!a.storage().is_alias_of(b.storage())) return false;
+  const auto [a0, a1] = byte_hull(a);
+  const auto [b0, b1] = byte_hull(b);
+  return a0 < b1 && b0 < a1;
+}
+
+bool same_view(const at::Tensor& a, const at::Tensor& b) {
+  return a.storage().is_alias_of(b.storage()) && a.storage_offset() == b.storage_offset() &&
+         a.sizes() == b.sizes() && a.strides() == b.strides() && a.dtype() == b.dtype();
+}
+
+void check_no_overlap(std::initializer_list<NamedTensor> outputs,
+                      std::initializer_list<NamedTensor> inputs,
+                      std::initializer_list<std::pair<const char*, const char*>> in_place) {
+  const auto allowed = [&](const NamedTensor& out, const NamedTensor& in) {
+    return std::any_of(in_place.begin(), in_place.end(), [&](const auto& pair) {
+      return std::string_view(pair.first) == out.name &&
+             std::string_view(pair.second) == in.name && same_view(*out.tensor, *in.tensor);
+    });
+  };
+  for (auto o = outputs.begin(); o != outputs.end(); ++o) {
+    for (auto p = std::next(o); p != outputs.end(); ++p) {
+      TORCH_CHECK_VALUE(!may_overlap(*o->tensor, *p->tensor), "the output buffers ", o->name,
+                        " and ", p->name, " overlap in memory; pass separate buffers");
+    }
+    for (const NamedTensor& in : inputs) {
+      if (in.tensor == nullptr || !in.tensor->defined() || allowed(*o, in)) continue;
+      TORCH_CHECK_VALUE(!may_overlap(*o->tensor, *in.tensor), "the output ", o->name,
+                        " overlaps the input ", in.name, " in memory; pass a separate buffer");
+    }
+  }
 }
 
 }  // namespace argon

@@ -34,7 +34,8 @@ PlanOutputs make_plan_outputs(const PlanDims& d, Make&& make) {
 // moe_plan: ids [T,K] int32/int64, weights [T,K] float, E >= 1, tile_m a power of two.
 PlanDims check_plan_inputs(const at::Tensor& topk_ids, const at::Tensor& topk_weights,
                            int64_t n_expert, int64_t tile_m);
-void check_plan_outputs(const PlanDims& d, const at::Tensor& topk_ids, const at::Tensor& counts,
+void check_plan_outputs(const PlanDims& d, const at::Tensor& topk_ids,
+                        const at::Tensor& topk_weights, const at::Tensor& counts,
                         const at::Tensor& offsets, const at::Tensor& sorted_token,
                         const at::Tensor& sorted_weight, const at::Tensor& pos,
                         const at::Tensor& tile_expert, const at::Tensor& meta);
@@ -56,5 +57,22 @@ void check_moe_mm(const at::Tensor& xs, const at::Tensor& w, const at::Tensor& t
                   int64_t tile_m, const at::Tensor& out);
 
 bool is_float_data(at::ScalarType t);  // fp32, fp16, bf16
+
+// Overlap of caller-given buffers. Kernels read some outputs back (the plan reads its counts and
+// offsets while it places rows), so an output aliasing another output or an input would turn
+// into wrong values or writes outside every buffer; these checks run before anything is written.
+struct NamedTensor {
+  const char* name;
+  const at::Tensor* tensor;  // nullptr or undefined: an absent optional input
+};
+// Whether two tensors may share bytes (same storage, overlapping byte ranges; conservative for
+// strided tensors).
+bool may_overlap(const at::Tensor& a, const at::Tensor& b);
+// Raises a ValueError naming the pair if two outputs overlap, or an output overlaps an input,
+// except the (output, input) pairs in `in_place` when the two are the same view (the in-place
+// uses docs/contract.md allows).
+void check_no_overlap(std::initializer_list<NamedTensor> outputs,
+                      std::initializer_list<NamedTensor> inputs,
+                      std::initializer_list<std::pair<const char*, const char*>> in_place = {});
 
 }  // namespace argon

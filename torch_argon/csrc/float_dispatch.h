@@ -21,7 +21,7 @@
         return __VA_ARGS__();                                                          \
       }                                                                                \
       default:                                                                         \
-        TORCH_CHECK(false, NAME, ": unsupported dtype ", TYPE);                        \
+        TORCH_CHECK_VALUE(false, NAME, ": unsupported dtype ", TYPE);                        \
     }                                                                                  \
   }()
 

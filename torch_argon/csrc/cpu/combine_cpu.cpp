@@ -28,7 +28,7 @@ void moe_combine_out_cpu(const Tensor& y_in, const Tensor& pos_in, const Tensor&
   const int64_t T = pos.size(0), K = pos.size(1), H = y.size(1), R = y.size(0);
   const int32_t* p = pos.const_data_ptr<int32_t>();
   for (int64_t i = 0; i < T * K; ++i) {
-    TORCH_CHECK(p[i] >= -1 && p[i] < R, "pos[", i / K, ", ", i % K, "] = ", p[i],
+    TORCH_CHECK_VALUE(p[i] >= -1 && p[i] < R, "pos[", i / K, ", ", i % K, "] = ", p[i],
                 " is out of range: expected -1 or a row of y in [0, ", R, ")");
   }
   const float* wt = w.const_data_ptr<float>();

@@ -21,7 +21,7 @@ void moe_gather_out_cpu(const Tensor& x_in, const Tensor& sorted_token_in, const
   const int32_t* tok = sorted_token.const_data_ptr<int32_t>();
   // Check every index before writing anything, so a bad plan cannot read out of bounds.
   for (int64_t r = 0; r < R; ++r) {
-    TORCH_CHECK(tok[r] >= -1 && tok[r] < T, "sorted_token[", r, "] = ", tok[r],
+    TORCH_CHECK_VALUE(tok[r] >= -1 && tok[r] < T, "sorted_token[", r, "] = ", tok[r],
                 " is out of range: expected -1 or a row of x in [0, ", T, ")");
   }
   ARGON_DISPATCH_FLOAT_PAIR(x.scalar_type(), out.scalar_type(), "moe_gather", [&] {

@@ -16,7 +16,7 @@ void moe_mm_out_cpu(const Tensor& xs, const Tensor& w, const Tensor& tile_expert
   const int32_t* te = tile_expert.const_data_ptr<int32_t>();
   const int64_t n_tiles = tile_expert.size(0), E = w.size(0);
   for (int64_t j = 0; j < n_tiles; ++j) {
-    TORCH_CHECK(te[j] >= -1 && te[j] < E, "tile_expert[", j, "] = ", te[j],
+    TORCH_CHECK_VALUE(te[j] >= -1 && te[j] < E, "tile_expert[", j, "] = ", te[j],
                 " is out of range: expected -1 or an expert of w in [0, ", E, ")");
   }
   for (int64_t j0 = 0; j0 < n_tiles;) {

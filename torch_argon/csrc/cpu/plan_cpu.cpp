@@ -6,12 +6,15 @@
 // per chunk, the first row of its entries in each expert; (3) place: each chunk walks its
 // entries in ascending flat index and hands out rows from its cursors, which is exactly the
 // stable order the contract asks for; (4) padding and tail rows, tile map and meta.
-// Memory: a [C, E] int32 table. Out-of-range ids raise before anything is written.
+// Memory: a [C, E] int32 table, C bounded so that it stays within kScratchBytes, or one row of E
+// (the size of the counts output) when E alone is larger. Out-of-range ids raise before anything
+// is written.
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
 #include <algorithm>
 #include <atomic>
+#include <new>
 #include <vector>
 
 #include "../checks.h"
@@ -23,15 +26,30 @@ namespace {
 
 constexpr int64_t kMinChunkEntries = 16384;
 constexpr int64_t kMaxChunks = 64;
+constexpr int64_t kScratchBytes = int64_t{64} << 20;
+
+// Chunks for n entries over E experts: enough to split the work, few enough for the scratch
+// budget. A function of (n, E) only, so the output bytes never depend on the thread count.
+int64_t plan_chunks(int64_t n, int64_t E) {
+  const int64_t by_memory = std::max<int64_t>(1, kScratchBytes / (E * int64_t{sizeof(int32_t)}));
+  return std::clamp<int64_t>(n / kMinChunkEntries, 1, std::min(kMaxChunks, by_memory));
+}
 
 template <typename id_t>
 void plan_kernel(const PlanDims& d, const id_t* ids, const at::Tensor& weights, int32_t* counts,
                  int32_t* offsets, int32_t* sorted_token, float* sorted_weight, int32_t* pos,
                  int32_t* tile_expert, int32_t* meta) {
   const int64_t n = d.entries(), E = d.E, tm = d.tile_m, K = d.K;
-  const int64_t n_chunks = std::clamp<int64_t>(n / kMinChunkEntries, 1, kMaxChunks);
+  const int64_t n_chunks = plan_chunks(n, E);
   const int64_t chunk = (n + n_chunks - 1) / n_chunks;
-  std::vector<int32_t> cursor(n_chunks * E, 0);
+  std::vector<int32_t> cursor;
+  try {
+    cursor.assign(n_chunks * E, 0);
+  } catch (const std::bad_alloc&) {
+    TORCH_CHECK(false, "moe_plan: n_expert=", E, " needs ", n_chunks * E * sizeof(int32_t),
+                " bytes of scratch (one int32 per expert and chunk), which could not be "
+                "allocated");
+  }
 
   // (1) per-chunk histograms, with the range check.
   std::atomic<int64_t> first_bad{n};
@@ -53,7 +71,7 @@ void plan_kernel(const PlanDims& d, const id_t* ids, const at::Tensor& weights, 
   });
   if (first_bad.load() < n) {
     const int64_t i = first_bad.load();
-    TORCH_CHECK(false, "topk_ids[", i / K, ", ", i % K, "] = ", static_cast<int64_t>(ids[i]),
+    TORCH_CHECK_VALUE(false, "topk_ids[", i / K, ", ", i % K, "] = ", static_cast<int64_t>(ids[i]),
                 " is out of range: ids must be in [0, n_expert=", E, ") or -1 (skipped)");
   }
 
@@ -120,7 +138,7 @@ void moe_plan_out_cpu(const Tensor& topk_ids, const Tensor& topk_weights, int64_
                       const Tensor& sorted_token, const Tensor& sorted_weight, const Tensor& pos,
                       const Tensor& tile_expert, const Tensor& meta) {
   const PlanDims d = check_plan_inputs(topk_ids, topk_weights, n_expert, tile_m);
-  check_plan_outputs(d, topk_ids, counts, offsets, sorted_token, sorted_weight, pos, tile_expert,
+  check_plan_outputs(d, topk_ids, topk_weights, counts, offsets, sorted_token, sorted_weight, pos, tile_expert,
                      meta);
   const Tensor ids = topk_ids.contiguous();
   const Tensor w = topk_weights.contiguous();

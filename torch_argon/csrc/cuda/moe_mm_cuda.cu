@@ -208,8 +208,8 @@ void moe_mm_out_cuda(const Tensor& xs, const Tensor& w, const Tensor& tile_exper
 // The functional form, registered for CUDA so the grouped-GEMM path returns torch's output
 // without a copy into a second buffer.
 Tensor moe_mm_cuda(const Tensor& xs, const Tensor& w, const Tensor& tile_expert, int64_t tile_m) {
-  TORCH_CHECK(xs.dim() == 2, "xs must be 2-D [R, Kd], got shape ", xs.sizes());
-  TORCH_CHECK(w.dim() == 3, "w must be 3-D [E, N, Kd], got shape ", w.sizes());
+  TORCH_CHECK_VALUE(xs.dim() == 2, "xs must be 2-D [R, Kd], got shape ", xs.sizes());
+  TORCH_CHECK_VALUE(w.dim() == 3, "w must be 3-D [E, N, Kd], got shape ", w.sizes());
   Tensor out = at::empty({xs.size(0), w.size(1)}, xs.options());
   check_moe_mm(xs, w, tile_expert, tile_m, out);
   if (out.numel() == 0 || !grouped_mm_applies(xs, w, Tensor())) {

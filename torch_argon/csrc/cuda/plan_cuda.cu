@@ -417,7 +417,7 @@ void moe_plan_out_cuda(const Tensor& topk_ids, const Tensor& topk_weights, int64
                        const Tensor& sorted_token, const Tensor& sorted_weight, const Tensor& pos,
                        const Tensor& tile_expert, const Tensor& meta) {
   const PlanDims d = check_plan_inputs(topk_ids, topk_weights, n_expert, tile_m);
-  check_plan_outputs(d, topk_ids, counts, offsets, sorted_token, sorted_weight, pos, tile_expert,
+  check_plan_outputs(d, topk_ids, topk_weights, counts, offsets, sorted_token, sorted_weight, pos, tile_expert,
                      meta);
   const c10::cuda::CUDAGuard guard(topk_ids.device());
   launch_plan(d, topk_ids.contiguous(), topk_weights.contiguous(), counts, offsets, sorted_token,
