@@ -3,6 +3,7 @@ reference (bit-exact with the `gguf` package) and random quantized weights for t
 benches. Layouts and formulas: docs/quantized-formats.md."""
 from .formats import FORMATS, QFormat, check_quantized, qformat, row_bytes
 from .reference import dequantize_reference
+from .synthetic import force_finite_scales, random_quantized
 
 __all__ = ["FORMATS", "QFormat", "check_quantized", "qformat", "row_bytes",
-           "dequantize_reference"]
+           "dequantize_reference", "random_quantized", "force_finite_scales"]
