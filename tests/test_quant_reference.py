@@ -87,7 +87,8 @@ def test_fields_tile_the_block(name):
 
 def test_qformat_accepts_names_enums_and_ids():
     q4k = FORMATS["Q4_K"]
-    assert qformat("Q4_K") is q4k and qformat("q4_k") is q4k and qformat(" iq4_xs ").name == "IQ4_XS"
+    assert qformat("Q4_K") is q4k and qformat("q4_k") is q4k
+    assert qformat(" iq4_xs ").name == "IQ4_XS"
     assert qformat(12) is q4k and qformat(q4k) is q4k
 
     class OtherEnum(enum.IntEnum):  # any IntEnum-like: by name, and its value must agree
@@ -391,3 +392,106 @@ def test_force_finite_scales(name):
     before = dequantize_reference(raw, name, 4 * fmt.block_elems)
     same = torch.isfinite(before.reshape(-1, fmt.block_elems)).all(dim=1)
     assert (changed[same] == 0).all()
+
+
+# ---------------------------------------------------------------- the doc's formulas
+
+def _f32(x):
+    return np.float32(x)
+
+
+def _half(b, off):
+    return _f32(np.frombuffer(bytes(b[off:off + 2]), dtype=np.float16)[0])
+
+
+def _table_byte(row, k):
+    return (row >> (8 * k)) & 0xFF
+
+
+def scalar_dequant(b, name):
+    """One block, value by value, from docs/quantized-formats.md's formulas (numpy float32
+    scalars, one rounding per operation): a second, independent statement of the layouts."""
+    K, M = tables.IQ4_NL_VALUES, tables.MXFP4_VALUES_X2
+
+    def q4(i, base):
+        return (b[base + i % 16] >> 4 * (i // 16)) & 15
+
+    def k6(s, off):  # Q4_K / Q5_K scale and min of sub-block s
+        x = b[off:off + 12]
+        if s < 4:
+            return x[s] & 63, x[s + 4] & 63
+        return (x[s + 4] & 15) | (x[s - 4] >> 6) << 4, (x[s + 4] >> 4) | (x[s] >> 6) << 4
+
+    out = []
+    n = FORMATS[name].block_elems
+    for i in range(n):
+        s, h, k, j = i // 32, i // 128, (i % 128) // 32, i % 32
+        with np.errstate(all="ignore"):
+            if name == "Q8_0":
+                x = _f32(np.int8(b[2 + i] - 256 if b[2 + i] > 127 else b[2 + i])) * _half(b, 0)
+            elif name == "Q4_0":
+                x = _half(b, 0) * _f32(q4(i, 2) - 8)
+            elif name == "Q5_0":
+                qh = int.from_bytes(bytes(b[2:6]), "little")
+                x = _half(b, 0) * _f32((q4(i, 6) | ((qh >> i) & 1) << 4) - 16)
+            elif name == "IQ4_NL":
+                x = _half(b, 0) * _f32(K[q4(i, 2)])
+            elif name == "MXFP4":
+                e = b[0]
+                bits = (e - 1) << 23 if e >= 2 else 0x00200000 << e
+                x = np.uint32(bits).view(np.float32) * _f32(M[q4(i, 1)])
+            elif name == "IQ4_XS":
+                sh = b[2] | b[3] << 8
+                ls = ((b[4 + s // 2] >> 4 * (s % 2)) & 15) | ((sh >> 2 * s) & 3) << 4
+                q = (b[8 + 16 * s + j % 16] >> 4 * (j // 16)) & 15
+                x = (_half(b, 0) * _f32(ls - 32)) * _f32(K[q])
+            elif name in ("Q4_K", "Q5_K"):
+                sc, m = k6(s, 4)
+                base = 16 if name == "Q4_K" else 48
+                q = (b[base + 32 * (i // 64) + j] >> 4 * (s % 2)) & 15
+                if name == "Q5_K":
+                    q |= ((b[16 + j] >> s) & 1) << 4
+                x = (_half(b, 0) * _f32(sc)) * _f32(q) - (_half(b, 2) * _f32(m))
+            elif name == "Q6_K":
+                q = ((b[64 * h + 32 * (k % 2) + j] >> 4 * (k // 2)) & 15) \
+                    | ((b[128 + 32 * h + j] >> 2 * k) & 3) << 4
+                sc = b[192 + i // 16]
+                sc = sc - 256 if sc > 127 else sc
+                x = (_half(b, 208) * _f32(sc)) * _f32(q - 32)
+            elif name == "Q3_K":
+                t = i // 16
+                u = ((b[96 + t % 8] >> 4 * (t // 8)) & 15) \
+                    | ((b[104 + t % 4] >> 2 * (t // 4)) & 3) << 4
+                q = ((b[32 + 32 * h + j] >> 2 * k) & 3) - (0 if (b[j] >> (i // 32)) & 1 else 4)
+                x = (_half(b, 108) * _f32(u - 32)) * _f32(q)
+            elif name == "Q2_K":
+                q = (b[16 + 32 * h + j] >> 2 * k) & 3
+                sb = b[i // 16]
+                x = (_half(b, 80) * _f32(sb & 15)) * _f32(q) - (_half(b, 82) * _f32(sb >> 4))
+            elif name == "IQ2_XS":
+                g, kk = i // 8, i % 8
+                w = b[2 + 2 * g] | b[3 + 2 * g] << 8
+                G = _table_byte(tables.IQ2XS_GRID[w & 511], kk)
+                sign = _f32(-1.0 if (tables.IQ2XS_SIGNS[w >> 9] >> kk) & 1 else 1.0)
+                ls = (b[66 + g // 4] >> 4 * ((g // 2) % 2)) & 15
+                x = ((_half(b, 0) * _f32(ls + 0.5)) * _f32(0.25) * _f32(G)) * sign
+            elif name == "IQ3_S":
+                g = i // 4
+                idx = b[2 + g] | ((b[66 + g // 8] >> (g % 8)) & 1) << 8
+                G = _table_byte(tables.IQ3S_GRID[idx], i % 4)
+                sign = _f32(-1.0 if (b[74 + i // 8] >> (i % 8)) & 1 else 1.0)
+                ls = (b[106 + i // 64] >> 4 * (s % 2)) & 15
+                x = ((_half(b, 0) * _f32(1 + 2 * ls)) * _f32(G)) * sign
+        out.append(x)
+    return torch.from_numpy(np.array(out, dtype=np.float32))
+
+
+@pytest.mark.parametrize("name", QUANTIZED)
+def test_doc_formulas(name):
+    """docs/quantized-formats.md's per-value formulas, run as scalar code, give the reference's
+    bits on random blocks with finite scales."""
+    fmt = FORMATS[name]
+    w = force_finite_scales(random_bytes(name, (3,), 1, seed=11), name)
+    got = dequantize_reference(w, name, fmt.block_elems)
+    for r in range(3):
+        assert_bits_equal(scalar_dequant(w[r].tolist(), name), got[r], f"{name} block {r}")

@@ -72,10 +72,12 @@ def _distributions(name):
         return tuple(range(8, 16)), (-1.5, -0.5, 0.5, 1.5)
     if name == "IQ2_XS":
         magnitudes = _grid_magnitudes("IQ2XS_GRID")
-        return tuple((ls + 0.5) * 0.25 for ls in range(8, 16)), magnitudes + tuple(-m for m in magnitudes)
+        signed = magnitudes + tuple(-m for m in magnitudes)
+        return tuple((ls + 0.5) * 0.25 for ls in range(8, 16)), signed
     if name == "IQ3_S":
         magnitudes = _grid_magnitudes("IQ3S_GRID")
-        return tuple(1 + 2 * ls for ls in range(8, 16)), magnitudes + tuple(-m for m in magnitudes)
+        signed = magnitudes + tuple(-m for m in magnitudes)
+        return tuple(1 + 2 * ls for ls in range(8, 16)), signed
     raise AssertionError(name)
 
 
