@@ -88,7 +88,7 @@ def test_fields_tile_the_block(name):
 def test_qformat_accepts_names_enums_and_ids():
     q4k = FORMATS["Q4_K"]
     assert qformat("Q4_K") is q4k and qformat("q4_k") is q4k
-    assert qformat(" iq4_xs ").name == "IQ4_XS"
+    assert qformat(" iq4_xs ").name == "IQ4_XS" and isinstance(qformat("f16"), QFormat)
     assert qformat(12) is q4k and qformat(q4k) is q4k
 
     class OtherEnum(enum.IntEnum):  # any IntEnum-like: by name, and its value must agree
