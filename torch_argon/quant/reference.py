@@ -13,8 +13,8 @@ gguf does, in its order:
   a fused multiply-add (one rounding instead of two gives other bits). Kernels must not contract
   them either (no -ffast-math / fp-contract for these lines).
 - A sign is a multiplication by +-1.0: a multiply leaves a NaN's sign alone, a negation flips it.
-- a - b with both NaN gives a's NaN, as numpy's float32 subtract does on x86 and ARM (torch's
-  sub returns b's there: it computes a + (-1)*b).
+- a - b with both NaN gives a's NaN, as numpy's float32 subtract does (x86 and ARM return the
+  first NaN operand); torch's CPU sub was measured returning b's, so the reference selects a's.
 
 Every value is computed on the input's device (CPU, CUDA, MPS). On the CPU the result equals
 gguf bit for bit, NaN payloads included. GPUs return their own canonical NaN from arithmetic,
@@ -28,8 +28,8 @@ import torch
 from . import tables
 from .formats import check_quantized
 
-# Values dequantized per step: bounds the int32 copies of the bytes and the temporaries
-# (about 40 bytes per value at the peak) whatever the tensor's size.
+# Values dequantized per step: bounds the memory of the int32 copies of the bytes and of the
+# temporaries whatever the tensor's size (a whole expert stack can be hundreds of millions).
 _CHUNK_VALUES = 1 << 21
 _INT32_SIGN = -(1 << 31)
 
