@@ -17,7 +17,7 @@ def test_compile_whole_layer_fullgraph():
     torch._dynamo.reset()
     compiled = torch.compile(torch_argon.moe_layer, fullgraph=True)
     eager = torch_argon.moe_layer(x, rw, (wgu, wd), K, renormalize=True)
-    got = compiled(x, rw, wgu, wd, K, renormalize=True)
+    got = compiled(x, rw, (wgu, wd), K, renormalize=True)
     torch.testing.assert_close(got, eager, atol=1e-5, rtol=1e-5)
 
 

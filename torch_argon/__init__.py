@@ -3,23 +3,25 @@
     plan = torch_argon.moe_plan(topk_ids, topk_weights, n_expert)
     xs = torch_argon.moe_gather(x, plan)
     ...
-or the whole layer: torch_argon.moe_layer(x, router_weight, w_gate_up, w_down, top_k).
+or the whole layer: torch_argon.moe_layer(x, router_weight, (w_gate_up, w_down), top_k).
 """
 import torch
 
 from . import _C  # noqa: F401  (registers the ops of every compiled backend)
-from . import nn, reference
+from . import nn, quant, reference
 from .ops import OpSet, argon_ops
 from .plan import MoEPlan
-from .layer import moe_layer
+from .layer import moe_experts, moe_layer
 from .routing import route
+from .weights import DenseExperts
 
 moe_plan = argon_ops.moe_plan
 moe_gather = argon_ops.moe_gather
 moe_combine = argon_ops.moe_combine
 swiglu = argon_ops.swiglu
 moe_mm = argon_ops.moe_mm
+dequantize = quant.dequantize_reference
 
-__all__ = ["MoEPlan", "OpSet", "moe_plan", "moe_gather", "moe_combine", "swiglu", "moe_mm",
-           "moe_layer", "route"]
+__all__ = ["MoEPlan", "OpSet", "DenseExperts", "moe_plan", "moe_gather", "moe_combine", "swiglu",
+           "moe_mm", "moe_layer", "moe_experts", "route", "dequantize"]
 __version__ = "0.1.0"
