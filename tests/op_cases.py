@@ -28,8 +28,8 @@ def op_cases(backend):
         "moe_gather_out": (ns.moe_gather_out, (x, plan.sorted_token, empty(R, H, dt=x.dtype))),
         "moe_combine": (ns.moe_combine, (y, plan.pos, w, x, None, None)),
         "moe_combine_out": (ns.moe_combine_out, (y, plan.pos, w, None, x, empty(T, H, dt=y.dtype))),
-        "swiglu": (ns.swiglu, (g, None, None)),
-        "swiglu_out": (ns.swiglu_out, (g[:, :H], g[:, H:], empty(R, H, dt=g.dtype))),
+        "swiglu": (ns.swiglu, (g, None, None, "gelu_tanh")),
+        "swiglu_out": (ns.swiglu_out, (g[:, :H], g[:, H:], "gelu", empty(R, H, dt=g.dtype))),
         "moe_mm": (ns.moe_mm, (y, W, plan.tile_expert, TM)),
         "moe_mm_out": (ns.moe_mm_out, (y, W, plan.tile_expert, TM, empty(R, 2 * H, dt=y.dtype))),
     }

@@ -20,7 +20,8 @@ TOL = {torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
 DTYPES = list(TOL)
 
 
-def reference_on_cpu(x, w_gate_up, w_down, ids, weights, shared=None, residual=None):
+def reference_on_cpu(x, w_gate_up, w_down, ids, weights, shared=None, residual=None,
+                     activation="silu"):
     """reference.moe_layer in float64 on the CPU (MPS has no float64), given the routing the
     layer computed on its device, so router ties cannot make the two disagree."""
     def cpu(t):
@@ -28,7 +29,7 @@ def reference_on_cpu(x, w_gate_up, w_down, ids, weights, shared=None, residual=N
 
     return reference.moe_layer(x.cpu().double(), None,
                                (w_gate_up.cpu().double(), w_down.cpu().double()), ids.shape[1],
-                               topk_ids=ids.cpu(),
+                               topk_ids=ids.cpu(), activation=activation,
                                topk_weights=weights.cpu(), shared=cpu(shared),
                                residual=None if residual is None else residual.cpu().double())
 
@@ -58,9 +59,9 @@ def make_layer(T, H, I, E, dtype, device, seed=0, shared_I=None):
     return w
 
 
-def shared_expert_f64(x, w_gate, w_up, w_down, gate_weight):
+def shared_expert_f64(x, w_gate, w_up, w_down, gate_weight, activation="silu"):
     x, w_gate, w_up, w_down = (t.double() for t in (x, w_gate, w_up, w_down))
-    out = (F.silu(x @ w_gate.T) * (x @ w_up.T)) @ w_down.T
+    out = (reference.ACTIVATIONS[activation](x @ w_gate.T) * (x @ w_up.T)) @ w_down.T
     if gate_weight is not None:
         out = torch.sigmoid(x @ gate_weight.double().T) * out
     return out
@@ -150,11 +151,12 @@ def small_moe(dtype=torch.float32, **kw):
 
 @pytest.mark.parametrize("backend", backend_params(backends.NAMES))
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("shared", [None, 40])
-def test_nn_moe_matches_reference(backend, dtype, shared):
+@pytest.mark.parametrize("shared,activation", [(None, "silu"), (40, "silu"), (40, "gelu"),
+                                               (None, "gelu_tanh")])
+def test_nn_moe_matches_reference(backend, dtype, shared, activation):
     b = backends.get(backend)
     moe = small_moe(dtype, scoring="sigmoid", renormalize=True, shared_intermediate_size=shared,
-                    ops=b.ops).to(b.device)
+                    ops=b.ops, activation=activation).to(b.device)
     x = torch.randn(3, 11, 64).to(dtype).to(b.device)  # [B, S, H]: any leading dims
     residual = torch.randn(3, 11, 64).to(dtype).to(b.device)
     with torch.no_grad():
@@ -165,10 +167,11 @@ def test_nn_moe_matches_reference(backend, dtype, shared):
             se = moe.shared_expert
             s = shared_expert_f64(*(t.cpu() for t in (x2, se.gate_proj.weight, se.up_proj.weight,
                                                       se.down_proj.weight,
-                                                      moe.shared_expert_gate.weight)))
+                                                      moe.shared_expert_gate.weight)),
+                                  activation=activation)
         ids, weights = route(x2, moe.gate.weight, 3, scoring="sigmoid", renormalize=True)
         ref = reference_on_cpu(x2, moe.experts.gate_up_proj, moe.experts.down_proj, ids, weights,
-                               s, residual.reshape(-1, 64))
+                               s, residual.reshape(-1, 64), activation=activation)
     assert out.shape == x.shape
     assert_close_rel(out.reshape(-1, 64), ref, dtype, backend, factor=2 if shared else 1)
 

@@ -19,6 +19,8 @@ CASES = {
     "tile256": (40, 64, 4, 32, 8, 256, "repeated", False),  # two row blocks per tile
     "odd_dims_strided": (21, 48, 6, 24, 3, 16, "neg_some", True),  # K and N tails, strides
 }
+# The cases that also run the GeGLU epilogues (activation "gelu" and "gelu_tanh").
+GEGLU_CASES = ("uniform", "odd_dims_strided")
 # Relative Frobenius error per dtype, as tests/test_layer.py.
 REL_TOL = {torch.float16: 2e-3, torch.bfloat16: 1.5e-2}
 
@@ -87,6 +89,12 @@ def run_case(name, device, dtype, ops):
     poison_allocator(d)
     check("gate_up_swiglu (gathered)", triton_ops.moe_gate_up_swiglu_triton(
         xd, wgud, *args, dplan.sorted_token), want_h)
+    if name in GEGLU_CASES:
+        for act in ("gelu", "gelu_tanh"):
+            poison_allocator(d)
+            check(f"gate_up_{act} (gathered)", triton_ops.moe_gate_up_swiglu_triton(
+                xd, wgud, *args, dplan.sorted_token, activation=act),
+                reference.swiglu(want_gu, activation=act))
     poison_allocator(d)
     check("gate_up (gathered, no swiglu)", triton_ops.moe_mm_triton(
         xd, wgud, *args, dplan.sorted_token), want_gu)

@@ -19,13 +19,14 @@ from .weights import as_expert_weights
 
 
 def moe_experts(x, topk_ids, topk_weights, experts, *, tile_m=None, shared=None, residual=None,
-                ops=argon_ops, path="auto"):
+                ops=argon_ops, path="auto", activation="silu"):
     """The experts of a routed layer: plan, gather, gate/up moe_mm, swiglu, down moe_mm,
     combine. x [T, H]; topk_ids [T, K] (ids in [0, E) or -1: skipped), topk_weights [T, K].
     experts: an expert-weights object or (w_gate_up, w_down) (see the module docstring).
     shared, residual: optional [T, H] added in the combine (fp32, before the one rounding).
     tile_m: rows per GEMM tile; None picks one for the path taken.
     path: "auto", "triton" or "ops" (see paths.py).
+    activation: of the gated epilogue: "silu" (SwiGLU), "gelu" or "gelu_tanh" (GeGLU).
     Returns [T, H] in x's dtype.
     """
     if x.dim() != 2:
@@ -39,22 +40,23 @@ def moe_experts(x, topk_ids, topk_weights, experts, *, tile_m=None, shared=None,
     if chosen.name == "triton":
         return triton_ops.moe_experts_triton(x, topk_ids, topk_weights, experts.gate_up,
                                              experts.down, tile_m=chosen.tile_m, shared=shared,
-                                             residual=residual, ops=ops)
+                                             residual=residual, ops=ops, activation=activation)
     plan = ops.moe_plan(topk_ids, topk_weights, experts.n_experts, chosen.tile_m)
     xs = ops.moe_gather(x, plan)
-    h = ops.swiglu(ops.moe_mm(xs, experts.gate_up, plan))
+    h = ops.swiglu(ops.moe_mm(xs, experts.gate_up, plan), activation=activation)
     y = ops.moe_mm(h, experts.down, plan)
     return ops.moe_combine(y, plan, topk_weights, shared=shared, residual=residual,
                            out_dtype=x.dtype)
 
 
-def shared_expert(x, w_gate, w_up, w_down, gate_weight=None, *, ops=argon_ops):
-    """A dense SwiGLU expert every token goes through, optionally scaled by its own sigmoid gate
-    (Qwen2-MoE, Qwen3-Next): sigmoid(x @ gate_weight^T) * down(silu(gate(x)) * up(x)).
+def shared_expert(x, w_gate, w_up, w_down, gate_weight=None, *, ops=argon_ops,
+                  activation="silu"):
+    """A dense gated expert every token goes through, optionally scaled by its own sigmoid gate
+    (Qwen2-MoE, Qwen3-Next): sigmoid(x @ gate_weight^T) * down(act(gate(x)) * up(x)).
 
     w_gate, w_up: [Is, H]. w_down: [H, Is]. gate_weight: [1, H] or None.
     """
-    h = ops.swiglu(F.linear(x, w_gate), F.linear(x, w_up))
+    h = ops.swiglu(F.linear(x, w_gate), F.linear(x, w_up), activation=activation)
     out = F.linear(h, w_down)
     if gate_weight is not None:
         out = torch.sigmoid(F.linear(x, gate_weight)) * out
@@ -63,7 +65,8 @@ def shared_expert(x, w_gate, w_up, w_down, gate_weight=None, *, ops=argon_ops):
 
 def moe_layer(x, router_weight, experts, top_k, *, scoring="softmax", renormalize=False,
               tile_m=None, shared=None, residual=None, shared_expert_weights=None,
-              shared_expert_gate=None, ops=argon_ops, path="auto", topk="auto"):
+              shared_expert_gate=None, ops=argon_ops, path="auto", topk="auto",
+              activation="silu"):
     """One sparse MoE layer on x [T, H].
 
     router_weight: [E, H]. experts: an expert-weights object (DenseExperts, a quantized one) or
@@ -76,6 +79,8 @@ def moe_layer(x, router_weight, experts, top_k, *, scoring="softmax", renormaliz
     ops: the OpSet to run on (the package default dispatches by device).
     path: "auto", "triton" or "ops": how the experts run (see moe_experts).
     topk: "auto", "torch" or "triton": the router's top-k (see routing.topk_experts).
+    activation: of the experts' (and the shared expert's) gated epilogue: "silu", "gelu" or
+        "gelu_tanh".
     """
     check_router(x, router_weight, top_k)
     experts = as_expert_weights(experts)
@@ -86,8 +91,9 @@ def moe_layer(x, router_weight, experts, top_k, *, scoring="softmax", renormaliz
     if shared_expert_weights is not None:
         if shared is not None:
             raise ValueError("pass either shared (a tensor) or shared_expert_weights, not both")
-        shared = shared_expert(x, *shared_expert_weights, shared_expert_gate, ops=ops)
+        shared = shared_expert(x, *shared_expert_weights, shared_expert_gate, ops=ops,
+                               activation=activation)
     topk_ids, topk_weights = route(x, router_weight, top_k, scoring=scoring,
                                    renormalize=renormalize, topk=topk)
     return moe_experts(x, topk_ids, topk_weights, experts, tile_m=tile_m, shared=shared,
-                       residual=residual, ops=ops, path=path)
+                       residual=residual, ops=ops, path=path, activation=activation)

@@ -118,22 +118,26 @@ def dense_stacks(experts):
 
 
 class SwiGLUMLP(nn.Module):
-    """A dense SwiGLU MLP (the shared expert): down(silu(gate(x)) * up(x))."""
+    """A dense gated MLP (the shared expert): down(act(gate(x)) * up(x)), act silu by default."""
 
-    def __init__(self, hidden_size, intermediate_size, *, device=None, dtype=None):
+    def __init__(self, hidden_size, intermediate_size, *, activation="silu", device=None,
+                 dtype=None):
         super().__init__()
+        self.activation = activation
         kw = dict(bias=False, device=device, dtype=dtype)
         self.gate_proj = nn.Linear(hidden_size, intermediate_size, **kw)
         self.up_proj = nn.Linear(hidden_size, intermediate_size, **kw)
         self.down_proj = nn.Linear(intermediate_size, hidden_size, **kw)
 
     def forward(self, x):
-        return shared_expert(x, self.gate_proj.weight, self.up_proj.weight, self.down_proj.weight)
+        return shared_expert(x, self.gate_proj.weight, self.up_proj.weight, self.down_proj.weight,
+                             activation=self.activation)
 
 
 class MoE(nn.Module):
     """A sparse MoE block on x [..., H]: router -> top-k -> plan -> gather -> gate/up moe_mm ->
-    SwiGLU -> down moe_mm -> combine (+ sigmoid-gated shared expert) (+ residual).
+    SwiGLU (or GeGLU: `activation`) -> down moe_mm -> combine (+ sigmoid-gated shared expert)
+    (+ residual).
 
     Submodules carry transformers' names (gate, experts, shared_expert, shared_expert_gate), so
     a Qwen3-MoE / Qwen3-Next / Mixtral / OLMoE block's state_dict loads into it unchanged.
@@ -141,11 +145,12 @@ class MoE(nn.Module):
 
     def __init__(self, hidden_size, intermediate_size, n_experts, top_k, *, scoring="softmax",
                  renormalize=False, shared_intermediate_size=None, shared_expert_gate=True,
-                 is_transposed=False, tile_m=None, ops: Optional[OpSet] = None, device=None,
-                 dtype=None):
+                 is_transposed=False, tile_m=None, ops: Optional[OpSet] = None,
+                 activation="silu", device=None, dtype=None):
         super().__init__()
         kw = dict(device=device, dtype=dtype)
         self.tile_m = tile_m
+        self.activation = activation
         self.ops = ops or argon_ops
         self.gate = TopKRouter(hidden_size, n_experts, top_k, scoring=scoring,
                                renormalize=renormalize, **kw)
@@ -153,13 +158,14 @@ class MoE(nn.Module):
                                is_transposed=is_transposed, **kw)
         self.shared_expert = self.shared_expert_gate = None
         if shared_intermediate_size:
-            self.shared_expert = SwiGLUMLP(hidden_size, shared_intermediate_size, **kw)
+            self.shared_expert = SwiGLUMLP(hidden_size, shared_intermediate_size,
+                                           activation=activation, **kw)
             if shared_expert_gate:
                 self.shared_expert_gate = nn.Linear(hidden_size, 1, bias=False, **kw)
 
     @classmethod
     def from_modules(cls, gate, experts, shared_expert=None, shared_expert_gate=None, *,
-                     tile_m=None, ops: Optional[OpSet] = None):
+                     tile_m=None, ops: Optional[OpSet] = None, activation="silu"):
         """Wraps existing modules, sharing their parameters (nothing is copied).
 
         gate: a router whose forward(x [T, H]) returns (logits, weights [T, K], ids [T, K]).
@@ -167,10 +173,13 @@ class MoE(nn.Module):
             (see expert_weights).
         shared_expert: a module with gate_proj / up_proj / down_proj linears, or None.
         shared_expert_gate: an nn.Linear(H, 1) whose sigmoid scales the shared expert, or None.
+        activation: of the experts' and the shared expert's gated epilogue ("silu", "gelu",
+            "gelu_tanh").
         """
         self = cls.__new__(cls)
         nn.Module.__init__(self)
         self.tile_m = tile_m
+        self.activation = activation
         self.ops = ops or argon_ops
         self.gate, self.experts = gate, experts
         self.shared_expert, self.shared_expert_gate = shared_expert, shared_expert_gate
@@ -188,12 +197,12 @@ class MoE(nn.Module):
             gate = self.shared_expert_gate
             gate_weight = None if gate is None else gate.weight
             shared = shared_expert(x, s.gate_proj.weight, s.up_proj.weight, s.down_proj.weight,
-                                   gate_weight, ops=self.ops)
+                                   gate_weight, ops=self.ops, activation=self.activation)
         if residual is not None:
             residual = residual.reshape(x.shape)
         out = moe_experts(x, ids, weights, experts, tile_m=self.tile_m, shared=shared,
-                          residual=residual, ops=self.ops)
+                          residual=residual, ops=self.ops, activation=self.activation)
         return out.reshape(shape)
 
     def extra_repr(self):
-        return f"tile_m={self.tile_m}"
+        return f"tile_m={self.tile_m}, activation={self.activation}"

@@ -71,7 +71,7 @@ def _register_fakes(lib: str) -> None:
         return y.new_empty((pos.shape[0], y.shape[1]), dtype=out_dtype or y.dtype)
 
     @fake("swiglu")
-    def _(gate, up=None, out_dtype=None):
+    def _(gate, up=None, out_dtype=None, activation="silu"):
         inner = gate.shape[1] if up is not None else gate.shape[1] // 2
         return gate.new_empty((gate.shape[0], inner), dtype=out_dtype or gate.dtype)
 
@@ -189,11 +189,16 @@ class OpSet:
         self.op.moe_combine_out(y, pos, topk_weights, shared, residual, out)
         return out
 
-    def swiglu(self, gate, up=None, *, out_dtype: Optional[torch.dtype] = None, out=None):
-        """silu(gate) * up in fp32, rounded once. With up=None, gate is [R, 2I]: gate | up."""
+    def swiglu(self, gate, up=None, *, out_dtype: Optional[torch.dtype] = None,
+               activation: str = "silu", out=None):
+        """act(gate) * up in fp32, rounded once. With up=None, gate is [R, 2I]: gate | up.
+
+        activation: "silu" (SwiGLU), "gelu" (erf form) or "gelu_tanh" (GeGLU).
+        out: may be gate or up itself (two-tensor form): the product is taken in place.
+        """
         if out is None:
-            return self.op.swiglu(gate, up, out_dtype)
-        self.op.swiglu_out(gate, up, out)
+            return self.op.swiglu(gate, up, out_dtype, activation)
+        self.op.swiglu_out(gate, up, activation, out)
         return out
 
     def moe_mm(self, xs, w, plan, tile_m: Optional[int] = None, *, out=None):

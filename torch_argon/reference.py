@@ -79,10 +79,16 @@ def moe_combine(y, pos, topk_weights, shared=None, residual=None, out_dtype=None
     return acc.to(out_dtype or y.dtype)
 
 
-def swiglu(gate, up=None, out_dtype=None):
+ACTIVATIONS = {"silu": F.silu, "gelu": F.gelu,
+               "gelu_tanh": lambda g: F.gelu(g, approximate="tanh")}
+
+
+def swiglu(gate, up=None, out_dtype=None, activation="silu"):
+    if activation not in ACTIVATIONS:
+        raise ValueError(f'activation must be one of "silu", "gelu", "gelu_tanh", got "{activation}"')
     if up is None:
         gate, up = gate.chunk(2, dim=-1)
-    return (F.silu(gate.float()) * up.float()).to(out_dtype or gate.dtype)
+    return (ACTIVATIONS[activation](gate.float()) * up.float()).to(out_dtype or gate.dtype)
 
 
 def moe_mm(xs, w, tile_expert, tile_m):
@@ -97,7 +103,7 @@ def moe_mm(xs, w, tile_expert, tile_m):
 
 
 def moe_layer(x, router_weight, experts, top_k, *, scoring="softmax", renormalize=False,
-              shared=None, residual=None, topk_ids=None, topk_weights=None):
+              shared=None, residual=None, topk_ids=None, topk_weights=None, activation="silu"):
     """The whole layer, one expert at a time in float64: the ground truth for moe_layer.
     experts: as moe_layer takes them (an expert-weights object or (w_gate_up, w_down)); quantized
     experts are dequantized first.
@@ -120,7 +126,7 @@ def moe_layer(x, router_weight, experts, top_k, *, scoring="softmax", renormaliz
     for e in topk_ids[topk_ids >= 0].unique().tolist():
         t, k = (topk_ids == e).nonzero(as_tuple=True)
         gu = x[t].double() @ w_gate_up[e].double().T
-        h = F.silu(gu[:, :inter]) * gu[:, inter:]
+        h = ACTIVATIONS[activation](gu[:, :inter]) * gu[:, inter:]
         acc.index_add_(0, t, topk_weights[t, k, None].double() * (h @ w_down[e].double().T))
     if shared is not None:
         acc += shared.double()

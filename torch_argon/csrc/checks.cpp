@@ -1,5 +1,7 @@
 #include "checks.h"
 
+#include "argon_params.h"
+
 #include <algorithm>
 #include <string_view>
 #include <limits>
@@ -142,8 +144,15 @@ void check_combine(const at::Tensor& y, const at::Tensor& pos, const at::Tensor&
                    {{"out", "residual"}});
 }
 
-void check_swiglu(const at::Tensor& gate, const std::optional<at::Tensor>& up,
-                  const at::Tensor& out) {
+int check_swiglu(const at::Tensor& gate, const std::optional<at::Tensor>& up,
+                 c10::string_view activation, const at::Tensor& out) {
+  int act = -1;
+  for (const auto& [name, code] : {std::pair{"silu", ARGON_ACT_SILU}, std::pair{"gelu", ARGON_ACT_GELU},
+                                   std::pair{"gelu_tanh", ARGON_ACT_GELU_TANH}}) {
+    if (activation == name) act = code;
+  }
+  TORCH_CHECK_VALUE(act >= 0, "activation must be one of \"silu\", \"gelu\", \"gelu_tanh\", got \"",
+                    std::string(activation), "\"");
   check_dim(gate, "gate", 2, up.has_value() ? "[R, I]" : "[R, 2*I] (gate half, then up half)");
   check_float(gate, "gate");
   int64_t inner = gate.size(1);
@@ -163,6 +172,7 @@ void check_swiglu(const at::Tensor& gate, const std::optional<at::Tensor>& up,
   // With gate and up as two tensors, out may be either of them (elementwise, read before write).
   check_no_overlap({{"out", &out}}, {{"gate", &gate}, {"up", up ? &*up : nullptr}},
                    {{"out", "gate"}, {"out", "up"}});
+  return act;
 }
 
 void check_moe_mm(const at::Tensor& xs, const at::Tensor& w, const at::Tensor& tile_expert,

@@ -48,9 +48,10 @@ void check_combine(const at::Tensor& y, const at::Tensor& pos, const at::Tensor&
                    const std::optional<at::Tensor>& shared,
                    const std::optional<at::Tensor>& residual, const at::Tensor& out);
 
-// swiglu: gate and up [R,I] (or gate [R,2I] with no up), out [R,I].
-void check_swiglu(const at::Tensor& gate, const std::optional<at::Tensor>& up,
-                  const at::Tensor& out);
+// swiglu: gate and up [R,I] (or gate [R,2I] with no up), out [R,I], activation one of "silu",
+// "gelu", "gelu_tanh". Returns the activation's code (ARGON_ACT_* of metal/activation.h).
+int check_swiglu(const at::Tensor& gate, const std::optional<at::Tensor>& up,
+                 c10::string_view activation, const at::Tensor& out);
 
 // moe_mm: xs [R,Kd], w [E,N,Kd] (any strides), tile_expert [R/tile_m] int32, out [R,N].
 void check_moe_mm(const at::Tensor& xs, const at::Tensor& w, const at::Tensor& tile_expert,

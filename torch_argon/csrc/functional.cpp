@@ -52,13 +52,13 @@ struct Functional {
   }
 
   static Tensor swiglu(const Tensor& gate, const OptTensor& up,
-                       std::optional<at::ScalarType> out_dtype) {
+                       std::optional<at::ScalarType> out_dtype, c10::string_view activation) {
     TORCH_CHECK_VALUE(gate.dim() == 2, "gate must be 2-D, got shape ", gate.sizes());
     const int64_t inner = up.has_value() ? gate.size(1) : gate.size(1) / 2;
     Tensor out = at::empty({gate.size(0), inner},
                            gate.options().dtype(out_dtype.value_or(gate.scalar_type())));
     static auto op = find_op<SwigluOutFn>(NS, "swiglu_out");
-    op.call(gate, up, out);
+    op.call(gate, up, activation, out);
     return out;
   }
 

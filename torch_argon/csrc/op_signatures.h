@@ -21,7 +21,8 @@ using PlanOutFn = void(const Tensor& topk_ids, const Tensor& topk_weights, int64
 using GatherOutFn = void(const Tensor& x, const Tensor& sorted_token, const Tensor& out);
 using CombineOutFn = void(const Tensor& y, const Tensor& pos, const Tensor& topk_weights,
                           const OptTensor& shared, const OptTensor& residual, const Tensor& out);
-using SwigluOutFn = void(const Tensor& gate, const OptTensor& up, const Tensor& out);
+using SwigluOutFn = void(const Tensor& gate, const OptTensor& up, c10::string_view activation,
+                         const Tensor& out);
 using MoeMmOutFn = void(const Tensor& xs, const Tensor& w, const Tensor& tile_expert,
                         int64_t tile_m, const Tensor& out);
 
@@ -35,7 +36,7 @@ using CombineFn = Tensor(const Tensor& y, const Tensor& pos, const Tensor& topk_
                          const OptTensor& shared, const OptTensor& residual,
                          std::optional<at::ScalarType> out_dtype);
 using SwigluFn = Tensor(const Tensor& gate, const OptTensor& up,
-                        std::optional<at::ScalarType> out_dtype);
+                        std::optional<at::ScalarType> out_dtype, c10::string_view activation);
 using MoeMmFn = Tensor(const Tensor& xs, const Tensor& w, const Tensor& tile_expert,
                        int64_t tile_m);
 

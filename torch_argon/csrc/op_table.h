@@ -31,8 +31,9 @@
     "Tensor(a!) out) -> ()",                                                                     \
     CombineFn, CombineOutFn)                                                                     \
   X(swiglu,                                                                                      \
-    "(Tensor gate, Tensor? up=None, ScalarType? out_dtype=None) -> Tensor",                      \
-    "(Tensor gate, Tensor? up, Tensor(a!) out) -> ()",                                           \
+    "(Tensor gate, Tensor? up=None, ScalarType? out_dtype=None, str activation=\"silu\") -> "    \
+    "Tensor",                                                                                    \
+    "(Tensor gate, Tensor? up, str activation, Tensor(a!) out) -> ()",                           \
     SwigluFn, SwigluOutFn)                                                                       \
   X(moe_mm,                                                                                      \
     "(Tensor xs, Tensor w, Tensor tile_expert, int tile_m) -> Tensor",                           \

@@ -17,6 +17,11 @@ typedef int32_t argon_i32;
 // Float storage types, as the host names them to the kernels.
 enum ArgonDtype { ARGON_F32 = 0, ARGON_F16 = 1, ARGON_BF16 = 2 };
 
+// The gated epilogue's activation (swiglu's `activation`; the functions: activation.h).
+#define ARGON_ACT_SILU 0
+#define ARGON_ACT_GELU 1
+#define ARGON_ACT_GELU_TANH 2
+
 // Plan limits. mm_hist holds one threadgroup histogram of E counters; mm_place holds, per expert,
 // one 8-bit count per 32-entry sub-block of its block (4 per 32-bit word, exact for any K and
 // repeated ids: a sub-block holds at most 32 entries of one expert). The host picks the largest
@@ -70,6 +75,7 @@ struct ArgonSwigluParams {
   argon_u32 in_stride;   // elements between rows of gate / up (I, or 2I for one fused tensor)
   argon_u32 up_offset;   // elements from the gate buffer's start to up (fused: I)
   argon_u32 in_dtype, out_dtype;
+  argon_u32 activation;  // ARGON_ACT_*
 };
 
 // moe_mm: out[r] = xs[r] @ w[e]^T for rows of tiles owned by expert e, zero where e is -1.

@@ -1,7 +1,9 @@
-// swiglu_h: out[r, i] = silu(g) * u = g / (1 + exp(-g)) * u, computed in fp32 and rounded once.
+// swiglu_h: out[r, i] = act(g) * u, computed in fp32 and rounded once; act is silu (SwiGLU), or
+// gelu in its erf or tanh form (GeGLU), by p.activation (activation.h).
 // gate and up are two buffers, or one fused [R, 2I] buffer bound twice with up at p.up_offset.
 // Launch: grid (R, ceil(I / 256)) threadgroups of 256 threads, one element per thread.
 // (The seed measured scalar coalesced threads as fast as float4 ones for this kernel on M5.)
+#include "activation.h"
 #include "argon_common.h"
 
 kernel void swiglu_h(device const uchar* gate [[buffer(0)]],
@@ -15,6 +17,5 @@ kernel void swiglu_h(device const uchar* gate [[buffer(0)]],
   const ulong in_at = ulong(r) * p.in_stride + i;
   const float g = load_f(gate, p.in_dtype, in_at);
   const float u = load_f(up, p.in_dtype, in_at + p.up_offset);
-  const float silu = g / (1.0f + exp(-g));
-  store_f(out, p.out_dtype, ulong(r) * p.cols + i, silu * u);
+  store_f(out, p.out_dtype, ulong(r) * p.cols + i, argon_activation(g, p.activation) * u);
 }

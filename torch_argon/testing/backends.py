@@ -26,7 +26,7 @@ def _reference_namespace():
     its _out form (the functional form's results copied into the written arguments)."""
 
     def functional(fn):
-        def call(*args, **kwargs):
+        def call(*args, **kwargs):  # the reference's parameters carry the schema's names
             result = fn(*args, **kwargs)
             return result.tensors() if isinstance(result, MoEPlan) else result
         return call
@@ -36,11 +36,14 @@ def _reference_namespace():
         written = [i for i, a in enumerate(schema.arguments)
                    if a.alias_info is not None and a.alias_info.is_write]
 
+        names = [a.name for a in schema.arguments]
+
         def call(*args):
-            inputs = [a for i, a in enumerate(args) if i not in written]
+            inputs = {names[i]: a for i, a in enumerate(args) if i not in written}
             outs = [args[i] for i in written]
-            kwargs = {"out_dtype": outs[0].dtype} if takes_out_dtype else {}
-            result = fn(*inputs, **kwargs)
+            if takes_out_dtype:
+                inputs["out_dtype"] = outs[0].dtype
+            result = fn(**inputs)
             results = result if isinstance(result, tuple) else (result,)
             for dst, src in zip(outs, results):
                 dst.copy_(src)

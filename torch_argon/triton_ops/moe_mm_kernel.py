@@ -11,8 +11,9 @@ in fp32 over the reduction dimension in BLOCK_K steps (tl.dot: wgmma/mma on the 
   tile interleaves the matching gate and up rows (column 2j: gate row n0+j, 2j+1: up row
   N+n0+j), so one tl.dot of width 2*BLOCK_N computes both (a wide wgmma, not two narrow ones);
   the accumulator is split into gate and up in registers and the program stores
-  silu(gate) * up, computed in fp32 and rounded once: the [R, 2N] gate/up intermediate is never
-  written.
+  act(gate) * up, computed in fp32 and rounded once: the [R, 2N] gate/up intermediate is never
+  written. ACTIVATION picks act: 0 silu, 1 gelu (erf), 2 gelu (tanh form), the codes of
+  torch_argon/metal/argon_params.h.
 - ZERO_UNUSED: rows of unused tiles are written with zeros (the moe_mm contract); the layer
   turns it off, because nothing reads those rows.
 
@@ -41,6 +42,7 @@ def moe_mm_kernel(
     N, Kd, tile_m, n_expert, n_a_rows,
     META_N_TILES: tl.constexpr,
     GATHER: tl.constexpr, SWIGLU: tl.constexpr, ZERO_UNUSED: tl.constexpr,
+    ACTIVATION: tl.constexpr,
     EVEN_K: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
@@ -99,5 +101,18 @@ def moe_mm_kernel(
 
     if SWIGLU:
         gate, up = tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N, 2)))
-        acc = gate / (1.0 + tl.exp(-gate)) * up  # silu(gate) * up in fp32
+        acc = gated_activation(gate, ACTIVATION) * up  # in fp32
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
+
+
+@triton.jit
+def gated_activation(g, ACTIVATION: tl.constexpr):
+    """act(g) in fp32 for the gated epilogue: silu, gelu (erf) or gelu (tanh form), as torch
+    writes them; tanh as 1 - 2 / (1 + exp(2z)), which Triton's interpreter also runs."""
+    if ACTIVATION == 1:
+        return 0.5 * g * (1.0 + tl.math.erf(g * 0.7071067811865476))
+    elif ACTIVATION == 2:
+        z = 0.7978845608028654 * (g + 0.044715 * g * g * g)
+        return 0.5 * g * (2.0 - 2.0 / (1.0 + tl.exp(2.0 * z)))
+    else:
+        return g / (1.0 + tl.exp(-g))

@@ -5,9 +5,9 @@ traces them and CUDA graphs capture them:
       C [R, N] = A[rows] @ W[e]^T over the plan's tiles. With sorted_token, `a` is x [T, Kd]
       and row r reads x[sorted_token[r]] (zeros where -1): moe_gather fused into the GEMM.
   argon::moe_gate_up_swiglu_triton(a, w_gate_up, tile_expert, meta, tile_m,
-                                   sorted_token=None, zero_unused=True)
-      h [R, I] = silu(A @ W_gate^T) * (A @ W_up^T) with w_gate_up [E, 2I, Kd]: the gate/up
-      GEMM and swiglu in one kernel.
+                                   sorted_token=None, zero_unused=True, activation="silu")
+      h [R, I] = act(A @ W_gate^T) * (A @ W_up^T) with w_gate_up [E, 2I, Kd]: the gate/up
+      GEMM and swiglu in one kernel (act: "silu", "gelu" or "gelu_tanh").
   argon::topk_triton(scores, k)
       torch.topk(scores, k, dim=-1) for router scores, same choice and order (topk_kernel.py).
 
@@ -57,8 +57,19 @@ def _check(a, w, tile_expert, meta, tile_m, sorted_token, swiglu):
     return rows
 
 
+ACTIVATIONS = {"silu": 0, "gelu": 1, "gelu_tanh": 2}  # the ARGON_ACT_* codes
+
+
+def activation_code(activation: str) -> int:
+    if activation not in ACTIVATIONS:
+        raise ValueError(f'activation must be one of "silu", "gelu", "gelu_tanh", got '
+                         f'"{activation}"')
+    return ACTIVATIONS[activation]
+
+
 def launch_moe_mm(a, w, tile_expert, meta, tile_m, sorted_token, out, *, swiglu,
-                  zero_unused, config: Optional[MMConfig] = None, block_m=None, launcher=None):
+                  zero_unused, activation="silu", config: Optional[MMConfig] = None,
+                  block_m=None, launcher=None):
     """Launches the kernel into `out` [R, N]. config / block_m override the table (for the
     sweep). launcher wraps the kernel (wrap_triton inside the ops, nothing outside)."""
     block_m = block_m or block_m_for(tile_m)
@@ -78,6 +89,7 @@ def launch_moe_mm(a, w, tile_expert, meta, tile_m, sorted_token, out, *, swiglu,
         tile_expert, meta,
         n_out, kd, tile_m, w.shape[0], a.shape[0],
         META_N_TILES=META_N_TILES, GATHER=gather, SWIGLU=swiglu, ZERO_UNUSED=zero_unused,
+        ACTIVATION=activation_code(activation),
         EVEN_K=kd % block_k == 0,
         BLOCK_M=block_m, BLOCK_N=cfg.block_n, BLOCK_K=block_k,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
@@ -119,13 +131,14 @@ def triton_next_pow2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
 
-def _run(a, w, tile_expert, meta, tile_m, sorted_token, zero_unused, swiglu):
+def _run(a, w, tile_expert, meta, tile_m, sorted_token, zero_unused, swiglu, activation="silu"):
     rows = _check(a, w, tile_expert, meta, tile_m, sorted_token, swiglu)
+    activation_code(activation)
     n_out = w.shape[1] // 2 if swiglu else w.shape[1]
     out = a.new_empty((rows, n_out))
     if rows and n_out:
         launch_moe_mm(a, w, tile_expert, meta, tile_m, sorted_token, out, swiglu=swiglu,
-                      zero_unused=zero_unused, launcher=LAUNCHER)
+                      zero_unused=zero_unused, activation=activation, launcher=LAUNCHER)
     return out
 
 
@@ -140,8 +153,9 @@ def moe_mm_triton(a: torch.Tensor, w: torch.Tensor, tile_expert: torch.Tensor,
 def moe_gate_up_swiglu_triton(a: torch.Tensor, w_gate_up: torch.Tensor,
                               tile_expert: torch.Tensor, meta: torch.Tensor, tile_m: int,
                               sorted_token: Optional[torch.Tensor] = None,
-                              zero_unused: bool = True) -> torch.Tensor:
-    return _run(a, w_gate_up, tile_expert, meta, tile_m, sorted_token, zero_unused, swiglu=True)
+                              zero_unused: bool = True, activation: str = "silu") -> torch.Tensor:
+    return _run(a, w_gate_up, tile_expert, meta, tile_m, sorted_token, zero_unused, swiglu=True,
+                activation=activation)
 
 
 @triton_op("argon::topk_triton", mutates_args=())

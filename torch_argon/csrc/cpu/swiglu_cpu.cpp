@@ -1,5 +1,6 @@
-// swiglu on the CPU: out = silu(g) * u = g / (1 + exp(-g)) * u in fp32, rounded once. Inputs as
-// two [R, I] tensors or one [R, 2I] tensor (gate half, then up half).
+// swiglu on the CPU: out = act(g) * u in fp32, rounded once, act = silu(g) = g / (1 + exp(-g)),
+// or gelu in its erf or tanh form (metal/activation.h has the formulas). Inputs as two [R, I]
+// tensors or one [R, 2I] tensor (gate half, then up half).
 // One pass over each row: load, widen to fp32, silu, multiply, round once, store; no
 // temporaries. The row loop is plain C++ that GCC vectorises, with SSE2 in the baseline build
 // and with AVX2 in the clone ARGON_CPU_CLONES adds; exp is our own (exp_f32 below) because
@@ -9,11 +10,13 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 
 #include "../checks.h"
+#include "argon_params.h"
 #include "../float_dispatch.h"
 #include "../op_signatures.h"
 #include "cpu_clones.h"
@@ -55,8 +58,22 @@ inline float exp_f32(float y) {
                 : overflow ? std::numeric_limits<float>::infinity() : e;
 }
 
+// The activations in fp32, as torch computes them (libm's erf and tanh for the gelus: those
+// loops stay scalar; the silu one vectorises through exp_f32).
+struct Silu {
+  static float apply(float x) { return x / (1.f + exp_f32(-x)); }
+};
+struct Gelu {
+  static float apply(float x) { return 0.5f * x * (1.f + std::erf(x * 0.7071067811865476f)); }
+};
+struct GeluTanh {
+  static float apply(float x) {
+    return 0.5f * x * (1.f + std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+  }
+};
+
 // Rows [0, rows) of out (contiguous, I per row) from g and u (element stride 1, any row stride).
-template <typename in_t, typename out_t>
+template <typename Act, typename in_t, typename out_t>
 ARGON_CPU_CLONES void swiglu_rows(const in_t* g, int64_t g_row, const in_t* u, int64_t u_row,
                                   out_t* out, int64_t rows, int64_t I) {
   for (int64_t r = 0; r < rows; ++r) {
@@ -64,15 +81,14 @@ ARGON_CPU_CLONES void swiglu_rows(const in_t* g, int64_t g_row, const in_t* u, i
     const in_t* ur = u + r * u_row;
     out_t* o = out + r * I;
     for (int64_t i = 0; i < I; ++i) {
-      const float x = static_cast<float>(gr[i]);
-      const float silu = x / (1.f + exp_f32(-x));
-      o[i] = static_cast<out_t>(silu * static_cast<float>(ur[i]));
+      o[i] = static_cast<out_t>(Act::apply(static_cast<float>(gr[i])) * static_cast<float>(ur[i]));
     }
   }
 }
 
-void swiglu_out_cpu(const Tensor& gate, const OptTensor& up, const Tensor& out) {
-  check_swiglu(gate, up, out);
+void swiglu_out_cpu(const Tensor& gate, const OptTensor& up, c10::string_view activation,
+                    const Tensor& out) {
+  const int act = check_swiglu(gate, up, activation, out);
   const int64_t R = out.size(0), I = out.size(1);
   if (R == 0 || I == 0) return;
   Tensor g = up ? gate : gate.narrow(1, 0, I);
@@ -85,7 +101,10 @@ void swiglu_out_cpu(const Tensor& gate, const OptTensor& up, const Tensor& out) 
     out_t* out_data = out.data_ptr<out_t>();
     const int64_t gs = g.stride(0), us = u.stride(0);
     at::parallel_for(0, R, std::max<int64_t>(1, kGrainElements / I), [&](int64_t r0, int64_t r1) {
-      swiglu_rows(g_data + r0 * gs, gs, u_data + r0 * us, us, out_data + r0 * I, r1 - r0, I);
+      const auto rows = act == ARGON_ACT_GELU        ? swiglu_rows<Gelu, in_t, out_t>
+                        : act == ARGON_ACT_GELU_TANH ? swiglu_rows<GeluTanh, in_t, out_t>
+                                                     : swiglu_rows<Silu, in_t, out_t>;
+      rows(g_data + r0 * gs, gs, u_data + r0 * us, us, out_data + r0 * I, r1 - r0, I);
     });
   });
 }

@@ -1,4 +1,5 @@
-// swiglu on CUDA: out = silu(g) * u = g / (1 + exp(-g)) * u in fp32, rounded once.
+// swiglu on CUDA: out = act(g) * u in fp32, rounded once; act = silu(g) = g / (1 + exp(-g)), or
+// gelu in its erf or tanh form (metal/activation.h has the formulas), a template parameter.
 //
 // Inputs: two [R, I] tensors, or one [R, 2I] tensor whose second half is `up` (same row, I
 // columns on). Launch: a flat grid-stride loop over (row, vector) pairs; each thread loads V
@@ -8,6 +9,7 @@
 #include <torch/library.h>
 
 #include "../checks.h"
+#include "argon_params.h"
 #include "../op_signatures.h"
 #include "../float_dispatch.h"
 #include "cuda_common.cuh"
@@ -15,7 +17,15 @@
 namespace argon::cuda {
 namespace {
 
-template <typename in_t, typename out_t, int V>
+__device__ __forceinline__ float activation(float g, int act) {
+  if (act == ARGON_ACT_GELU) return 0.5f * g * (1.f + erff(g * 0.7071067811865476f));
+  if (act == ARGON_ACT_GELU_TANH) {
+    return 0.5f * g * (1.f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g)));
+  }
+  return g / (1.f + expf(-g));
+}
+
+template <typename in_t, typename out_t, int V, int Act>
 __global__ void __launch_bounds__(256)
     swiglu_kernel(const in_t* __restrict__ gate, const in_t* __restrict__ up, int64_t g_stride,
                   int64_t u_stride, out_t* __restrict__ out, int64_t R, int64_t I) {
@@ -29,13 +39,32 @@ __global__ void __launch_bounds__(256)
     load_as_float<in_t, V>(up + r * u_stride + c, u);
     Vec<out_t, V> o;
 #pragma unroll
-    for (int e = 0; e < V; ++e) o.v[e] = from_float<out_t>(g[e] / (1.f + expf(-g[e])) * u[e]);
+    for (int e = 0; e < V; ++e) o.v[e] = from_float<out_t>(activation(g[e], Act) * u[e]);
     *reinterpret_cast<Vec<out_t, V>*>(out + r * I + c) = o;
   }
 }
 
-void swiglu_out_cuda(const Tensor& gate_in, const OptTensor& up_in, const Tensor& out) {
-  check_swiglu(gate_in, up_in, out);
+template <typename in_t, typename out_t, int V>
+void launch_swiglu(int act, const in_t* g, const in_t* u, int64_t g_stride, int64_t u_stride,
+                   out_t* out, int64_t R, int64_t I) {
+  const int threads = 256;
+  const int blocks = grid_for(R * (I / V), threads);
+  if (act == ARGON_ACT_GELU) {
+    swiglu_kernel<in_t, out_t, V, ARGON_ACT_GELU><<<blocks, threads, 0, stream()>>>(
+        g, u, g_stride, u_stride, out, R, I);
+  } else if (act == ARGON_ACT_GELU_TANH) {
+    swiglu_kernel<in_t, out_t, V, ARGON_ACT_GELU_TANH><<<blocks, threads, 0, stream()>>>(
+        g, u, g_stride, u_stride, out, R, I);
+  } else {
+    swiglu_kernel<in_t, out_t, V, ARGON_ACT_SILU><<<blocks, threads, 0, stream()>>>(
+        g, u, g_stride, u_stride, out, R, I);
+  }
+  ARGON_CUDA_CHECK_LAUNCH();
+}
+
+void swiglu_out_cuda(const Tensor& gate_in, const OptTensor& up_in, c10::string_view activation,
+                     const Tensor& out) {
+  const int act = check_swiglu(gate_in, up_in, activation, out);
   if (out.numel() == 0) return;
   const c10::cuda::CUDAGuard guard(gate_in.device());
   const Tensor gate = gate_in.stride(1) == 1 ? gate_in : gate_in.contiguous();
@@ -52,15 +81,11 @@ void swiglu_out_cuda(const Tensor& gate_in, const OptTensor& up_in, const Tensor
     const bool vec = I % V == 0 && rows_aligned(g, g_stride, sizeof(in_t), 16) &&
                      rows_aligned(u, u_stride, sizeof(in_t), 16) &&
                      rows_aligned(out.data_ptr(), I, sizeof(out_t), V * sizeof(out_t));
-    const int threads = 256;
     if (vec) {
-      swiglu_kernel<in_t, out_t, V><<<grid_for(R * (I / V), threads), threads, 0, stream()>>>(
-          g, u, g_stride, u_stride, out.data_ptr<out_t>(), R, I);
+      launch_swiglu<in_t, out_t, V>(act, g, u, g_stride, u_stride, out.data_ptr<out_t>(), R, I);
     } else {
-      swiglu_kernel<in_t, out_t, 1><<<grid_for(R * I, threads), threads, 0, stream()>>>(
-          g, u, g_stride, u_stride, out.data_ptr<out_t>(), R, I);
+      launch_swiglu<in_t, out_t, 1>(act, g, u, g_stride, u_stride, out.data_ptr<out_t>(), R, I);
     }
-    ARGON_CUDA_CHECK_LAUNCH();
   });
 }
 

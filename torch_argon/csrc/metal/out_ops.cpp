@@ -86,8 +86,9 @@ void moe_combine_out(Target& target, const Tensor& y_in, const Tensor& pos_in,
   target.encode([&](Encoder& enc) { encode_combine(enc, p, b); });
 }
 
-void swiglu_out(Target& target, const Tensor& gate_in, const OptTensor& up_in, const Tensor& out) {
-  check_swiglu(gate_in, up_in, out);
+void swiglu_out(Target& target, const Tensor& gate_in, const OptTensor& up_in,
+                c10::string_view activation, const Tensor& out) {
+  const int act = check_swiglu(gate_in, up_in, activation, out);
   const Tensor gate = gate_in.contiguous();
   const Tensor up = up_in ? up_in->contiguous() : gate;
   ArgonSwigluParams p{};
@@ -97,6 +98,7 @@ void swiglu_out(Target& target, const Tensor& gate_in, const OptTensor& up_in, c
   p.up_offset = up_in ? 0 : p.cols;
   p.in_dtype = argon_dtype(gate.scalar_type());
   p.out_dtype = argon_dtype(out.scalar_type());
+  p.activation = static_cast<uint32_t>(act);
   const SwigluBuffers b{target.bind(gate), target.bind(up), target.bind(out)};
   target.encode([&](Encoder& enc) { encode_swiglu(enc, p, b); });
 }

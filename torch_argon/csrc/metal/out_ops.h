@@ -35,7 +35,8 @@ void moe_gather_out(Target& target, const Tensor& x, const Tensor& sorted_token,
 void moe_combine_out(Target& target, const Tensor& y, const Tensor& pos,
                      const Tensor& topk_weights, const OptTensor& shared,
                      const OptTensor& residual, const Tensor& out);
-void swiglu_out(Target& target, const Tensor& gate, const OptTensor& up, const Tensor& out);
+void swiglu_out(Target& target, const Tensor& gate, const OptTensor& up,
+                c10::string_view activation, const Tensor& out);
 void moe_mm_out(Target& target, const Tensor& xs, const Tensor& w, const Tensor& tile_expert,
                 int64_t tile_m, const Tensor& out);
 
