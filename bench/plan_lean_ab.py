@@ -78,7 +78,10 @@ def run(args):
 
     import torch_argon
     from torch_argon import reference
-    from torch_argon.timing import cuda_graph_us, heat
+    try:  # where the timers live since the dev tooling moved to torch_argon.testing
+        from torch_argon.testing.timing import cuda_graph_us, heat
+    except ImportError:  # 18cadd2 and earlier
+        from torch_argon.timing import cuda_graph_us, heat
     if not torch.cuda.is_available():
         raise SystemExit("plan_lean_ab.py run: torch sees no CUDA device")
     topk = None
