@@ -58,6 +58,8 @@ if want_cuda():
     arch = os.environ.get("ARGON_CUDA_ARCH")  # e.g. "90" for the H200
     if arch:
         nvcc_flags += [f"-gencode=arch=compute_{arch},code=sm_{arch}"]
+    if os.environ.get("ARGON_PLAN_LAB") == "1":  # the CUDA plan's knobs, for the bench scripts
+        nvcc_flags.append("-DARGON_PLAN_LAB=1")
 
 # ---- Metal for MPS (owned by the Metal backend): the kernels as one embedded source, which
 # csrc/metal/mps compiles on first use, and a prebuilt argon.metallib when `xcrun metal` exists.

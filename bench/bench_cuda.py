@@ -28,7 +28,8 @@ import torch
 
 import torch_argon
 from torch_argon.testing import baselines
-from torch_argon.testing.plan_tuning import GRID_SHAPE, grid_device, kernels_launched, plan_knobs
+from torch_argon.testing.plan_tuning import (GRID_SHAPE, LAB_BUILD_HINT, grid_device,
+                                             kernels_launched, lab_build, plan_knobs)
 from torch_argon._shapes import plan_rows
 from torch_argon.testing.timing import cuda_events_us, cuda_graph_us, heat
 
@@ -103,11 +104,8 @@ def plan_bits_equal(plan, ids, w):
 
 
 def plan_path(fn):
-    """Which plan kernel fn runs: "grid", "one_kernel" or "two_kernels" (portable)."""
-    names = kernels_launched(fn)
-    if any("plan_grid_kernel" in n for n in names):
-        return "grid"
-    return "two_kernels" if any("plan_count_kernel" in n for n in names) else "one_kernel"
+    """Which plan kernel fn runs: "grid" or "fallback" (portable)."""
+    return "grid" if any("plan_grid_kernel" in n for n in kernels_launched(fn)) else "fallback"
 
 
 def rec(op, T, dist, us, baseline, base_us, **extra):
@@ -152,8 +150,8 @@ def bench_plan(records):
                 us_pdl, us_no = plan_behind_us(before, plan)
                 records.append(rec(op, T, dist, us_pdl, "same_without_dependent_launch", us_no,
                                    timing="graph", baseline_timing="graph"))
-                print(f"{op:18s} {dist:8s} T={T:6d} {us_pdl:8.2f} us  "
-                      f"without dependent launch {us_no:8.2f} us")
+                print(f"{op:18s} {dist:8s} T={T:6d} {us_pdl:8.2f} us  without dependent launch "
+                      + ("(lab build only)" if us_no is None else f"{us_no:8.2f} us"))
 
 
 def behind(T):
@@ -179,21 +177,27 @@ def behind_us(before, plan, lone=None):
 
 
 def plan_behind_us(before, plan):
-    """behind_us with and without programmatic dependent launch. Back-to-back plans (the plan
-    records) let each other start early; behind a kernel that does not, that gain is gone."""
+    """behind_us with and without programmatic dependent launch (without: lab build only, else
+    None). Back-to-back plans (the plan records) let each other start early; behind a kernel
+    that does not, that gain is gone."""
     lone = graph_us(before)
     with_pdl = behind_us(before, plan, lone)
+    if not lab_build():
+        return with_pdl, None
     with plan_knobs(pdl=0):
         without = behind_us(before, plan, lone)
     return with_pdl, without
 
 
 def bench_plan_variants(records):
-    """The plan's kernels, each forced at every size, for choosing the launcher's thresholds:
-    the default ("auto", and "auto_no_pdl" without programmatic dependent launch); the grid kernel
-    as one segment on 16 or 32 replicas, as clusters of 4, 8 or 16 segments (16 where the device
-    runs them), and in the grid shape with 1, 2, 3 or 4 chunks per warp; the portable one-kernel
-    and two-kernel paths (with and without dependent launch)."""
+    """The plan's kernels, each forced at every size, for choosing the launcher's thresholds
+    (lab build only: its knobs): the default ("auto", and "auto_no_pdl" without programmatic
+    dependent launch); the grid kernel as one segment on 16 or 32 replicas, as clusters of 4, 8
+    or 16 segments (16 where the device runs them), and in the grid shape with 1, 2, 3 or 4
+    chunks per warp; the portable fallback."""
+    if not lab_build():
+        print(f"plan_variants skipped: {LAB_BUILD_HINT}")
+        return
     ops = torch_argon.argon_ops
     big_clusters = grid_device()["big_clusters"] > 0
     for dist in DISTS:
@@ -214,12 +218,7 @@ def bench_plan_variants(records):
             variants += [(f"grid_segments_c{c}",
                           dict(grid=big, grid_cluster=GRID_SHAPE, grid_chunks=c))
                          for c in (1, 2, 3, 4) if c < one_c and -(-n // (512 * c)) <= 128]
-            if n <= 4096:
-                variants += [("one_kernel", dict(grid=0, single_max=big))]
-            if T >= 16:
-                variants += [("two_kernels", dict(grid=0, single_max=0))]
-            if T >= 128:
-                variants += [("two_kernels_no_pdl", dict(grid=0, single_max=0, pdl=0))]
+            variants += [("fallback", dict(grid=0))]
             for name, knobs in variants:
                 with plan_knobs(**knobs):
                     ok = plan_bits_equal(ops.moe_plan(ids, w, E, TM), ids, w)

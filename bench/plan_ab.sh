@@ -29,6 +29,7 @@ python3 -c "import sys, torch; sys.exit(not torch.cuda.is_available())" ||
   { echo "plan_ab.sh times the CUDA plan: torch sees no CUDA device"; exit 2; }
 . "$(dirname "$0")/gpu_env.sh"
 export PYTHONUNBUFFERED=1 ARGON_CUDA_ARCH="${ARGON_CUDA_ARCH:-90}"
+export ARGON_PLAN_LAB=1  # the lab build: the plan knobs (plan_ab.py --knobs)
 
 # The old tree: the working tree without builds, with OLD_DIR's files over it.
 rm -rf "$OLD_TREE" && mkdir -p "$OLD_TREE" || exit 1

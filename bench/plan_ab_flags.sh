@@ -36,6 +36,7 @@ python3 -c "import sys, torch; sys.exit(not torch.cuda.is_available())" ||
   { echo "plan_ab_flags.sh times the CUDA plan: torch sees no CUDA device"; exit 2; }
 . "$(dirname "$0")/gpu_env.sh"
 export PYTHONUNBUFFERED=1 ARGON_CUDA_ARCH="${ARGON_CUDA_ARCH:-90}" MAX_JOBS="${MAX_JOBS:-$(nproc)}"
+export ARGON_PLAN_LAB=1  # the lab build: the plan knobs (plan_ab.py --knobs)
 
 build() {  # build NAME FLAGS: build the tree with FLAGS, keep a copy of the package
   local t0=$SECONDS

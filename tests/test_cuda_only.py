@@ -1,15 +1,24 @@
 """CUDA-only properties: every op inside CUDA graph capture, no host sync, out-of-range ids
-counted in meta, every plan kernel (the grid kernel in several shapes, the portable one-kernel
-and two-kernel paths) bit for bit, and moe_mm's grouped-GEMM path with a
-tile_expert that is not in the plan's layout. The parity suite (test_plan.py & co.) covers the
-values on every backend through the default path; these cover what only CUDA has."""
+counted in meta, every plan path (the grid kernel in each shape, the portable fallback) bit for
+bit, and moe_mm's grouped-GEMM path with a tile_expert that is not in the plan's layout. The
+parity suite (test_plan.py & co.) covers the values on every backend through the default path;
+these cover what only CUDA has.
+
+The plan's paths are reached by the shapes that select them (the launcher's rule, mirrored in
+auto_grid_chunks for sm_90 devices, whose launched kernel the profiler confirms) and by E above
+the grid kernel's limit for the fallback. Tests of shapes the launcher does not pick by itself
+(other cluster sizes, replicas, chunks, no dependent launch) need the lab build's knobs
+(ARGON_PLAN_LAB=1) and skip without them."""
+import contextlib
+
 import pytest
 import torch
 
 from torch_argon import reference
 from torch_argon.testing import backends
-from torch_argon.testing.plan_tuning import (GRID_SHAPE, grid_device, kernels_launched, plan_knobs,
-                                      set_plan_knobs)
+from torch_argon.testing.plan_tuning import (GRID_SHAPE, LAB_BUILD_HINT, grid_device,
+                                             kernels_launched, lab_build, plan_knobs,
+                                             set_plan_knobs)
 from conftest import assert_bits_equal
 from routing_cases import garbage_like, make_ids, make_weights
 
@@ -17,83 +26,74 @@ CUDA = backends.get("cuda")
 pytestmark = pytest.mark.skipif(not CUDA.available, reason=f"cuda: {CUDA.reason}")
 ops = CUDA.ops
 FIELDS = ("counts", "offsets", "sorted_token", "sorted_weight", "pos", "tile_expert", "meta")
+PROPS = torch.cuda.get_device_properties(0) if CUDA.available else None
+LAB = CUDA.available and lab_build()
+needs_lab = pytest.mark.skipif(not LAB, reason=LAB_BUILD_HINT)
 
-
-# The plan's kernels, each forced where the inputs allow it (the grid kernel needs E <= 1022;
-# its cluster shape sm_90, its grid shape cooperative launch; a plan a shape cannot hold goes
-# to the portable kernels).
-PATHS = {
-    "grid": dict(grid=1 << 30),
-    "grid_one_segment": dict(grid=1 << 30, grid_cluster=1),
-    "grid_cluster8": dict(grid=1 << 30, grid_cluster=8),
-    "grid_cluster16": dict(grid=1 << 30, grid_cluster=16),
-    "grid_no_pdl": dict(grid=1 << 30, pdl=0),
-    "grid_shape": dict(grid=1 << 30, grid_cluster=GRID_SHAPE),
-    "one_kernel": dict(grid=0, single_max=1 << 20),
-    "two_kernels": dict(grid=0, single_max=0),
-}
 GRID_MAX_EXPERTS = 1022
-HAS_COOPERATIVE = CUDA.available and torch.cuda.get_device_properties(0).major >= 6
-HAS_CLUSTERS = CUDA.available and torch.cuda.get_device_properties(0).major >= 9
-# Clusters of 16 blocks are a non-portable size: the launcher asks the device (an H100 / H200
-# runs them), and so does this oracle.
-HAS_BIG_CLUSTERS = CUDA.available and grid_device()["big_clusters"] > 0
-# The dynamic shared memory a block of the grid kernel may have (an H200: ~227 KB, an sm_86 /
-# sm_89 GPU: ~99 KB, which every plan fits: the widest asks ~72 KB; an sm_75 GPU: 64 KB, which
-# E = 1022 does not).
-GRID_SMEM_ROOM = grid_device()["smem_room"] if CUDA.available else 0
-# Segments the grid kernel takes: one resident block per SM (its registers allow no second),
-# at most 128.
-GRID_MAX_SEGMENTS = (min(128, torch.cuda.get_device_properties(0).multi_processor_count)
-                     if CUDA.available else 0)
-needs_cooperative = pytest.mark.skipif(not HAS_COOPERATIVE,
-                                       reason="the grid plan kernel needs cooperative launch")
+FALLBACK_E = 1100  # above the grid kernel's limit: the portable fallback in every build
+# Segments the grid shape takes: one resident block per SM (its registers allow no second), at
+# most 128.
+GRID_MAX_SEGMENTS = min(128, PROPS.multi_processor_count) if CUDA.available else 0
+# sm_90 devices (H100, H200): clusters, of 16 blocks too, cooperative launch, and the shared
+# memory for every plan of E <= 1022: the launcher's choice is predictable there.
+PREDICTABLE = CUDA.available and PROPS.major == 9
+
+# Paths forced by the lab build's knobs; "auto" (the launcher's choice) and "fallback" (E above
+# the grid kernel's limit) need none.
+FORCED = {
+    "grid_one_segment": dict(grid_cluster=1),
+    "grid_cluster8": dict(grid_cluster=8),
+    "grid_cluster16": dict(grid_cluster=16),
+    "grid_no_pdl": dict(pdl=0),
+    "grid_shape": dict(grid_cluster=GRID_SHAPE),
+    "fallback_forced": dict(grid=0),
+}
+PATHS = ["auto", "fallback", *FORCED]
 
 
-def ran_grid(names):
-    return any("plan_grid_kernel" in n for n in names)
-
-
-def grid_smem_fits(E, chunks, cluster):
-    """Whether the grid kernel's shared memory for E experts, `chunks` chunks per warp and
-    clusters of `cluster` segments (plan_grid_smem_bytes: h of E rows of 12, or the staging
-    area, then a totals row and four per-expert arrays, then in clusters of 2 or more the two
-    sums into which the peers add their u16 counts) fits the device."""
-    h = max(E * 12, 3 * 512 * chunks)
-    totals_row = (E + 2 + 3) & ~3
-    acc = (h + totals_row + 4 * E + 1 + 3) & ~3
-    acc_bytes = (E + 2 + 7) // 8 * 16
-    return acc * 4 + (2 if cluster >= 2 else 0) * acc_bytes <= GRID_SMEM_ROOM
-
-
-def grid_fits(n, E, cluster, chunks):
-    """Whether the grid kernel takes a plan of n entries with the grid_cluster and grid_chunks
-    knobs as given (0: automatic), as the launcher decides."""
-    if E > GRID_MAX_EXPERTS:
-        return False
-    n = max(n, 1)
-    if cluster == 0:
-        # The launcher picks the chunks; 8 ask the most shared memory (E = 1022: ~72 KB),
-        # which every sm_80+ device allows. Only sm_90+ runs clusters, and there every plan
-        # fits with its two sums.
-        return n <= 8 * 512 * GRID_MAX_SEGMENTS and grid_smem_fits(E, 8, 0)
-    if cluster == GRID_SHAPE:
-        c = chunks or -(-n // (512 * GRID_MAX_SEGMENTS))
-        return (c <= 8 and -(-n // (512 * c)) <= GRID_MAX_SEGMENTS
-                and grid_smem_fits(E, c, 0))
-    if cluster > 1 and not HAS_CLUSTERS:
-        return False
-    if cluster > 8 and not HAS_BIG_CLUSTERS:
-        return False
-    c = chunks or -(-n // (512 * cluster))
-    return c <= 8 and n <= 512 * c * cluster and grid_smem_fits(E, c, cluster)
-
-
-@pytest.fixture
-def two_kernel_plan():
-    """Force the portable two-kernel plan path at every size."""
-    with plan_knobs(grid=0, single_max=0, chunks=1):
+@contextlib.contextmanager
+def on_path(path):
+    """The knobs of a forced path for the block (skips without the lab build)."""
+    if path not in FORCED:
         yield
+        return
+    if not LAB:
+        pytest.skip(LAB_BUILD_HINT)
+    with plan_knobs(**FORCED[path]):
+        yield
+
+
+def path_E(path, E):
+    return FALLBACK_E if path == "fallback" else E
+
+
+def auto_grid_chunks(n, E):
+    """The chunks per warp of the grid kernel the launcher picks on an sm_90 device for n
+    entries of E experts (0: the portable fallback): one segment up to 1024 entries, clusters of
+    4 up to 2048, of 8 up to 5 chunks, of 16 up to 8, then one segment per SM (up to 128)."""
+    n = max(n, 1)
+    if E > GRID_MAX_EXPERTS:
+        return 0
+    if n <= 1024:  # one segment
+        return -(-n // 512)
+    for segments, most in ((4, 1), (8, 5), (16, 8)):  # clusters
+        if n <= segments * 512 * most:
+            return -(-n // (512 * segments))
+    chunks = -(-n // (512 * GRID_MAX_SEGMENTS))
+    return chunks if chunks <= 8 else 0
+
+
+def assert_ran(names, n, E, id_dtype=torch.int64):
+    """The profiler's kernel names show the path the launcher's rule predicts (sm_90 only)."""
+    if not PREDICTABLE:
+        return
+    chunks = auto_grid_chunks(n, E)
+    if chunks == 0:
+        assert any("plan_scatter_kernel" in k for k in names), names
+    else:
+        want = f"plan_grid_kernel<{chunks}, {'int' if id_dtype == torch.int32 else 'long'}>"
+        assert any(want in k for k in names), (want, names)
 
 
 def assert_plan_equal(got, want):
@@ -101,34 +101,149 @@ def assert_plan_equal(got, want):
         assert_bits_equal(getattr(got, f), getattr(want, f), f)
 
 
-@pytest.mark.parametrize("T,K,E,tm,dist", [
-    (1, 1, 1, 8, "uniform"), (257, 10, 512, 16, "zipf"), (300, 16, 128, 64, "neg_some"),
-    (129, 8, 1024, 128, "repeated"), (500, 6, 40, 16, "one_expert"), (3000, 10, 512, 16, "zipf"),
-    (4000, 8, 64, 1, "uniform"),
-])
-def test_two_kernel_path_matches_reference(two_kernel_plan, T, K, E, tm, dist):
-    ids, w = make_ids(T, K, E, dist, seed=T), make_weights(T, K)
-    got = ops.moe_plan(ids.cuda(), w.cuda(), E, tm)
-    assert_plan_equal(got, reference.moe_plan(ids, w, E, tm))
+def plan_into_garbage(ids, w, E, tm):
+    """The plan on CUDA into outputs pre-filled with garbage, the reference's, and the kernels
+    the call launched."""
+    want = reference.moe_plan(torch.where((ids >= E) | (ids < -1), -1, ids), w, E, tm)
+    out = want._replace(**{f: garbage_like(getattr(want, f)).cuda() for f in FIELDS})
+    names = kernels_launched(lambda: ops.moe_plan(ids.cuda(), w.cuda(), E, tm, out=out))
+    return out, want, names
 
 
-@pytest.mark.parametrize("n_entries", [2047, 2048, 4095, 4096, 4097, 8193, 16384, 40960])
-@pytest.mark.parametrize("chunks,pdl", [(0, 1), (0, 0), (1, 1), (3, 0), (16, 1)])
-def test_plan_paths_agree(n_entries, chunks, pdl):
-    """The same routing through the grid kernel, the portable one-kernel path (where n
-    allows it) and the two-kernel path with several segment sizes (0: automatic), with and
-    without programmatic dependent launch, gives the reference's bytes."""
+# (T, K, E, dist): on an sm_90 device, one segment (n <= 1024, C = 1, 2), clusters of 4 (C = 1),
+# of 8 (C = 3, 5), of 16 (C = 3, 4, 8), the grid shape (C = 2, 7: staged), and the fallback (E
+# above the limit; test_grid_kernel_large_T has it past the grid shape's entries).
+AUTO_SHAPES = [
+    (1, 10, 512, "uniform"), (50, 10, 512, "zipf"), (100, 10, 512, "neg_some"),
+    (150, 10, 512, "uniform"), (1000, 10, 512, "zipf"), (2048, 10, 512, "one_expert"),
+    (2100, 10, 512, "uniform"), (3072, 10, 512, "zipf"), (6144, 10, 512, "repeated"),
+    (8192, 10, 512, "uniform"), (40000, 10, 512, "zipf"), (300, 8, FALLBACK_E, "zipf"),
+    (0, 4, FALLBACK_E, "uniform"),
+]
+
+
+@pytest.mark.parametrize("T,K,E,dist", AUTO_SHAPES)
+@pytest.mark.parametrize("id_dtype", [torch.int64, torch.int32])
+def test_each_path_by_the_shapes_that_select_it(T, K, E, dist, id_dtype):
+    """Every grid shape and the fallback, as the launcher picks them, on outputs pre-filled
+    with garbage, with -1 and out-of-range ids (counted in meta, not placed)."""
+    ids, w = make_ids(T, K, E, dist, seed=T + E, dtype=id_dtype), make_weights(T, K)
+    if T > 2:
+        ids[T // 2, 1], ids[T - 1, 0] = E, -5
+    out, want, names = plan_into_garbage(ids, w, E, 16)
+    for f in FIELDS[:-1]:
+        assert_bits_equal(getattr(out, f), getattr(want, f), f)
+    bad = int(((ids >= E) | (ids < -1)).sum())
+    assert out.meta.cpu().tolist() == want.meta.tolist()[:3] + [bad]
+    assert_ran(names, T * K, E, id_dtype)
+
+
+@pytest.mark.parametrize("chunks", range(1, 9))
+@pytest.mark.parametrize("id_dtype", [torch.int32, torch.int64])
+def test_grid_kernel_every_instantiation(chunks, id_dtype):
+    """The grid kernel is compiled once per chunk count and id type: each of the sixteen as the
+    launcher picks it (clusters of 8 up to 5 chunks, then of 16), on a last segment that is not
+    full, with -1 and out-of-range ids, on outputs pre-filled with garbage."""
     K, E = 8, 512
-    T = n_entries // K
-    ids, w = make_ids(T, K, E, "zipf", seed=n_entries).cuda(), make_weights(T, K).cuda()
-    want = reference.moe_plan(ids.cpu(), w.cpu(), E, 16)
-    for path in PATHS:
-        knobs = {"chunks": chunks, "pdl": pdl, **PATHS[path]}  # the path's own knobs win
-        with plan_knobs(**knobs):
-            assert_plan_equal(ops.moe_plan(ids, w, E, 16), want)
+    segments = 8 if chunks <= 5 else 16
+    T = segments * 512 * chunks // K - 3
+    ids = make_ids(T, K, E, "neg_some", seed=chunks, dtype=id_dtype)
+    ids[T // 2, 1], ids[T - 1, 7] = E, -5
+    out, want, names = plan_into_garbage(ids, make_weights(T, K), E, 16)
+    for f in FIELDS[:-1]:
+        assert_bits_equal(getattr(out, f), getattr(want, f), f)
+    assert out.meta.cpu().tolist() == want.meta.tolist()[:3] + [2]  # two bad ids
+    assert_ran(names, T * K, E, id_dtype)
 
 
-@needs_cooperative
+@pytest.mark.parametrize("dist", ["one_expert", "neg_all"])
+def test_cluster_exchange_at_its_count_bound(dist):
+    """The cluster shape keeps counts as u16: each warp's per-expert count (two warps to a
+    32-bit word, scanned in place) and the sums the peers add into (at most 15 blocks of at most
+    4096 entries, 61440 per half, so no carry crosses into the next column). Every entry to one
+    expert (or every id -1: the invalid column) in 16 full segments of 8 chunks (clusters of
+    16) puts each bound at its most, and the column's total (65536) past what a u16 holds."""
+    K, E = 8, 512
+    T = 16 * 8 * 512 // K  # 65536 entries: 16 segments of 4096
+    ids, w = make_ids(T, K, E, dist, seed=T), make_weights(T, K)
+    out, want, names = plan_into_garbage(ids, w, E, 16)
+    assert_plan_equal(out, want)
+    assert_ran(names, T * K, E)
+
+
+@pytest.mark.parametrize("T,K,E,tm,dist", [
+    (1, 1, 1023, 8, "uniform"), (257, 10, 2000, 16, "zipf"), (300, 16, 1500, 64, "neg_some"),
+    (129, 8, 4096, 128, "repeated"), (500, 6, 1040, 16, "one_expert"), (700, 8, 1030, 64, "neg_all"),
+    (777, 4, 1100, 2, "empty"), (3000, 10, 1024, 16, "zipf"), (4000, 8, 1100, 1, "uniform"),
+])
+def test_fallback_matches_reference(T, K, E, tm, dist):
+    """The portable fallback (E above the grid kernel's limit) on outputs pre-filled with
+    garbage: empty experts, every entry to one expert, -1 ids, tile_m from 1 to 128."""
+    ids, w = make_ids(T, K, E, dist, seed=T), make_weights(T, K)
+    out, want, names = plan_into_garbage(ids, w, E, tm)
+    assert_plan_equal(out, want)
+    assert any("plan_scatter_kernel" in k for k in names), names
+
+
+@pytest.mark.parametrize("E", [1, 31, 32, 1023, 1024, 4000])
+@pytest.mark.parametrize("path", ["auto", "grid_3replicas", "grid_cluster4", "grid_segments",
+                                  "fallback_forced"])
+def test_plan_expert_counts_and_paths(E, path):
+    """Expert counts from 1 to 4000 (the fallback above 1022) through each path."""
+    T, K = 500, min(E, 8)
+    ids, w = make_ids(T, K, E, "zipf", seed=E), make_weights(T, K)
+    ids[::7, 0] = -1
+    knobs = {"grid_3replicas": dict(grid_cluster=1, grid_replicas=3, grid_chunks=8),
+             "grid_cluster4": dict(grid_cluster=4),
+             "grid_segments": dict(grid_cluster=GRID_SHAPE, grid_chunks=1),
+             "fallback_forced": dict(grid=0)}.get(path)
+    if knobs is not None and not LAB:
+        pytest.skip(LAB_BUILD_HINT)
+    with plan_knobs(**knobs) if knobs else contextlib.nullcontext():
+        got = ops.moe_plan(ids.cuda(), w.cuda(), E, 16)
+    assert_plan_equal(got, reference.moe_plan(ids, w, E, 16))
+
+
+@pytest.mark.parametrize("T,dist", [(16384, "uniform"), (16384, "zipf"), (40000, "uniform"),
+                                    (60000, "zipf")])
+def test_grid_kernel_large_T(T, dist):
+    """Large prefills: 16384 tokens x 10 (on an H200: 3 chunks per warp over 107 blocks),
+    400,000 entries (7 chunks over 112 blocks), and 600,000, past 8 chunks over 128 blocks,
+    which the fallback takes."""
+    K, E = 10, 512
+    ids, w = make_ids(T, K, E, dist, seed=T), make_weights(T, K)
+    holder = []
+    names = kernels_launched(lambda: holder.append(ops.moe_plan(ids.cuda(), w.cuda(), E, 16)))
+    assert_plan_equal(holder[0], reference.moe_plan(ids, w, E, 16))
+    assert_ran(names, T * K, E)
+
+
+# ---- the lab build: shapes the launcher does not pick by itself ------------------------------
+
+def grid_fits(n, E, cluster, chunks):
+    """Whether the grid kernel takes a plan of n entries with the grid_cluster and grid_chunks
+    knobs as given (0: automatic), as the launcher decides (lab build: grid_device's facts)."""
+    dev = grid_device()
+
+    def smem_fits(c, cluster):  # plan_grid_smem_bytes
+        h = max(E * 12, 3 * 512 * c)
+        acc = (h + ((E + 2 + 3) & ~3) + 4 * E + 1 + 3) & ~3
+        return acc * 4 + (2 if cluster >= 2 else 0) * ((E + 2 + 7) // 8 * 16) <= dev["smem_room"]
+    if E > GRID_MAX_EXPERTS:
+        return False
+    n = max(n, 1)
+    if cluster == 0:
+        return n <= 8 * 512 * GRID_MAX_SEGMENTS and smem_fits(8, 0)
+    if cluster == GRID_SHAPE:
+        c = chunks or -(-n // (512 * GRID_MAX_SEGMENTS))
+        return c <= 8 and -(-n // (512 * c)) <= GRID_MAX_SEGMENTS and smem_fits(c, 0)
+    if (cluster > 1 and not dev["clusters"]) or (cluster > 8 and not dev["big_clusters"]):
+        return False
+    c = chunks or -(-n // (512 * cluster))
+    return c <= 8 and n <= 512 * c * cluster and smem_fits(c, cluster)
+
+
+@needs_lab
 @pytest.mark.parametrize("T,K,E,tm,dist", [
     (0, 4, 8, 16, "uniform"), (1, 1, 1, 8, "uniform"), (1, 10, 512, 16, "uniform"),
     (37, 3, 5, 1, "neg_some"), (128, 10, 512, 16, "zipf"), (409, 10, 512, 16, "uniform"),
@@ -142,104 +257,50 @@ def test_plan_paths_agree(n_entries, chunks, pdl):
     (3, 5, 0), (12, 1, 0), (16, 6, 0), (16, 7, 0), (16, 1, 3), (GRID_SHAPE, 0, 1),
     (GRID_SHAPE, 0, 3), (GRID_SHAPE, 0, 8)])
 def test_grid_kernel_shapes(T, K, E, tm, dist, cluster, replicas, chunks):
-    """The grid kernel in each shape: one segment on 1 to 40 replicas; clusters of 2, 3, 4, 8,
-    12 or 16 segments, each block sending its counts to every other (T = 6144: 8 chunks per
-    warp; on 6 or 7 replicas a warp ranks the one or two it places and only counts the
-    others); one segment per block (the grid shape) with 1 chunk per warp (placed directly)
-    or 3 and 8 (placed through the block-sorted staging); on outputs pre-filled with garbage.
-    The profiler confirms which kernel ran: the grid kernel up to E = 1022 wherever the shape
-    holds the plan (grid_fits), the portable kernels otherwise."""
+    """The grid kernel in each shape, forced: one segment on 1 to 40 replicas; clusters of 2,
+    3, 4, 8, 12 or 16 segments (T = 6144: 8 chunks per warp; on 6 or 7 replicas a warp ranks
+    the one or two it places and only counts the others); one segment per block (the grid shape)
+    with 1 chunk per warp (placed directly) or 3 and 8 (staged); on outputs pre-filled with
+    garbage. The grid kernel runs wherever the shape holds the plan (grid_fits), the fallback
+    otherwise."""
     ids, w = make_ids(T, K, E, dist, seed=T + E), make_weights(T, K)
-    want = reference.moe_plan(ids, w, E, tm)
-    out = want._replace(**{f: garbage_like(getattr(want, f)).cuda() for f in FIELDS})
-    with plan_knobs(grid=1 << 30, grid_cluster=cluster, grid_replicas=replicas,
-                    grid_chunks=chunks):
-        names = kernels_launched(lambda: ops.moe_plan(ids.cuda(), w.cuda(), E, tm, out=out))
+    with plan_knobs(grid_cluster=cluster, grid_replicas=replicas, grid_chunks=chunks):
+        out, want, names = plan_into_garbage(ids, w, E, tm)
     assert_plan_equal(out, want)
-    assert ran_grid(names) == grid_fits(T * K, E, cluster, chunks), names
+    assert any("plan_grid_kernel" in n for n in names) == grid_fits(T * K, E, cluster, chunks)
 
 
-@needs_cooperative
-@pytest.mark.parametrize("chunks", range(1, 9))
-@pytest.mark.parametrize("id_dtype", [torch.int32, torch.int64])
-@pytest.mark.parametrize("cluster", [16, GRID_SHAPE])
-def test_grid_kernel_every_instantiation(chunks, id_dtype, cluster):
-    """The grid kernel is compiled once per chunk count and id type: each of the sixteen, in
-    clusters of 16 (7 replicas) and in the grid shape, on a last segment that is not full, with
-    -1 ids and out-of-range ones (counted in meta, not placed), on outputs pre-filled with
-    garbage."""
-    K, E = 8, 512
-    segments = 16 if cluster == 16 else min(GRID_MAX_SEGMENTS, 20)
-    T = segments * 512 * chunks // K - 3
-    ids = make_ids(T, K, E, "neg_some", seed=chunks, dtype=id_dtype)
-    ids[T // 2, 1], ids[T - 1, 7] = E, -5
-    w = make_weights(T, K)
-    masked = torch.where((ids >= E) | (ids < -1), -1, ids)
-    want = reference.moe_plan(masked, w, E, 16)
-    out = want._replace(**{f: garbage_like(getattr(want, f)).cuda() for f in FIELDS})
-    with plan_knobs(grid=1 << 30, grid_cluster=cluster, grid_chunks=chunks):
-        names = kernels_launched(lambda: ops.moe_plan(ids.cuda(), w.cuda(), E, 16, out=out))
-    for f in FIELDS[:-1]:
-        assert_bits_equal(getattr(out, f), getattr(want, f), f)
-    assert out.meta.cpu().tolist() == want.meta.tolist()[:3] + [2]  # two bad ids
-    assert ran_grid(names) == grid_fits(T * K, E, cluster, chunks), names
-
-
-@needs_cooperative
+@needs_lab
 @pytest.mark.parametrize("cluster,segments", [(1, 1), (GRID_SHAPE, 4)])
 def test_warp_counts_at_their_bound(cluster, segments):
-    """A block keeps each warp's count of an expert as a u16, two warps to a 32-bit word, and
-    scans them in place into the entries of that expert in earlier warps. Every entry to one
-    expert in full segments of 8 chunks puts each warp's count at 256 and the last warp's
-    prefix at 3840 (the high half's), the most a segment holds: one segment, and the grid
-    shape, on outputs pre-filled with garbage."""
+    """Every entry to one expert in full segments of 8 chunks puts each warp's u16 count at 256
+    and the last warp's prefix at 3840, the most a segment holds: one segment and the grid shape
+    (clusters of 16: test_cluster_exchange_at_its_count_bound)."""
     K, E = 8, 512
     T = segments * 8 * 512 // K
     ids, w = make_ids(T, K, E, "one_expert", seed=T), make_weights(T, K)
-    want = reference.moe_plan(ids, w, E, 16)
-    out = want._replace(**{f: garbage_like(getattr(want, f)).cuda() for f in FIELDS})
-    with plan_knobs(grid=1 << 30, grid_cluster=cluster, grid_chunks=8):
-        names = kernels_launched(lambda: ops.moe_plan(ids.cuda(), w.cuda(), E, 16, out=out))
+    with plan_knobs(grid_cluster=cluster, grid_chunks=8):
+        out, want, names = plan_into_garbage(ids, w, E, 16)
     assert_plan_equal(out, want)
-    assert ran_grid(names), names
+    assert any("plan_grid_kernel<8," in n for n in names), names
 
 
-@pytest.mark.skipif(not HAS_BIG_CLUSTERS, reason="needs clusters of 16 blocks (sm_90+, and a "
-                    "device that runs that non-portable size)")
-@pytest.mark.parametrize("dist", ["one_expert", "neg_all"])
-def test_cluster_exchange_at_its_count_bound(dist):
-    """The cluster shape sums its blocks' u16 counts two to a 32-bit word: each block's peers
-    add theirs into its sum of the earlier segments' counts or of the later ones', at most 15
-    blocks of at most 4096 entries (8 chunks of 512), 61440 per half, so no carry crosses into
-    the next column. Every entry to one expert (or every id -1: the invalid column) in 16 full
-    segments of 8 chunks puts the last block's earlier sum and the first one's later sum at
-    that bound, and the column's total (65536) past what a u16 holds."""
+@needs_lab
+@pytest.mark.parametrize("n_entries", [2047, 2048, 4095, 4096, 4097, 8193, 16384, 40960])
+@pytest.mark.parametrize("pdl", [1, 0])
+def test_forced_paths_agree(n_entries, pdl):
+    """The same routing through every forced path, with and without programmatic dependent
+    launch, gives the reference's bytes."""
     K, E = 8, 512
-    T = 16 * 8 * 512 // K  # 65536 entries: 16 segments of 4096
-    ids, w = make_ids(T, K, E, dist, seed=T), make_weights(T, K)
-    want = reference.moe_plan(ids, w, E, 16)
-    out = want._replace(**{f: garbage_like(getattr(want, f)).cuda() for f in FIELDS})
-    with plan_knobs(grid=1 << 30, grid_cluster=16, grid_chunks=8):
-        names = kernels_launched(lambda: ops.moe_plan(ids.cuda(), w.cuda(), E, 16, out=out))
-    assert_plan_equal(out, want)
-    assert ran_grid(names), names
+    T = n_entries // K
+    ids, w = make_ids(T, K, E, "zipf", seed=n_entries).cuda(), make_weights(T, K).cuda()
+    want = reference.moe_plan(ids.cpu(), w.cpu(), E, 16)
+    for knobs in FORCED.values():
+        with plan_knobs(**{"pdl": pdl, **knobs}):  # the path's own knobs win
+            assert_plan_equal(ops.moe_plan(ids, w, E, 16), want)
 
 
-@needs_cooperative
-@pytest.mark.parametrize("T,dist", [(16384, "uniform"), (16384, "zipf"), (40000, "uniform"),
-                                    (60000, "zipf")])
-def test_grid_kernel_large_T(T, dist):
-    """Large prefills: 16384 tokens x 10 (on an H200: 3 chunks per warp over 107 blocks),
-    400,000 entries (7 chunks over 112 blocks), and 600,000, past 8 chunks over 128 blocks,
-    which the portable kernels take."""
-    K, E = 10, 512
-    ids, w = make_ids(T, K, E, dist, seed=T), make_weights(T, K)
-    holder = []
-    names = kernels_launched(lambda: holder.append(ops.moe_plan(ids.cuda(), w.cuda(), E, 16)))
-    assert_plan_equal(holder[0], reference.moe_plan(ids, w, E, 16))
-    assert ran_grid(names) == (T * K <= 8 * 512 * GRID_MAX_SEGMENTS), names
-
-
+@needs_lab
 def test_cluster_shape_holds_one_block_per_sm():
     """The cluster shape's blocks ask for enough shared memory that no SM holds two of them,
     at any chunk count and for the smallest plan: launched early behind another kernel, two
@@ -248,6 +309,7 @@ def test_cluster_shape_holds_one_block_per_sm():
     assert grid_device()["cluster_blocks_per_sm"] == 1
 
 
+@needs_lab
 def test_plan_knobs_reject_bad_values():
     """A chunk count the grid kernel cannot take is refused by name, and nothing changes; so is
     a knob name that does not exist."""
@@ -262,37 +324,18 @@ def test_plan_knobs_reject_bad_values():
         set_plan_knobs(grid_chunk=2)
 
 
-@pytest.mark.parametrize("E", [1, 31, 32, 1023, 1024, 4000])
-@pytest.mark.parametrize("path", ["grid", "grid_3replicas", "grid_cluster4", "grid_segments",
-                                  "one_kernel_1block", "one_kernel_7blocks", "two_kernels"])
-def test_plan_radix_passes_and_paths(E, path):
-    """Expert counts around the portable sort's pass boundaries (1, 2 and 3 radix passes; 4000
-    needs more than 48 KiB of shared memory), through each path and block count."""
-    T, K = 500, min(E, 8)  # 4000 entries at most: the one-kernel path takes them
-    ids, w = make_ids(T, K, E, "zipf", seed=E), make_weights(T, K)
-    ids[::7, 0] = -1
-    knobs = {"grid": dict(grid=1 << 30),
-             "grid_3replicas": dict(grid=1 << 30, grid_cluster=1, grid_replicas=3, grid_chunks=8),
-             "grid_cluster4": dict(grid=1 << 30, grid_cluster=4),
-             "grid_segments": dict(grid=1 << 30, grid_cluster=GRID_SHAPE, grid_chunks=1),
-             "one_kernel_1block": dict(grid=0, single_max=1 << 20, single_blocks=1),
-             "one_kernel_7blocks": dict(grid=0, single_max=1 << 20, single_blocks=7),
-             "two_kernels": dict(grid=0, single_max=0, chunks=1)}[path]
-    with plan_knobs(**knobs):
-        got = ops.moe_plan(ids.cuda(), w.cuda(), E, 16)
-    assert_plan_equal(got, reference.moe_plan(ids, w, E, 16))
+# ---- every path: bad ids, CUDA graphs, stream order, no host sync -----------------------------
 
-
-@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("id_dtype", [torch.int32, torch.int64])
 def test_bad_ids_counted_in_meta(path, id_dtype):
-    T, K, E = 1000, 4, 32  # 4000 entries: within the one-kernel path's limit (4096)
+    T, K, E = 1000, 4, path_E(path, 32)
     ids = make_ids(T, K, E, "uniform", dtype=id_dtype)
     bad_at = [(0, 0), (5, 3), (999, 1), (500, 2)]
     for (t, k), v in zip(bad_at, [E, -2, 2**31 - 1, -(2**31)]):
         ids[t, k] = v
     w = make_weights(T, K)
-    with plan_knobs(**PATHS[path]):
+    with on_path(path):
         plan = ops.moe_plan(ids.cuda(), w.cuda(), E, 16)
         with pytest.raises(ValueError, match="outside"):
             ops.moe_plan(ids.cuda(), w.cuda(), E, 16, check_ids=True)
@@ -324,14 +367,14 @@ def layer_steps(x, wgu, wd, ids, w, E, tm=16):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("T", [300, 5000])
-@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("path", PATHS)
 def test_every_op_in_cuda_graph(dtype, T, path):
     """Capture plan -> gather -> moe_mm -> swiglu -> moe_mm -> combine once, then replay it on
     new routings copied into the captured inputs: each replay equals an eager run (through each
-    plan kernel; 5000 tokens x 4 is past the portable one-kernel path, which then runs two)."""
-    E = 16
-    with plan_knobs(**PATHS[path]):
-        x, wgu, wd, ids, w = (t.cuda() for t in layer_inputs(T=T, dtype=dtype))
+    plan path; the fallback's stable sort is captured too)."""
+    E = path_E(path, 16)
+    with on_path(path):
+        x, wgu, wd, ids, w = (t.cuda() for t in layer_inputs(T=T, E=E, dtype=dtype))
         static_ids, static_w = ids.clone(), w.clone()
         torch.cuda.synchronize()
         side = torch.cuda.Stream()
@@ -343,7 +386,7 @@ def test_every_op_in_cuda_graph(dtype, T, path):
         with torch.cuda.graph(graph):
             g_plan, g_out = layer_steps(x, wgu, wd, static_ids, static_w, E)
         for seed in (1, 2, 3):
-            _, _, _, ids2, w2 = layer_inputs(T=T, dtype=dtype, seed=seed)
+            _, _, _, ids2, w2 = layer_inputs(T=T, E=E, dtype=dtype, seed=seed)
             static_ids.copy_(ids2.cuda())
             static_w.copy_(w2.cuda())
             graph.replay()
@@ -354,7 +397,7 @@ def test_every_op_in_cuda_graph(dtype, T, path):
 
 
 @pytest.mark.parametrize("T", [20, 2000, 4000, 8000])
-@pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.parametrize("path", PATHS)
 def test_plan_waits_for_the_plan_before_it(T, path):
     """With programmatic dependent launch a plan kernel may start before the kernel before it
     ends, and a plan kernel lets the next start at once. So, with no kernel between:
@@ -365,8 +408,8 @@ def test_plan_waits_for_the_plan_before_it(T, path):
     Three rounds on new routings. T = 20 to 8000: the first plan, and the one written into its
     outputs, take one segment, clusters of 8 or 16, or the grid shape; the second plan, on 200
     to 5480 tiles, one segment or clusters of 4 or 8."""
-    K, E, tm = 10, 512, 16
-    with plan_knobs(**PATHS[path]):
+    K, E, tm = 10, path_E(path, 512), 16
+    with on_path(path):
         for seed in range(3):
             ids = make_ids(T, K, E, "zipf", seed=seed)
             w = make_weights(T, K)
@@ -389,8 +432,8 @@ def test_plan_waits_for_the_plan_before_it(T, path):
 
 
 @pytest.mark.parametrize("T", [20, 2000, 4000])
-@pytest.mark.parametrize("pdl", [1, 0])
-def test_plan_waits_for_the_router_top_k(T, pdl):
+@pytest.mark.parametrize("path", ["auto", "grid_no_pdl"])
+def test_plan_waits_for_the_router_top_k(T, path):
     """The router's top-k (the Triton kernel where Triton is importable, as in moe_layer; else
     torch.topk) lets the next kernel start early on sm_90+ (topk_kernel.py), and the plan is
     launched to start early: the plan right after it must still read the top-k's final ids and
@@ -405,7 +448,7 @@ def test_plan_waits_for_the_router_top_k(T, pdl):
     def route_and_plan():
         w, ids = topk_experts(scores, K)
         return ids, w, ops.moe_plan(ids, w, E, tm, out=out)
-    with plan_knobs(pdl=pdl):
+    with on_path(path):
         graph = torch.cuda.CUDAGraph()
         scores.copy_(torch.rand(T, E, device="cuda", generator=g))
         route_and_plan()
@@ -421,18 +464,19 @@ def test_plan_waits_for_the_router_top_k(T, pdl):
             assert_plan_equal(out, reference.moe_plan(ids.cpu(), w.cpu(), E, tm))
 
 
-def test_no_host_sync():
+@pytest.mark.parametrize("path", PATHS)
+def test_no_host_sync(path):
     """No op reads anything back to the host (torch raises on a synchronizing call)."""
-    x, wgu, wd, ids, w = (t.cuda() for t in layer_inputs(T=5000))
+    E = path_E(path, 16)
+    x, wgu, wd, ids, w = (t.cuda() for t in layer_inputs(T=5000, E=E))
     torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        for path in PATHS:
-            with plan_knobs(**PATHS[path]):
-                plan, out = layer_steps(x, wgu, wd, ids, w, 16)
-                ops.moe_gather(x, plan, out_dtype=torch.float32)
-    finally:
-        torch.cuda.set_sync_debug_mode(0)
+    with on_path(path):
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            plan, out = layer_steps(x, wgu, wd, ids, w, E)
+            ops.moe_gather(x, plan, out_dtype=torch.float32)
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
     torch.cuda.synchronize()
 
 

@@ -1,25 +1,36 @@
-"""For the benchmark and the tests (not public API): the CUDA plan's tuning knobs by name
-(torch.ops.argon_cuda.plan_tuning; what each does: plan_tuning in csrc/cuda/plan_cuda.cu), and
-the kernels a call launches (which plan kernel ran)."""
+"""For the benchmark and the tests (not public API): the CUDA plan's tuning knobs by name, in the
+lab build only (ARGON_PLAN_LAB=1 when building: torch.ops.argon_cuda; what each knob does:
+PlanChoice in csrc/cuda/plan_cuda.cu), and the kernels a call launches (which plan kernel ran)."""
 import contextlib
 
 import torch
 
-KNOBS = ("single_max", "chunks", "single_blocks", "pdl", "grid", "grid_replicas", "grid_chunks",
-         "grid_cluster")
+KNOBS = ("pdl", "grid", "grid_replicas", "grid_chunks", "grid_cluster")
 # grid_cluster: 0 automatic, 1 one segment, 2-16 clusters of that many segments (sm_90+; above
 # 8 only where the device runs such clusters: grid_device()["big_clusters"]), and this value the
-# grid shape (one segment per block, cooperative launch; kGridForceGrid in
-# csrc/cuda/plan_cuda.cu).
+# grid shape (one segment per block, cooperative launch; kGridShape in csrc/cuda/plan_cuda.cu).
 GRID_SHAPE = 17
+LAB_BUILD_HINT = ("the CUDA plan's knobs need the lab build: "
+                  "ARGON_PLAN_LAB=1 python setup.py build_ext --inplace")
+
+
+def lab_build():
+    """Whether this build has the plan's knobs (torch.ops.argon_cuda, CUDA builds made with
+    ARGON_PLAN_LAB=1)."""
+    try:
+        return hasattr(torch.ops.argon_cuda, "plan_tuning")
+    except (AttributeError, RuntimeError):
+        return False
 
 
 def grid_device():
-    """What the CUDA plan's launcher found on the current device: the blocks it holds at once
-    under cooperative launch, whether it runs clusters of up to 8 blocks (0 / 1), how many
-    clusters of 16 it holds at once (0: none), the dynamic shared memory a block of the
-    grid kernel may have (bytes), and the most blocks of the cluster shape (any chunk count, the
-    least shared memory it asks for) that one SM holds at once."""
+    """What the CUDA plan's launcher found on the current device (lab build): the blocks it holds
+    at once under cooperative launch, whether it runs clusters of up to 8 blocks (0 / 1), how many
+    clusters of 16 it holds at once (0: none), the dynamic shared memory a block of the grid
+    kernel may have (bytes), and the most blocks of the cluster shape (any chunk count, the least
+    shared memory it asks for) that one SM holds at once."""
+    if not lab_build():
+        raise RuntimeError(LAB_BUILD_HINT)
     keys = ("resident_blocks", "clusters", "big_clusters", "smem_room", "cluster_blocks_per_sm")
     return dict(zip(keys, torch.ops.argon_cuda.plan_grid_device()))
 
@@ -30,7 +41,9 @@ def set_plan_knobs(**knobs):
     unknown = set(knobs) - set(KNOBS)
     if unknown:
         raise ValueError(f"unknown plan knobs {sorted(unknown)}; known: {KNOBS}")
-    previous = torch.ops.argon_cuda.plan_tuning(*[knobs.get(k, -1) for k in KNOBS])
+    if not lab_build():
+        raise RuntimeError(LAB_BUILD_HINT)
+    previous = torch.ops.argon_cuda.plan_tuning([knobs.get(k, -1) for k in KNOBS])
     return dict(zip(KNOBS, previous))
 
 

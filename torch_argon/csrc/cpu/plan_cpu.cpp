@@ -138,8 +138,8 @@ void moe_plan_out_cpu(const Tensor& topk_ids, const Tensor& topk_weights, int64_
                       const Tensor& sorted_token, const Tensor& sorted_weight, const Tensor& pos,
                       const Tensor& tile_expert, const Tensor& meta) {
   const PlanDims d = check_plan_inputs(topk_ids, topk_weights, n_expert, tile_m);
-  check_plan_outputs(d, topk_ids, topk_weights, counts, offsets, sorted_token, sorted_weight, pos, tile_expert,
-                     meta);
+  check_plan_outputs(d, topk_ids, topk_weights, counts, offsets, sorted_token, sorted_weight, pos,
+                     tile_expert, meta);
   const Tensor ids = topk_ids.contiguous();
   const Tensor w = topk_weights.contiguous();
   AT_DISPATCH_INDEX_TYPES(ids.scalar_type(), "moe_plan_ids", [&] {

@@ -10,14 +10,11 @@ __device__ __forceinline__ int warp_sum(int x) {
   return x;
 }
 
-// Exclusive prefix sum, in place, of s[0, n) in shared memory; returns the total to every
-// thread. Each thread owns a contiguous run of ceil(n / blockDim.x) elements, so any n works;
-// the order of the (exact, integer) additions is fixed, so the result is deterministic.
-// blockDim.x must be a multiple of 32; `s_warp` is 32 ints of scratch. All threads of the
-// block must call it; it begins and ends with a barrier.
-// Not inlined, loops rolled: one copy serves every call site of a kernel. The plan kernels run
-// it a few times per block and were measured bound by fetching their instructions (H200:
-// 52 KB -> 14 KB of code took the one-kernel plan from 11 to 6 us at T = 1).
+// Exclusive prefix sum, in place, of s[0, n) in shared memory (any n: each thread owns a run
+// of ceil(n / blockDim.x) elements, added in a fixed order); returns the total to every thread.
+// blockDim.x a multiple of 32; `s_warp`: 32 ints of scratch; all threads call it; it begins and
+// ends with a barrier. Not inlined, loops rolled: one copy serves every call site, as the plan
+// kernels are bound by fetching their instructions.
 static __device__ __noinline__ int block_exclusive_scan(int* s, int n, int* s_warp) {
   __syncthreads();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -57,12 +54,10 @@ static __device__ __noinline__ int block_exclusive_scan(int* s, int n, int* s_wa
   return total;
 }
 
-// Exclusive prefix sum over the block of one value per thread (thread order), with ONE
-// barrier: each warp scans its lanes, and after the barrier every warp scans the warp totals
-// itself instead of waiting for warp 0 to do it (one barrier fewer than a scan that shares
-// warp 0's result). Returns the thread's exclusive prefix and sets `total` in every thread.
-// `s_warp` (32 ints) must not be in use by the block, and is left holding warp totals; a
-// caller that scans again needs a barrier first. All threads of the block must call it.
+// Exclusive prefix sum over the block of one value per thread (thread order) with ONE barrier:
+// after it every warp scans the warp totals itself instead of waiting for warp 0's result.
+// Returns the thread's prefix and sets `total` in every thread. `s_warp` (32 values) must be
+// free, and holds warp totals after: a caller that scans again needs a barrier first.
 template <class V>
 __device__ __forceinline__ V block_exclusive_scan_1bar(V x, V* s_warp, V& total) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;

@@ -29,8 +29,8 @@ void moe_plan_out(Target& target, const Tensor& topk_ids, const Tensor& topk_wei
               const Tensor& sorted_token, const Tensor& sorted_weight, const Tensor& pos,
               const Tensor& tile_expert, const Tensor& meta) {
   const PlanDims d = check_plan_inputs(topk_ids, topk_weights, n_expert, tile_m);
-  check_plan_outputs(d, topk_ids, topk_weights, counts, offsets, sorted_token, sorted_weight, pos, tile_expert,
-                     meta);
+  check_plan_outputs(d, topk_ids, topk_weights, counts, offsets, sorted_token, sorted_weight, pos,
+                     tile_expert, meta);
   PlanLaunch launch;
   try {
     launch = plan_launch(d.T, d.K, d.E, d.tile_m, d.r_max, topk_ids.scalar_type() == at::kLong,
