@@ -53,7 +53,7 @@ Extension = cpp_extension.CppExtension
 
 if want_cuda():
     Extension = cpp_extension.CUDAExtension
-    srcs += sources("cuda/*.cu", "cuda/*.cpp")
+    srcs += sources("cuda/*.cu")
     defines.append(("ARGON_WITH_CUDA", "1"))
     arch = os.environ.get("ARGON_CUDA_ARCH")  # e.g. "90" for the H200
     if arch:

@@ -13,6 +13,7 @@ from .ops import OpSet, argon_ops
 from .plan import MoEPlan
 from .layer import moe_experts, moe_layer
 from .routing import route
+from .quant import QuantizedExperts, QuantizedWeight
 from .weights import DenseExperts
 
 moe_plan = argon_ops.moe_plan
@@ -22,6 +23,6 @@ swiglu = argon_ops.swiglu
 moe_mm = argon_ops.moe_mm
 dequantize = quant.dequantize_reference
 
-__all__ = ["MoEPlan", "OpSet", "DenseExperts", "moe_plan", "moe_gather", "moe_combine", "swiglu",
+__all__ = ["MoEPlan", "OpSet", "DenseExperts", "QuantizedExperts", "QuantizedWeight", "moe_plan", "moe_gather", "moe_combine", "swiglu",
            "moe_mm", "moe_layer", "moe_experts", "route", "dequantize"]
 __version__ = "0.1.0"

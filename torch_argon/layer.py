@@ -38,15 +38,33 @@ def moe_experts(x, topk_ids, topk_weights, experts, *, tile_m=None, shared=None,
     chosen = choose_experts_path(x, experts, ops, n_entries=topk_ids.numel(), tile_m=tile_m,
                                  path=path)
     if chosen.name == "triton":
+        kw = dict(tile_m=chosen.tile_m, shared=shared, residual=residual, ops=ops,
+                  activation=activation)
+        if experts.kind == "quantized":
+            return triton_ops.moe_experts_triton_quant(x, topk_ids, topk_weights, experts, **kw)
         return triton_ops.moe_experts_triton(x, topk_ids, topk_weights, experts.gate_up,
-                                             experts.down, tile_m=chosen.tile_m, shared=shared,
-                                             residual=residual, ops=ops, activation=activation)
+                                             experts.down, **kw)
     plan = ops.moe_plan(topk_ids, topk_weights, experts.n_experts, chosen.tile_m)
     xs = ops.moe_gather(x, plan)
-    h = ops.swiglu(ops.moe_mm(xs, experts.gate_up, plan), activation=activation)
-    y = ops.moe_mm(h, experts.down, plan)
+    if experts.kind == "quantized":
+        h = _quantized_gate_up(ops, xs, experts, plan, activation)
+        y = ops.moe_qmm(h, experts.down.data, experts.down.qtype, experts.down.n_in, plan)
+    else:
+        h = ops.swiglu(ops.moe_mm(xs, experts.gate_up, plan), activation=activation)
+        y = ops.moe_mm(h, experts.down, plan)
     return ops.moe_combine(y, plan, topk_weights, shared=shared, residual=residual,
                            out_dtype=x.dtype)
+
+
+def _quantized_gate_up(ops, xs, experts, plan, activation):
+    """act(gate) * up of quantized experts on the ops path: one moe_qmm over the concatenated
+    gate_up rows, or one each for gate and up when their formats differ."""
+    def qmm(w):
+        return ops.moe_qmm(xs, w.data, w.qtype, w.n_in, plan)
+
+    if experts.fused:
+        return ops.swiglu(qmm(experts.gate_up), activation=activation)
+    return ops.swiglu(qmm(experts.gate), qmm(experts.up), activation=activation)
 
 
 def shared_expert(x, w_gate, w_up, w_down, gate_weight=None, *, ops=argon_ops,

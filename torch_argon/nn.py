@@ -101,6 +101,33 @@ class Experts(nn.Module):
         return f"gate_up_proj={tuple(self.gate_up_proj.shape)}, is_transposed={self.is_transposed}"
 
 
+class QuantExperts(nn.Module):
+    """E gated experts whose weights stay quantized (GGUF blocks): uint8 buffers
+    `gate_up_blocks` (or `gate_blocks` and `up_blocks`) and `down_blocks`, so `.to(device)` and
+    state_dict carry the packed bytes; `expert_weights()` gives the QuantizedExperts the layer
+    runs (torch_argon.quant.weights)."""
+
+    PARTS = ("gate_up", "gate", "up", "down")
+
+    def __init__(self, weights):
+        super().__init__()
+        self._formats = {}
+        for part in self.PARTS:
+            w = getattr(weights, part)
+            if w is not None:
+                self.register_buffer(f"{part}_blocks", w.data)
+                self._formats[part] = (w.qtype, w.n_in)
+
+    def expert_weights(self):
+        from .quant.weights import QuantizedExperts, QuantizedWeight
+        return QuantizedExperts(**{part: QuantizedWeight(getattr(self, f"{part}_blocks"), *fmt)
+                                   for part, fmt in self._formats.items()})
+
+    def extra_repr(self):
+        return ", ".join(f"{part}={fmt[0].name} [{tuple(getattr(self, part + '_blocks').shape)}]"
+                         for part, fmt in self._formats.items())
+
+
 def expert_weights(experts):
     """The expert-weights object of an experts module: its own `expert_weights()` where it has
     one (ours, quantized ones), else DenseExperts over views of gate_up_proj [E, 2I, H] and

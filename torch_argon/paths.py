@@ -2,8 +2,9 @@
 (layer.py), the Triton experts (triton_ops/experts.py) and the main job (__main__.py).
 
 Paths:
-  "triton"  CUDA, fp16/bf16 dense experts: the Triton grouped GEMMs with the gather and the
-            SwiGLU fused in (two GEMM launches), tile_m from the mean rows per expert.
+  "triton"  CUDA, fp16/bf16 activations, dense experts of their dtype or quantized experts: the
+            Triton grouped GEMMs with the gather and the SwiGLU fused in (two GEMM launches),
+            tile_m from the mean rows per expert.
   "ops"     any device: the argon ops one per stage (plan, gather, moe_mm, swiglu, moe_mm,
             combine); tile_m 16 on GPUs (the grouped GEMMs' M tile) and 1 on the CPU, where each
             expert's rows go to one matmul whole and padding would be wasted work.
@@ -33,9 +34,12 @@ def triton_refusal(x, experts, ops, tile_m=None) -> str:
         return triton_ops.REASON
     if not x.is_cuda:
         return "the Triton GEMMs run on CUDA tensors only"
-    if experts.kind != "dense":
-        return f"the Triton GEMMs take dense experts, not {experts.kind} ones"
-    if x.dtype not in (torch.float16, torch.bfloat16) or not (
+    if experts.kind == "quantized":
+        if not hasattr(triton_ops, "moe_experts_triton_quant"):
+            return "this build's Triton kernels have no quantized GEMMs"
+        if x.dtype not in (torch.float16, torch.bfloat16):
+            return "the quantized Triton GEMMs need fp16 / bf16 activations"
+    elif x.dtype not in (torch.float16, torch.bfloat16) or not (
             experts.gate_up.dtype == experts.down.dtype == x.dtype):
         return "the Triton GEMMs need x and both weight stacks in the same fp16 / bf16 dtype"
     if getattr(ops, "ns", None) is not torch.ops.argon:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class DenseExperts:
     """E SwiGLU experts as float stacks: gate_up [E, 2I, H], down [E, H, I]."""
 

@@ -4,6 +4,8 @@ benches. Layouts and formulas: docs/quantized-formats.md."""
 from .formats import FORMATS, QFormat, check_quantized, qformat, row_bytes
 from .reference import dequantize_reference
 from .synthetic import force_finite_scales, random_quantized
+from .weights import QuantizedExperts, QuantizedWeight, concat_rows
 
 __all__ = ["FORMATS", "QFormat", "check_quantized", "qformat", "row_bytes",
-           "dequantize_reference", "random_quantized", "force_finite_scales"]
+           "dequantize_reference", "random_quantized", "force_finite_scales",
+           "QuantizedWeight", "QuantizedExperts", "concat_rows"]

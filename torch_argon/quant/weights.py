@@ -1,0 +1,150 @@
+"""Quantized expert weights as the layer takes them (docs/quantized-experts.md).
+
+`QuantizedWeight` is one GGUF tensor of E experts: `data` uint8 [E, N, row_bytes], exactly the
+file's bytes, its format and the input width. `QuantizedExperts` is the expert-weights object of
+kind "quantized" (torch_argon/weights.py has the dense one): gate and up of one format are held as
+one tensor, their rows concatenated along N (so the gate/up GEMM is one launch, as for dense
+stacks); of two formats, as two tensors (two GEMMs).
+"""
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from ..weights import DenseExperts
+from .formats import QFormat, check_quantized, qformat
+from .reference import dequantize_reference
+
+
+@dataclass(frozen=True, eq=False)
+class QuantizedWeight:
+    """data: uint8 [E, N, row_bytes]; qtype: a QFormat (a name, gguf type or id is converted);
+    n_in: the input width (a multiple of the format's block)."""
+
+    data: torch.Tensor
+    qtype: QFormat
+    n_in: int
+
+    def __post_init__(self):
+        object.__setattr__(self, "qtype", qformat(self.qtype))
+        check_quantized(self.data, self.qtype, self.n_in, name="data")
+        if self.data.dim() != 3:
+            raise ValueError(f"data must be [E, N, row_bytes], got shape {tuple(self.data.shape)}")
+
+    @property
+    def n_experts(self) -> int:
+        return self.data.shape[0]
+
+    @property
+    def n_out(self) -> int:
+        return self.data.shape[1]
+
+    @property
+    def device(self) -> torch.device:
+        return self.data.device
+
+    @property
+    def nbytes(self) -> int:
+        return self.data.numel()
+
+    def dequantize(self, dtype=torch.float32) -> torch.Tensor:
+        """[E, N, n_in] floats (for references and baselines: the layer never calls this)."""
+        return dequantize_reference(self.data, self.qtype, self.n_in).to(dtype)
+
+    def to(self, device) -> "QuantizedWeight":
+        return QuantizedWeight(self.data.to(device), self.qtype, self.n_in)
+
+
+def concat_rows(first: QuantizedWeight, second: QuantizedWeight) -> QuantizedWeight:
+    """The two weights' rows one after the other along N (a byte concatenation): they must share
+    format, input width and expert count."""
+    if (first.qtype, first.n_in, first.n_experts) != (second.qtype, second.n_in,
+                                                       second.n_experts):
+        raise ValueError(f"cannot concatenate {first.qtype.name} [E={first.n_experts}, "
+                         f"n_in={first.n_in}] with {second.qtype.name} [E={second.n_experts}, "
+                         f"n_in={second.n_in}] rows")
+    return QuantizedWeight(torch.cat([first.data, second.data], dim=1), first.qtype, first.n_in)
+
+
+@dataclass(frozen=True, eq=False)
+class QuantizedExperts:
+    """E gated experts with quantized weights: gate_up [E, 2I, H] (gate rows, then up rows) in
+    one format, or gate and up [E, I, H] in two; down [E, H, I]. Build with `from_parts`."""
+
+    down: QuantizedWeight
+    gate_up: Optional[QuantizedWeight] = None
+    gate: Optional[QuantizedWeight] = None
+    up: Optional[QuantizedWeight] = None
+    kind = "quantized"
+
+    @classmethod
+    def from_parts(cls, gate, up, down) -> "QuantizedExperts":
+        """From gate, up and down weights (QuantizedWeight each); gate and up are concatenated
+        into one tensor when they share a format (one copy of their bytes, once)."""
+        if gate.qtype == up.qtype:
+            return cls(down=down, gate_up=concat_rows(gate, up))
+        return cls(down=down, gate=gate, up=up)
+
+    @property
+    def fused(self) -> bool:
+        return self.gate_up is not None
+
+    @property
+    def n_experts(self) -> int:
+        return self.down.n_experts
+
+    @property
+    def hidden(self) -> int:
+        return self.down.n_out
+
+    @property
+    def inter(self) -> int:
+        return self.down.n_in
+
+    @property
+    def device(self) -> torch.device:
+        return self.down.device
+
+    @property
+    def nbytes(self) -> int:
+        parts = (self.gate_up, self.gate, self.up, self.down)
+        return sum(p.nbytes for p in parts if p is not None)
+
+    def to(self, device) -> "QuantizedExperts":
+        move = lambda w: None if w is None else w.to(device)  # noqa: E731
+        return QuantizedExperts(move(self.down), move(self.gate_up), move(self.gate),
+                                move(self.up))
+
+    def to_dense(self, dtype=torch.float32) -> DenseExperts:
+        """Dequantized stacks (references and baselines only)."""
+        if self.fused:
+            gate_up = self.gate_up.dequantize(dtype)
+        else:
+            gate_up = torch.cat([self.gate.dequantize(dtype), self.up.dequantize(dtype)], dim=1)
+        return DenseExperts(gate_up, self.down.dequantize(dtype))
+
+    def check(self, hidden: int) -> None:
+        """Raises a ValueError naming the first weight that does not fit activations of width
+        `hidden` (shapes and formats were checked when each weight was made)."""
+        if self.fused == (self.gate is not None or self.up is not None):
+            raise ValueError("pass gate_up, or gate and up (use QuantizedExperts.from_parts)")
+        if self.fused:
+            ups = [("gate_up", self.gate_up)]
+            if self.gate_up.n_out % 2:
+                raise ValueError(f"gate_up must hold 2I rows, got {self.gate_up.n_out}")
+            inter = self.gate_up.n_out // 2
+        else:
+            ups = [("gate", self.gate), ("up", self.up)]
+            inter = self.gate.n_out
+            if self.up.n_out != inter:
+                raise ValueError(f"gate has {inter} rows but up has {self.up.n_out}")
+        E = self.n_experts
+        for name, w in ups:
+            if w.n_in != hidden or w.n_experts != E:
+                raise ValueError(f"{name} must be [E={E}, N, n_in=H={hidden}], got E="
+                                 f"{w.n_experts}, n_in={w.n_in}")
+            if w.device != self.down.device:
+                raise ValueError(f"{name} is on {w.device} and down on {self.down.device}")
+        if (self.down.n_out, self.down.n_in) != (hidden, inter):
+            raise ValueError(f"down must be [E, H={hidden}, n_in=I={inter}], got N="
+                             f"{self.down.n_out}, n_in={self.down.n_in}")
