@@ -94,7 +94,7 @@ def test_layer_triton_compiles_fullgraph_cuda():
     torch._dynamo.reset()
     compiled = torch.compile(torch_argon.moe_layer, fullgraph=True)
     eager = torch_argon.moe_layer(x, rw, (wgu, wd), 2, renormalize=True, path="triton")
-    got = compiled(x, rw, wgu, wd, 2, renormalize=True, path="triton")
+    got = compiled(x, rw, (wgu, wd), 2, renormalize=True, path="triton")
     torch.testing.assert_close(got, eager, atol=2e-2, rtol=2e-2)
 
 

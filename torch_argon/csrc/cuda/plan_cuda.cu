@@ -276,7 +276,7 @@ void launch_plan(const PlanDims& d, const Tensor& ids, const Tensor& w, const Te
   const int blocks = grid_for(std::max<int64_t>({p.n, p.r_max, 2 * (E + 2)}), kFallbackThreads);
   plan_keys_kernel<<<blocks, kFallbackThreads, 0, s>>>(p);
   ARGON_CUDA_CHECK_LAUNCH();
-  const auto [sorted, order] = at::sort(keys, /*stable=*/true);
+  const auto [sorted, order] = at::sort(keys, /*stable=*/std::optional<bool>(true), /*dim=*/0);
   p.keys = sorted.data_ptr<int>();
   p.order = order.data_ptr<int64_t>();
   plan_runs_kernel<<<blocks, kFallbackThreads, 0, s>>>(p);
