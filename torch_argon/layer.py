@@ -19,14 +19,16 @@ from .weights import as_expert_weights
 
 
 def moe_experts(x, topk_ids, topk_weights, experts, *, tile_m=None, shared=None, residual=None,
-                ops=argon_ops, path="auto"):
+                ops=argon_ops, path="auto", out_dtype=None):
     """The experts of a routed layer: plan, gather, gate/up moe_mm, swiglu, down moe_mm,
     combine. x [T, H]; topk_ids [T, K] (ids in [0, E) or -1: skipped), topk_weights [T, K].
     experts: an expert-weights object or (w_gate_up, w_down) (see the module docstring).
     shared, residual: optional [T, H] added in the combine (fp32, before the one rounding).
     tile_m: rows per GEMM tile; None picks one for the path taken.
     path: "auto", "triton" or "ops" (see paths.py).
-    Returns [T, H] in x's dtype.
+    out_dtype: the combine's one rounding goes to this dtype (default x's; float32 keeps the
+        unrounded sum, as the expert-parallel layer's partial sums need).
+    Returns [T, H] in out_dtype.
     """
     if x.dim() != 2:
         raise ValueError(f"x must be 2-D [T, H], got shape {tuple(x.shape)}")
@@ -39,13 +41,13 @@ def moe_experts(x, topk_ids, topk_weights, experts, *, tile_m=None, shared=None,
     if chosen.name == "triton":
         return triton_ops.moe_experts_triton(x, topk_ids, topk_weights, experts.gate_up,
                                              experts.down, tile_m=chosen.tile_m, shared=shared,
-                                             residual=residual, ops=ops)
+                                             residual=residual, ops=ops, out_dtype=out_dtype)
     plan = ops.moe_plan(topk_ids, topk_weights, experts.n_experts, chosen.tile_m)
     xs = ops.moe_gather(x, plan)
     h = ops.swiglu(ops.moe_mm(xs, experts.gate_up, plan))
     y = ops.moe_mm(h, experts.down, plan)
     return ops.moe_combine(y, plan, topk_weights, shared=shared, residual=residual,
-                           out_dtype=x.dtype)
+                           out_dtype=out_dtype or x.dtype)
 
 
 def shared_expert(x, w_gate, w_up, w_down, gate_weight=None, *, ops=argon_ops):
