@@ -324,35 +324,18 @@ def ep_moe_experts(x, topk_ids, topk_weights, local_experts, *, n_experts: int, 
     except (TypeError, ValueError) as e:
         experts, local_error = None, e
     capturing = _capturing()
-    traded = check and not capturing
-    if local_error is not None and not traded and mode != "all_to_all":
+    trade = check and not capturing
+    if local_error is not None and not trade and mode != "all_to_all":
         raise local_error  # the others may not trade headers: no collective to tell them by
-    if mode == "auto" and not traded:
+    if mode == "auto" and not trade:
         mode = "no_sync" if capturing else choose_mode(
             x.shape[0], top_k=topk_ids.shape[1], itemsize=x.element_size(), world_size=W,
             tokens=tokens)
-
     block = hs = None
-    if mode != "no_sync" or traded:
-        starts = send_rows = bad_ids = None
-        if local_error is None:
-            starts = expert_starts(n_experts, W)
-            bad = (topk_ids < -1) | (topk_ids >= n_experts)
-            bad_ids = bad.sum()
-            if mode != "no_sync":  # all_to_all, or auto that may take it: plan the block now
-                # (bad ids as -1, so the plan does not raise here on one rank alone)
-                block = _Block.of(x, topk_ids.masked_fill(bad, -1), topk_weights, shared, residual, tokens=tokens,
-                                  W=W, rank=rank, n_experts=n_experts, ops=ops)
-                send_rows = block.rows_per_rank(starts)
-        header = _header(x, topk_ids, topk_weights, experts, n_experts, mode, tokens,
-                         local_error)
-        hs = _handshake(header, bad_ids, send_rows, group=group, W=W,
-                        device=_handshake_device(group, x))
-        _verdict(hs, rank=rank, W=W, local_error=local_error)
-        if mode == "auto":
-            Ts = [h[_F["T"]] for h in hs.headers]
-            mode = choose_mode(max(Ts), top_k=topk_ids.shape[1], itemsize=x.element_size(),
-                               world_size=W, tokens=tokens, same_T_everywhere=len(set(Ts)) == 1)
+    if mode != "no_sync" or trade:
+        mode, block, hs = _trade_headers(x, topk_ids, topk_weights, experts, n_experts, mode,
+                                         tokens, shared, residual, local_error, group=group,
+                                         W=W, rank=rank, ops=ops)
     starts = expert_starts(n_experts, W)
     if mode == "all_to_all":
         out = _all_to_all(block, hs, experts, group=group, W=W, starts=starts, rank=rank,
@@ -361,6 +344,31 @@ def ep_moe_experts(x, topk_ids, topk_weights, local_experts, *, n_experts: int, 
     return _no_sync(x, topk_ids, topk_weights, experts, starts[rank], starts[rank + 1],
                     shared=shared, residual=residual, tokens=tokens, group=group, W=W, rank=rank,
                     tile_m=tile_m, ops=ops, path=path)
+
+
+def _trade_headers(x, topk_ids, topk_weights, experts, n_experts, mode, tokens, shared, residual,
+                   local_error, *, group, W, rank, ops):
+    """The header trade: (mode, block, handshake), "auto" resolved on every rank alike, or the
+    same ValueError on every rank. For all_to_all (or auto, which may take it) the block is
+    planned first: the header carries its rows per rank."""
+    block = send_rows = bad_ids = None
+    if local_error is None:
+        bad = (topk_ids < -1) | (topk_ids >= n_experts)
+        bad_ids = bad.sum()
+        if mode != "no_sync":
+            # bad ids planned as -1: the plan must not raise here, on this rank alone
+            block = _Block.of(x, topk_ids.masked_fill(bad, -1), topk_weights, shared, residual,
+                              tokens=tokens, W=W, rank=rank, n_experts=n_experts, ops=ops)
+            send_rows = block.rows_per_rank(expert_starts(n_experts, W))
+    header = _header(x, topk_ids, topk_weights, experts, n_experts, mode, tokens, local_error)
+    hs = _handshake(header, bad_ids, send_rows, group=group, W=W,
+                    device=_handshake_device(group, x))
+    _verdict(hs, rank=rank, W=W, local_error=local_error)
+    if mode == "auto":
+        Ts = [h[_F["T"]] for h in hs.headers]
+        mode = choose_mode(max(Ts), top_k=topk_ids.shape[1], itemsize=x.element_size(),
+                           world_size=W, tokens=tokens, same_T_everywhere=len(set(Ts)) == 1)
+    return mode, block, hs
 
 
 def _handshake_device(group, x):
