@@ -50,6 +50,7 @@ import torch.distributed as dist
 
 from .layer import moe_experts
 from .ops import argon_ops
+from .paths import choose_experts_path
 from .weights import DenseExperts, as_expert_weights
 
 MODES = ("auto", "all_to_all", "no_sync")
@@ -496,6 +497,9 @@ def _no_sync(x, topk_ids, topk_weights, experts, lo, hi, *, shared, residual, to
         C = math.ceil(T / W)
     mine = (ids_all >= lo) & (ids_all < hi)
     local_ids = torch.where(mine, ids_all - lo, torch.full_like(ids_all, -1))
+    if tile_m is None:  # from the entries expected here (1/W of them), not all masked ones
+        tile_m = choose_experts_path(x_all, experts, ops, n_entries=ids_all.numel() // W,
+                                     path=path).tile_m
     partial = moe_experts(x_all, local_ids, w_all, experts, tile_m=tile_m, ops=ops, path=path,
                           out_dtype=torch.float32)
     if partial.shape[0] < W * C:  # replicated, T not a multiple of W
