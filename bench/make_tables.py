@@ -12,6 +12,8 @@ import json
 import re
 from pathlib import Path
 
+from distributed_table import distributed_table
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 
@@ -130,7 +132,9 @@ def main():
     sources = {"cpu": (RESULTS / "cpu.json", ops_table),
                "h200": (RESULTS / "h200.json", cuda_ops_table),
                "h200-layer": (RESULTS / "h200.json", layer_table),
-               "h200-stages": (RESULTS / "h200.json", stage_table)}
+               "h200-stages": (RESULTS / "h200.json", stage_table),
+               "cpu_distributed": (RESULTS / "cpu_distributed.json", distributed_table),
+               "h200x2": (RESULTS / "h200x2.json", distributed_table)}
     for name, (path, make) in sources.items():
         if path.exists():
             readme = fill(readme, name, make(json.loads(path.read_text())))

@@ -19,7 +19,7 @@ from .weights import as_expert_weights
 
 
 def moe_experts(x, topk_ids, topk_weights, experts, *, tile_m=None, shared=None, residual=None,
-                ops=argon_ops, path="auto", activation="silu"):
+                ops=argon_ops, path="auto", activation="silu", out_dtype=None):
     """The experts of a routed layer: plan, gather, gate/up moe_mm, swiglu, down moe_mm,
     combine. x [T, H]; topk_ids [T, K] (ids in [0, E) or -1: skipped), topk_weights [T, K].
     experts: an expert-weights object or (w_gate_up, w_down) (see the module docstring).
@@ -27,7 +27,9 @@ def moe_experts(x, topk_ids, topk_weights, experts, *, tile_m=None, shared=None,
     tile_m: rows per GEMM tile; None picks one for the path taken.
     path: "auto", "triton" or "ops" (see paths.py).
     activation: of the gated epilogue: "silu" (SwiGLU), "gelu" or "gelu_tanh" (GeGLU).
-    Returns [T, H] in x's dtype.
+    out_dtype: the combine's one rounding goes to this dtype (default x's; float32 keeps the
+        unrounded sum, as the expert-parallel layer's partial sums need).
+    Returns [T, H] in out_dtype.
     """
     if x.dim() != 2:
         raise ValueError(f"x must be 2-D [T, H], got shape {tuple(x.shape)}")
@@ -53,7 +55,7 @@ def moe_experts(x, topk_ids, topk_weights, experts, *, tile_m=None, shared=None,
         h = ops.swiglu(ops.moe_mm(xs, experts.gate_up, plan), activation=activation)
         y = ops.moe_mm(h, experts.down, plan)
     return ops.moe_combine(y, plan, topk_weights, shared=shared, residual=residual,
-                           out_dtype=x.dtype)
+                           out_dtype=out_dtype or x.dtype)
 
 
 def _quantized_gate_up(ops, xs, experts, plan, activation):

@@ -168,20 +168,34 @@ class MoE(nn.Module):
 
     Submodules carry transformers' names (gate, experts, shared_expert, shared_expert_gate), so
     a Qwen3-MoE / Qwen3-Next / Mixtral / OLMoE block's state_dict loads into it unchanged.
+
+    Expert parallel: with process_group=group the experts are split over the group's ranks
+    (torch_argon.distributed): this module holds only its rank's share of the experts
+    (distributed.local_expert_range; the router keeps all n_experts rows) and every rank of the
+    group calls forward together. ep_mode ("auto", "all_to_all", "no_sync") and ep_tokens
+    ("sharded": each rank's own tokens; "replicated": the same tokens on every rank) are passed
+    to distributed.ep_moe_experts.
     """
 
     def __init__(self, hidden_size, intermediate_size, n_experts, top_k, *, scoring="softmax",
                  renormalize=False, shared_intermediate_size=None, shared_expert_gate=True,
                  is_transposed=False, tile_m=None, ops: Optional[OpSet] = None,
-                 activation="silu", device=None, dtype=None):
+                 activation="silu", device=None, dtype=None, process_group=None,
+                 ep_mode="auto", ep_tokens="sharded"):
         super().__init__()
         kw = dict(device=device, dtype=dtype)
         self.tile_m = tile_m
         self.activation = activation
         self.ops = ops or argon_ops
+        self._set_parallel(n_experts, process_group, ep_mode, ep_tokens)
         self.gate = TopKRouter(hidden_size, n_experts, top_k, scoring=scoring,
                                renormalize=renormalize, **kw)
-        self.experts = Experts(n_experts, hidden_size, intermediate_size,
+        held = n_experts
+        if process_group is not None:
+            from .distributed import local_expert_range
+            start, end = local_expert_range(n_experts, process_group)
+            held = end - start
+        self.experts = Experts(held, hidden_size, intermediate_size,
                                is_transposed=is_transposed, **kw)
         self.shared_expert = self.shared_expert_gate = None
         if shared_intermediate_size:
@@ -190,9 +204,14 @@ class MoE(nn.Module):
             if shared_expert_gate:
                 self.shared_expert_gate = nn.Linear(hidden_size, 1, bias=False, **kw)
 
+    def _set_parallel(self, n_experts, process_group, ep_mode, ep_tokens):
+        self.n_experts, self.process_group = n_experts, process_group
+        self.ep_mode, self.ep_tokens = ep_mode, ep_tokens
+
     @classmethod
     def from_modules(cls, gate, experts, shared_expert=None, shared_expert_gate=None, *,
-                     tile_m=None, ops: Optional[OpSet] = None, activation="silu"):
+                     tile_m=None, ops: Optional[OpSet] = None, activation="silu",
+                     process_group=None, ep_mode="auto", ep_tokens="sharded", n_experts=None):
         """Wraps existing modules, sharing their parameters (nothing is copied).
 
         gate: a router whose forward(x [T, H]) returns (logits, weights [T, K], ids [T, K]).
@@ -202,12 +221,18 @@ class MoE(nn.Module):
         shared_expert_gate: an nn.Linear(H, 1) whose sigmoid scales the shared expert, or None.
         activation: of the experts' and the shared expert's gated epilogue ("silu", "gelu",
             "gelu_tanh").
+        process_group, ep_mode, ep_tokens: expert parallel (see the class); `experts` then holds
+            all n_experts experts (this rank's share is taken as views) or only this rank's.
+        n_experts: the router's expert count (default: the rows of gate.weight).
         """
         self = cls.__new__(cls)
         nn.Module.__init__(self)
         self.tile_m = tile_m
         self.activation = activation
         self.ops = ops or argon_ops
+        if n_experts is None and process_group is not None:
+            n_experts = gate.weight.shape[0]
+        self._set_parallel(n_experts, process_group, ep_mode, ep_tokens)
         self.gate, self.experts = gate, experts
         self.shared_expert, self.shared_expert_gate = shared_expert, shared_expert_gate
         return self
@@ -217,7 +242,8 @@ class MoE(nn.Module):
         x = x.reshape(-1, shape[-1])
         _, weights, ids = self.gate(x)
         experts = expert_weights(self.experts)
-        experts.check(x.shape[-1])
+        if self.process_group is None:  # ep_moe_experts checks on every rank together
+            experts.check(x.shape[-1])
         shared = None
         if self.shared_expert is not None:
             s = self.shared_expert
@@ -227,9 +253,20 @@ class MoE(nn.Module):
                                    gate_weight, ops=self.ops, activation=self.activation)
         if residual is not None:
             residual = residual.reshape(x.shape)
-        out = moe_experts(x, ids, weights, experts, tile_m=self.tile_m, shared=shared,
-                          residual=residual, ops=self.ops, activation=self.activation)
+        if self.process_group is None:
+            out = moe_experts(x, ids, weights, experts, tile_m=self.tile_m, shared=shared,
+                              residual=residual, ops=self.ops, activation=self.activation)
+        else:
+            from .distributed import ep_moe_experts
+            out = ep_moe_experts(x, ids, weights, experts, n_experts=self.n_experts,
+                                 group=self.process_group, mode=self.ep_mode,
+                                 tokens=self.ep_tokens, tile_m=self.tile_m, shared=shared,
+                                 residual=residual, ops=self.ops, activation=self.activation)
         return out.reshape(shape)
 
     def extra_repr(self):
-        return f"tile_m={self.tile_m}, activation={self.activation}"
+        text = f"tile_m={self.tile_m}, activation={self.activation}"
+        if self.process_group is None:
+            return text
+        return (f"{text}, n_experts={self.n_experts}, expert parallel "
+                f"(mode={self.ep_mode}, tokens={self.ep_tokens})")

@@ -41,6 +41,7 @@ BLOCKS = {
 }
 
 _ORIGINALS = "_argon_original_blocks"  # model attribute: {qualified name: original block}
+_SHARDED = "_argon_experts_sharded"  # model attribute: the experts were cut to a rank's share
 
 
 def _require_transformers():
@@ -93,13 +94,23 @@ def why_unsupported(block):
     return ""
 
 
-def to_argon(block, *, tile_m=None, ops=None):
-    """A torch_argon.nn.MoE sharing the modules of one transformers sparse MoE block."""
+def to_argon(block, *, tile_m=None, ops=None, process_group=None, ep_mode="auto",
+             ep_tokens="sharded"):
+    """A torch_argon.nn.MoE sharing the modules of one transformers sparse MoE block. With a
+    process_group, the block's experts module is first cut down in place to this rank's experts
+    (torch_argon.distributed.keep_local_experts_) and the MoE runs expert parallel."""
     reason = why_unsupported(block)
     if reason:
         raise ValueError(f"cannot swap {type(block).__name__}: {reason}")
+    n_experts = None
+    if process_group is not None:
+        from ..distributed import keep_local_experts_
+        n_experts = block.gate.weight.shape[0]
+        keep_local_experts_(block.experts, n_experts, process_group)
     return MoE.from_modules(block.gate, block.experts, getattr(block, "shared_expert", None),
-                            getattr(block, "shared_expert_gate", None), tile_m=tile_m, ops=ops)
+                            getattr(block, "shared_expert_gate", None), tile_m=tile_m, ops=ops,
+                            process_group=process_group, ep_mode=ep_mode, ep_tokens=ep_tokens,
+                            n_experts=n_experts)
 
 
 def _set_submodule(model, name, module):
@@ -107,12 +118,18 @@ def _set_submodule(model, name, module):
     setattr(model.get_submodule(parent_name) if parent_name else model, child, module)
 
 
-def patch(model, *, tile_m=None, ops=None, strict=True):
+def patch(model, *, tile_m=None, ops=None, strict=True, process_group=None, ep_mode="auto",
+          ep_tokens="sharded"):
     """Replace every supported sparse MoE block of `model` by a torch_argon.nn.MoE sharing its
     parameters. Returns the qualified names of the replaced blocks.
 
     strict: raise when a supported block cannot be swapped (unusual config); with
     strict=False such blocks are left as they are.
+    process_group: run the experts expert parallel over this torch.distributed group (every
+        rank runs the model; docs/distributed.md). Each block's experts are cut down in place
+        to this rank's share, so patch after loading the weights; the state_dict then holds
+        this rank's experts, and unpatch is refused. ep_mode, ep_tokens: see nn.MoE
+        ("replicated" when every rank runs the same inputs: cheaper than the default).
     """
     classes = block_classes()
     originals = model.__dict__.setdefault(_ORIGINALS, {})
@@ -125,7 +142,11 @@ def patch(model, *, tile_m=None, ops=None, strict=True):
             if strict:
                 raise ValueError(f"cannot swap {name} ({type(module).__name__}): {reason}")
             continue
-        _set_submodule(model, name, to_argon(module, tile_m=tile_m, ops=ops))
+        _set_submodule(model, name, to_argon(module, tile_m=tile_m, ops=ops,
+                                             process_group=process_group, ep_mode=ep_mode,
+                                             ep_tokens=ep_tokens))
+        if process_group is not None:
+            model.__dict__[_SHARDED] = True
         originals[name] = module
         patched.append(name)
     return patched
@@ -133,6 +154,10 @@ def patch(model, *, tile_m=None, ops=None, strict=True):
 
 def unpatch(model):
     """Put the original blocks back. Returns the qualified names restored."""
+    if model.__dict__.get(_SHARDED):
+        raise ValueError("unpatch: this model's experts were cut down to one rank's share by "
+                         "patch(process_group=...); the original blocks cannot run them (reload "
+                         "the model)")
     originals = model.__dict__.pop(_ORIGINALS, {})
     for name, module in originals.items():
         _set_submodule(model, name, module)

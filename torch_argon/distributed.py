@@ -1,0 +1,524 @@
+"""Expert parallelism on torch.distributed: one MoE layer's experts split across the ranks of a
+process group. The same code runs CUDA tensors over NCCL and CPU tensors over gloo.
+
+Who owns what. With E experts over a group of W ranks, rank r owns the contiguous range
+    [start(r), start(r + 1)),   start(r) = r * (E // W) + min(r, E % W),
+so the first E % W ranks own one expert more (E=10 over W=4: 3, 3, 2, 2). Every rank owns at
+least one (E >= W). The router is replicated: each rank routes its tokens over all E experts.
+
+Two dispatch modes, the same result (docs/distributed.md):
+
+  "all_to_all"  each rank plans its tokens over all E experts (the plan sorts entries by expert,
+                hence by owning rank) and trades a small header and the per-rank row counts with
+                one all_to_all_single, read on the host: the one host sync, for the split sizes
+                (and the cross-rank checks). It then sends each entry's row of x, and the row's
+                expert id local to the receiver, to the owner; the owner runs its experts on the
+                rows it got (moe_experts with one slot of weight 1 per row, which returns each
+                expert output exactly); the rows go back, and the sender combines them with the
+                routing weights by moe_combine: ascending k, fp32, one rounding, as the
+                single-process layer does. Each expert sees the same rows in the same order as in
+                the single-process layer over the ranks' tokens concatenated in rank order.
+  "no_sync"     each rank runs its experts on the whole token set with other ranks' ids masked
+                to -1, keeping fp32 partial sums (the combine unrounded); the partials are summed
+                across ranks in rank order by this code, not inside a collective: an
+                all_to_all_single of equal splits hands each rank every rank's partial of its
+                block of tokens (the traffic of a reduce-scatter), and for replicated tokens an
+                all-gather of the rounded blocks follows (the traffic of an all-reduce). No size
+                depends on data: no host sync, capturable in CUDA graphs, traced by
+                torch.compile; and the same bytes run to run and on every rank, whatever
+                algorithm the backend picks. The sum order differs from the single-process
+                combine's (rank by rank, ascending k within a rank), so it matches that layer
+                within fp32 rounding, not bit for bit.
+
+Tokens: "sharded" (each rank passes its own tokens and gets their outputs; "no_sync" all-gathers
+x, ids and weights first, so it needs the same T on every rank) or "replicated" (every rank
+passes the same tokens and gets the whole output; "all_to_all" then dispatches one block of
+ceil(T / W) tokens per rank and all-gathers the outputs).
+
+Errors: every argument error, cross-rank mismatch (n_experts, expert weights' shapes or types,
+dtypes, a group other than the one the weights were split for) and out-of-range id is found by
+one collective every rank reaches (the header trade) before any data collective, and every rank
+raises a ValueError saying which rank is wrong and how.
+"""
+import functools
+import math
+import zlib
+from typing import NamedTuple, Optional
+
+import torch
+import torch.distributed as dist
+
+from .layer import moe_experts
+from .ops import argon_ops
+from .paths import choose_experts_path
+from .weights import DenseExperts, as_expert_weights
+
+MODES = ("auto", "all_to_all", "no_sync")
+TOKENS = ("sharded", "replicated")
+
+# mode="auto": at or below this many tokens per rank, "no_sync" (the all_to_all mode's host sync
+# and its three collectives' latency dominate there); above, the mode that moves fewer bytes
+# (see choose_mode). A first guess to be tuned on the 2-GPU run (issue 36).
+NO_SYNC_MAX_TOKENS = 256
+
+
+# ---- who owns which experts -----------------------------------------------------------------
+
+def expert_starts(n_experts: int, world_size: int) -> list:
+    """The W + 1 range boundaries: rank r owns experts [starts[r], starts[r + 1]); the first
+    E % W ranks own one more than the rest."""
+    q, extra = divmod(n_experts, world_size)
+    return [r * q + min(r, extra) for r in range(world_size + 1)]
+
+
+def local_expert_range(n_experts: int, group=None) -> tuple:
+    """(start, end) of the experts this rank owns in `group` (default: the world)."""
+    W, rank = _group_size_rank(group)
+    starts = expert_starts(n_experts, W)
+    return starts[rank], starts[rank + 1]
+
+
+def shard_experts(experts, n_experts: int, group=None):
+    """This rank's experts out of all E: views of the float stacks (nothing is copied). An
+    object that already holds fewer than E experts is returned as it is (taken to be this rank's
+    share; ep_moe_experts checks that it is)."""
+    experts = as_expert_weights(experts)
+    if experts.n_experts != n_experts:
+        return experts
+    start, end = local_expert_range(n_experts, group)
+    if (start, end) == (0, n_experts):
+        return experts
+    if hasattr(experts, "select_experts"):  # weight formats that know how to slice themselves
+        return experts.select_experts(start, end)
+    if not isinstance(experts, DenseExperts):
+        raise ValueError(f"cannot take experts [{start}, {end}) of {experts.kind} experts: pass "
+                         "this rank's share")
+    return DenseExperts(experts.gate_up[start:end], experts.down[start:end])
+
+
+def keep_local_experts_(module, n_experts: int, group=None) -> tuple:
+    """Shrinks an experts module (gate_up_proj / down_proj stacks, experts first, as ours and
+    transformers' are) in place to this rank's experts: each stack becomes a copy of its slice,
+    so the full stacks' memory is freed once nothing else holds them. Returns (start, end).
+    Idempotent: a module already holding end - start experts is left as it is."""
+    start, end = local_expert_range(n_experts, group)
+    for name in ("gate_up_proj", "down_proj"):
+        stack = getattr(module, name)
+        if stack.shape[0] == end - start:
+            continue
+        if stack.shape[0] != n_experts:
+            raise ValueError(f"{type(module).__name__}.{name} holds {stack.shape[0]} experts; "
+                             f"expected all {n_experts} or this rank's {end - start}")
+        local = torch.nn.Parameter(stack.detach()[start:end].clone(),
+                                   requires_grad=stack.requires_grad)
+        setattr(module, name, local)
+    if hasattr(module, "num_experts"):
+        module.num_experts = end - start
+    return start, end
+
+
+def _group_size_rank(group):
+    group = group if group is not None else dist.group.WORLD
+    return dist.get_world_size(group), dist.get_rank(group)
+
+
+# ---- which mode -------------------------------------------------------------------------------
+
+def choose_mode(T: int, *, top_k: int, itemsize: int, world_size: int, tokens: str = "sharded",
+                same_T_everywhere: bool = True) -> str:
+    """mode="auto"'s choice, from values every rank agrees on: after the header trade, the ranks'
+    T (the largest, and whether they are all equal); without it, this rank's own T, which must
+    then be the same on every rank.
+
+    T: the rows of x on each rank. "no_sync" with different T on the ranks' sharded tokens is
+    impossible (it all-gathers them). Otherwise "no_sync" up to NO_SYNC_MAX_TOKENS tokens per
+    rank, else the mode that moves fewer bytes per rank. Per token of the rank's share and
+    element of H, with W ranks and K slots:
+      sharded     no_sync: (W-1) * (itemsize + 4)    x all-gathered, fp32 partials traded
+                  all_to_all: 2 * K * (W-1)/W * itemsize   rows out and back
+      replicated  no_sync: (W-1) * 4, all_to_all: 2 * K * (W-1)/W * itemsize, plus the same
+                  all-gather of the outputs on both sides.
+    """
+    W = world_size
+    if W == 1:
+        return "no_sync"
+    if tokens == "sharded" and not same_T_everywhere:
+        return "all_to_all"
+    share = T if tokens == "sharded" else math.ceil(T / W)
+    if share <= NO_SYNC_MAX_TOKENS:
+        return "no_sync"
+    gather = itemsize if tokens == "sharded" else 0
+    no_sync = (W - 1) * (gather + 4)
+    all_to_all = 2 * top_k * (W - 1) / W * itemsize
+    return "no_sync" if no_sync <= all_to_all else "all_to_all"
+
+
+# ---- the header every rank trades first -------------------------------------------------------
+
+_MAGIC = 0x41524730  # "ARG0": a rank whose row lacks it is not in the same call
+_FIELDS = ("magic", "error", "mode", "tokens", "hidden", "top_k", "n_experts", "local_experts",
+           "inter", "x_dtype", "ids_dtype", "weights_dtype", "experts", "T", "bad_ids", "rows")
+_F = {name: i for i, name in enumerate(_FIELDS)}
+# Fields every rank must agree on, with the words an error uses for them.
+_AGREED = (("mode", "mode"), ("tokens", "tokens"), ("hidden", "the hidden size H"),
+           ("top_k", "top_k (topk_ids' columns)"), ("n_experts", "n_experts"),
+           ("inter", "the experts' intermediate size"), ("x_dtype", "x's dtype"),
+           ("ids_dtype", "topk_ids' dtype"), ("weights_dtype", "topk_weights' dtype"),
+           ("experts", "the expert weights' kind and dtype"))
+_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32, torch.int64,
+           torch.int16, torch.int8, torch.uint8)
+
+
+def _code(value) -> int:
+    """A small int naming a dtype or string, the same in every process (hash() is not)."""
+    if isinstance(value, torch.dtype) and value in _DTYPES:
+        return _DTYPES.index(value) + 1
+    return zlib.crc32(str(value).encode()) & 0x7FFFFFFF
+
+
+class _Handshake(NamedTuple):
+    headers: list  # one list of _FIELDS values per rank of the group
+    send_rows: list  # rows this rank sends to each rank (all_to_all)
+    recv_rows: list  # rows each rank sends to this one
+
+
+def _handshake(header, bad_ids, send_rows, *, group, W, device):
+    """One all_to_all_single of a [W, len(_FIELDS)] int64 tensor: row s carries this rank's
+    header and the rows it sends to rank s. Every rank gets every rank's header (and the rows
+    coming to it) and reads them on the host: the one sync of the all_to_all mode."""
+    send = torch.tensor([header] * W, dtype=torch.int64).to(device)
+    if bad_ids is not None:
+        send[:, _F["bad_ids"]] = bad_ids
+    if send_rows is not None:
+        send[:, _F["rows"]] = send_rows
+    recv = torch.empty_like(send)
+    dist.all_to_all_single(recv, send, group=group)
+    host = torch.cat([send[:, _F["rows"]], recv.flatten()]).tolist()  # the host sync
+    headers = [host[W + s * len(_FIELDS):W + (s + 1) * len(_FIELDS)] for s in range(W)]
+    return _Handshake(headers, host[:W], [h[_F["rows"]] for h in headers])
+
+
+def _verdict(hs, *, rank, W, local_error):
+    """Raises the same ValueError on every rank if any rank's header is wrong (the rank whose
+    own arguments were refused raises its own error)."""
+    headers = hs.headers
+    col = {name: [h[i] for h in headers] for name, i in _F.items()}
+    if any(m != _MAGIC for m in col["magic"]):
+        bad = [s for s, m in enumerate(col["magic"]) if m != _MAGIC]
+        raise RuntimeError(f"ep_moe_experts: ranks {bad} of the group sent no header: they are not "
+                           "in an ep_moe_experts call (every rank of the group must make the same "
+                           "calls in the same order)")
+    refused = [s for s, e in enumerate(col["error"]) if e]
+    if refused:
+        if local_error is not None:
+            raise local_error
+        raise ValueError(f"ep_moe_experts: rank(s) {refused} of the group refused their "
+                         "arguments (their error says why); every rank stops here")
+    for name, words in _AGREED:
+        if len(set(col[name])) > 1:
+            shown = col[name] if name not in ("experts",) else ["..." for _ in col[name]]
+            if name in ("x_dtype", "ids_dtype", "weights_dtype"):
+                shown = [_DTYPES[c - 1] if 0 < c <= len(_DTYPES) else c for c in col[name]]
+            elif name == "mode":
+                shown = [MODES[c] for c in col[name]]
+            elif name == "tokens":
+                shown = [TOKENS[c] for c in col[name]]
+            raise ValueError(f"ep_moe_experts: {words} differs across the group's ranks "
+                             f"(rank by rank: {shown})")
+    E = col["n_experts"][0]
+    if E < W:
+        raise ValueError(f"ep_moe_experts: n_experts={E} cannot be split over a group of {W} "
+                         "ranks: every rank must own at least one expert")
+    starts = expert_starts(E, W)
+    for s, held in enumerate(col["local_experts"]):
+        owned = starts[s + 1] - starts[s]
+        if held != owned:
+            raise ValueError(
+                f"ep_moe_experts: rank {s} holds {held} experts, but with n_experts={E} over a "
+                f"group of {W} ranks it owns {owned} (experts [{starts[s]}, {starts[s + 1]}); "
+                f"the first E % W ranks own one more): were the weights split for another "
+                "group?")
+    bad = [(s, n) for s, n in enumerate(col["bad_ids"]) if n]
+    if bad:
+        where = ", ".join(f"rank {s}: {n}" for s, n in bad)
+        raise ValueError(f"ep_moe_experts: topk_ids hold ids outside [0, n_experts={E}) other "
+                         f"than -1 ({where})")
+    if col["tokens"][0] == TOKENS.index("replicated") and len(set(col["T"])) > 1:
+        raise ValueError("ep_moe_experts: tokens='replicated' needs the same tokens on every "
+                         f"rank, got T = {col['T']} rank by rank")
+    if (col["mode"][0] == MODES.index("no_sync") and len(set(col["T"])) > 1):
+        raise ValueError("ep_moe_experts: mode='no_sync' with sharded tokens needs the same T on "
+                         f"every rank (it all-gathers them), got T = {col['T']} rank by rank; "
+                         "use mode='all_to_all' or 'auto'")
+
+
+# ---- the layer ----------------------------------------------------------------------------------
+
+def _capturing() -> bool:
+    """Inside torch.compile's tracing or a CUDA graph capture, where nothing may be read back."""
+    if torch.compiler.is_compiling():
+        return True
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+def _argument_error(x, topk_ids, topk_weights, experts, n_experts, mode, tokens, shared,
+                    residual):
+    """The first thing wrong with this rank's own arguments, as a ValueError, or None."""
+    if mode not in MODES:
+        return ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if tokens not in TOKENS:
+        return ValueError(f"tokens must be one of {TOKENS}, got {tokens!r}")
+    if isinstance(n_experts, bool) or not isinstance(n_experts, int) or n_experts < 1:
+        return ValueError(f"n_experts must be a positive int, got {n_experts!r}")
+    if x.dim() != 2:
+        return ValueError(f"x must be 2-D [T, H], got shape {tuple(x.shape)}")
+    T, H = x.shape
+    if topk_ids.dim() != 2 or topk_ids.shape[0] != T:
+        return ValueError(f"topk_ids must be [T={T}, K], got {tuple(topk_ids.shape)}")
+    if topk_ids.dtype not in (torch.int32, torch.int64):
+        return ValueError(f"topk_ids must be int32 or int64, got {topk_ids.dtype}")
+    if tuple(topk_weights.shape) != tuple(topk_ids.shape):
+        return ValueError(f"topk_weights must have topk_ids' shape {tuple(topk_ids.shape)}, got "
+                          f"{tuple(topk_weights.shape)}")
+    for name, t in (("shared", shared), ("residual", residual)):
+        if t is not None and tuple(t.shape) != (T, H):
+            return ValueError(f"{name} must be [T, H] = [{T}, {H}], got {tuple(t.shape)}")
+    try:
+        experts.check(H)
+    except ValueError as e:
+        return e
+    return None
+
+
+def ep_moe_experts(x, topk_ids, topk_weights, local_experts, *, n_experts: int, group=None,
+                   mode: str = "auto", tokens: str = "sharded", tile_m: Optional[int] = None,
+                   shared=None, residual=None, ops=argon_ops, path: str = "auto",
+                   check: bool = True, activation: str = "silu"):
+    """The routed experts of one layer with the experts split over the ranks of `group`.
+
+    Every rank of the group calls it, with the same n_experts, mode, tokens and dtypes.
+    x: [T, H] this rank's tokens (tokens="sharded") or all tokens, the same on every rank
+        (tokens="replicated"). topk_ids: [T, K] global expert ids in [0, n_experts) or -1
+        (skipped). topk_weights: [T, K].
+    local_experts: this rank's experts (an expert-weights object or a (w_gate_up, w_down) pair
+        holding experts [start, end) of local_expert_range), or all n_experts of them (sliced
+        here, views).
+    group: a torch.distributed process group (default: the world).
+    mode: "auto", "all_to_all" or "no_sync" (module docstring; "auto": choose_mode).
+    tokens: "sharded" or "replicated".
+    shared, residual: optional [T, H] added in the combine, as moe_experts does.
+    tile_m, ops, path, activation: as moe_experts, for the local experts' GEMMs.
+    check: trade a header first and raise on every rank if any rank is wrong (one small
+        collective read on the host). The all_to_all mode trades it anyway (it carries the split
+        sizes); for "no_sync" it is the only host sync, skipped inside torch.compile and CUDA
+        graph capture, or with check=False: then ranks' arguments are not compared, a rank's
+        own argument error raises on that rank only, out-of-range ids are dropped like -1, and
+        mode="auto" decides on this rank's T (which must then be the same on every rank).
+    Returns [T, H] in x's dtype: this rank's tokens' outputs (sharded) or all of them
+    (replicated).
+    """
+    W, rank = _group_size_rank(group)
+    try:
+        experts = shard_experts(local_experts, n_experts, group)
+        local_error = _argument_error(x, topk_ids, topk_weights, experts, n_experts, mode,
+                                      tokens, shared, residual)
+    except (TypeError, ValueError) as e:
+        experts, local_error = None, e
+    capturing = _capturing()
+    trade = check and not capturing
+    if local_error is not None and not trade and mode != "all_to_all":
+        raise local_error  # the others may not trade headers: no collective to tell them by
+    if mode == "auto" and not trade:
+        mode = "no_sync" if capturing else choose_mode(
+            x.shape[0], top_k=topk_ids.shape[1], itemsize=x.element_size(), world_size=W,
+            tokens=tokens)
+    block = hs = None
+    if mode != "no_sync" or trade:
+        mode, block, hs = _trade_headers(x, topk_ids, topk_weights, experts, n_experts, mode,
+                                         tokens, shared, residual, local_error, group=group,
+                                         W=W, rank=rank, ops=ops)
+    starts = expert_starts(n_experts, W)
+    if mode == "all_to_all":
+        out = _all_to_all(block, hs, experts, group=group, W=W, starts=starts, rank=rank,
+                          tile_m=tile_m, ops=ops, path=path, activation=activation)
+        return block.finish(out, group=group, W=W)
+    return _no_sync(x, topk_ids, topk_weights, experts, starts[rank], starts[rank + 1],
+                    shared=shared, residual=residual, tokens=tokens, group=group, W=W, rank=rank,
+                    tile_m=tile_m, ops=ops, path=path, activation=activation)
+
+
+def _trade_headers(x, topk_ids, topk_weights, experts, n_experts, mode, tokens, shared, residual,
+                   local_error, *, group, W, rank, ops):
+    """The header trade: (mode, block, handshake), "auto" resolved on every rank alike, or the
+    same ValueError on every rank. For all_to_all (or auto, which may take it) the block is
+    planned first: the header carries its rows per rank."""
+    block = send_rows = bad_ids = None
+    if local_error is None:
+        bad = (topk_ids < -1) | (topk_ids >= n_experts)
+        bad_ids = bad.sum()
+        if mode != "no_sync":
+            # bad ids planned as -1: the plan must not raise here, on this rank alone
+            block = _Block.of(x, topk_ids.masked_fill(bad, -1), topk_weights, shared, residual,
+                              tokens=tokens, W=W, rank=rank, n_experts=n_experts, ops=ops)
+            send_rows = block.rows_per_rank(expert_starts(n_experts, W))
+    header = _header(x, topk_ids, topk_weights, experts, n_experts, mode, tokens, local_error)
+    hs = _handshake(header, bad_ids, send_rows, group=group, W=W,
+                    device=_handshake_device(group, x))
+    _verdict(hs, rank=rank, W=W, local_error=local_error)
+    if mode == "auto":
+        Ts = [h[_F["T"]] for h in hs.headers]
+        mode = choose_mode(max(Ts), top_k=topk_ids.shape[1], itemsize=x.element_size(),
+                           world_size=W, tokens=tokens, same_T_everywhere=len(set(Ts)) == 1)
+    return mode, block, hs
+
+
+def _handshake_device(group, x):
+    """Where the header goes: a CUDA device for NCCL (which takes no CPU tensors), else x's."""
+    if dist.get_backend(group) == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return x.device if isinstance(x, torch.Tensor) else torch.device("cpu")
+
+
+def _header(x, topk_ids, topk_weights, experts, n_experts, mode, tokens, local_error):
+    header = [0] * len(_FIELDS)
+    header[_F["magic"]] = _MAGIC
+    if local_error is not None:
+        header[_F["error"]] = 1
+        return header
+    values = dict(mode=MODES.index(mode), tokens=TOKENS.index(tokens), hidden=x.shape[1],
+                  top_k=topk_ids.shape[1], n_experts=n_experts, local_experts=experts.n_experts,
+                  inter=getattr(experts, "inter", 0), x_dtype=_code(x.dtype),
+                  ids_dtype=_code(topk_ids.dtype), weights_dtype=_code(topk_weights.dtype),
+                  experts=_code(f"{experts.kind}:{experts.dtype}"), T=x.shape[0])
+    for name, v in values.items():
+        header[_F[name]] = int(v)
+    return header
+
+
+class _Block(NamedTuple):
+    """The tokens this rank dispatches in the all_to_all mode, planned over all E experts: its
+    own (sharded), or block `rank` of ceil(T / W) tokens of the replicated set, padded with
+    -1 ids."""
+    x: torch.Tensor
+    ids: torch.Tensor
+    weights: torch.Tensor
+    shared: Optional[torch.Tensor]
+    residual: Optional[torch.Tensor]
+    plan: object
+    T_full: int  # replicated: the T of the whole set (-1 when sharded)
+
+    @classmethod
+    def of(cls, x, topk_ids, topk_weights, shared, residual, *, tokens, W, rank, n_experts, ops):
+        T_full = -1
+        if tokens == "replicated":
+            T_full = x.shape[0]
+            C = math.ceil(T_full / W)
+            lo, hi = min(rank * C, T_full), min((rank + 1) * C, T_full)
+            pad = C - (hi - lo)
+
+            def part(t, fill):
+                if t is None:
+                    return None
+                p = t[lo:hi]
+                return torch.cat([p, p.new_full((pad, *p.shape[1:]), fill)]) if pad else p
+            x, topk_ids, topk_weights = part(x, 0), part(topk_ids, -1), part(topk_weights, 0)
+            shared, residual = part(shared, 0), part(residual, 0)
+        plan = ops.moe_plan(topk_ids, topk_weights, n_experts, 1)
+        return cls(x, topk_ids, topk_weights, shared, residual, plan, T_full)
+
+    def rows_per_rank(self, starts):
+        """[W] rows this block sends to each rank (device tensor): with tile_m 1 the plan's
+        offsets count entries, so rank s's rows are offsets[starts[s]:starts[s+1]]."""
+        at = torch.tensor(starts, device=self.plan.offsets.device)
+        off = self.plan.offsets.long()[at]
+        return off[1:] - off[:-1]
+
+    def finish(self, out, *, group, W):
+        """The layer's output from this block's: as is (sharded), or all blocks gathered."""
+        if self.T_full < 0:
+            return out
+        return _all_gather(out, group=group, W=W)[:self.T_full]
+
+
+@functools.lru_cache(maxsize=64)
+def _local_index(n_experts, starts, device):
+    """[E] int32: each expert's index among its owner's experts."""
+    idx = torch.empty(n_experts, dtype=torch.int32)
+    for lo, hi in zip(starts[:-1], starts[1:]):
+        idx[lo:hi] = torch.arange(hi - lo, dtype=torch.int32)
+    return idx.to(device)
+
+
+def _all_to_all(block, hs, experts, *, group, W, starts, rank, tile_m, ops, path, activation):
+    x, plan = block.x, block.plan
+    send, recv = hs.send_rows, hs.recv_rows
+    n_send, n_recv = sum(send), sum(recv)
+    H = x.shape[1]
+    # The plan's first n_send rows are the valid entries, sorted by expert, hence by owner.
+    rows = ops.moe_gather(x, plan)[:n_send]
+    row_ids = torch.repeat_interleave(_local_index(len(plan.counts), tuple(starts), x.device),
+                                      plan.counts.long(), output_size=n_send)
+    got = x.new_empty((n_recv, H))
+    dist.all_to_all_single(got, rows, recv, send, group=group)
+    got_ids = row_ids.new_empty((n_recv,))
+    dist.all_to_all_single(got_ids, row_ids, recv, send, group=group)
+    if n_recv:
+        ones = torch.ones((n_recv, 1), dtype=torch.float32, device=x.device)
+        done = moe_experts(got, got_ids[:, None], ones, experts, tile_m=tile_m, ops=ops,
+                           path=path, activation=activation)
+    else:
+        done = got
+    back = x.new_empty((n_send, H))
+    dist.all_to_all_single(back, done, send, recv, group=group)
+    return ops.moe_combine(back, plan, block.weights, shared=block.shared,
+                           residual=block.residual, out_dtype=x.dtype)
+
+
+# torch 2.13 renames all_gather_into_tensor (2.11, on the GPU machines, has only that name).
+_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+def _all_gather(t, *, group, W):
+    out = t.new_empty((W * t.shape[0], *t.shape[1:]))
+    _all_gather_single(out, t.contiguous(), group=group)
+    return out
+
+
+def _no_sync(x, topk_ids, topk_weights, experts, lo, hi, *, shared, residual, tokens, group, W,
+             rank, tile_m, ops, path, activation):
+    T, H = x.shape
+    if tokens == "sharded":
+        x_all = _all_gather(x, group=group, W=W)
+        ids_all = _all_gather(topk_ids, group=group, W=W)
+        w_all = _all_gather(topk_weights, group=group, W=W)
+        C = T
+    else:
+        x_all, ids_all, w_all = x, topk_ids, topk_weights
+        C = math.ceil(T / W)
+    mine = (ids_all >= lo) & (ids_all < hi)
+    local_ids = torch.where(mine, ids_all - lo, torch.full_like(ids_all, -1))
+    if tile_m is None:  # from the entries expected here (1/W of them), not all masked ones
+        tile_m = choose_experts_path(x_all, experts, ops, n_entries=ids_all.numel() // W,
+                                     path=path).tile_m
+    partial = moe_experts(x_all, local_ids, w_all, experts, tile_m=tile_m, ops=ops, path=path,
+                          out_dtype=torch.float32, activation=activation)
+    if partial.shape[0] < W * C:  # replicated, T not a multiple of W
+        partial = torch.cat([partial, partial.new_zeros((W * C - partial.shape[0], H))])
+    # Every rank's partial of this rank's block of C tokens, then their sum in rank order.
+    parts = torch.empty_like(partial)
+    dist.all_to_all_single(parts, partial, group=group)
+    parts = parts.view(W, C, H)
+    acc = parts[0].clone()
+    for s in range(1, W):
+        acc += parts[s]
+    if tokens == "sharded":
+        for t in (shared, residual):
+            if t is not None:
+                acc += t.float()
+        return acc.to(x.dtype)
+    rows = slice(min(rank * C, T), min((rank + 1) * C, T))
+    for t in (shared, residual):
+        if t is not None:
+            acc[:rows.stop - rows.start] += t[rows].float()
+    full = _all_gather(acc.to(x.dtype), group=group, W=W)
+    return full[:T]
