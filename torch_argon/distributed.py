@@ -51,7 +51,7 @@ import torch.distributed as dist
 from .layer import moe_experts
 from .ops import argon_ops
 from .paths import choose_experts_path
-from .weights import DenseExperts, as_expert_weights
+from .weights import as_expert_weights
 
 MODES = ("auto", "all_to_all", "no_sync")
 TOKENS = ("sharded", "replicated")
@@ -88,12 +88,7 @@ def shard_experts(experts, n_experts: int, group=None):
     start, end = local_expert_range(n_experts, group)
     if (start, end) == (0, n_experts):
         return experts
-    if hasattr(experts, "select_experts"):  # weight formats that know how to slice themselves
-        return experts.select_experts(start, end)
-    if not isinstance(experts, DenseExperts):
-        raise ValueError(f"cannot take experts [{start}, {end}) of {experts.kind} experts: pass "
-                         "this rank's share")
-    return DenseExperts(experts.gate_up[start:end], experts.down[start:end])
+    return experts.select_experts(start, end)
 
 
 def keep_local_experts_(module, n_experts: int, group=None) -> tuple:

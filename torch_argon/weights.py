@@ -40,6 +40,10 @@ class DenseExperts:
     def device(self) -> torch.device:
         return self.gate_up.device
 
+    def select_experts(self, start: int, end: int) -> "DenseExperts":
+        """Experts [start, end) as views (an expert-parallel rank's share)."""
+        return DenseExperts(self.gate_up[start:end], self.down[start:end])
+
     def to_dense(self) -> "DenseExperts":
         """Float stacks of these experts (for references and baselines): itself."""
         return self

@@ -51,6 +51,9 @@ class QuantizedWeight:
         """[E, N, n_in] floats (for references and baselines: the layer never calls this)."""
         return dequantize_reference(self.data, self.qtype, self.n_in).to(dtype)
 
+    def select_experts(self, start: int, end: int) -> "QuantizedWeight":
+        return QuantizedWeight(self.data[start:end], self.qtype, self.n_in)
+
     def to(self, device) -> "QuantizedWeight":
         return QuantizedWeight(self.data.to(device), self.qtype, self.n_in)
 
@@ -110,10 +113,17 @@ class QuantizedExperts:
         parts = (self.gate_up, self.gate, self.up, self.down)
         return sum(p.nbytes for p in parts if p is not None)
 
+    def _map(self, fn) -> "QuantizedExperts":
+        each = lambda w: None if w is None else fn(w)  # noqa: E731
+        return QuantizedExperts(each(self.down), each(self.gate_up), each(self.gate),
+                                each(self.up))
+
     def to(self, device) -> "QuantizedExperts":
-        move = lambda w: None if w is None else w.to(device)  # noqa: E731
-        return QuantizedExperts(move(self.down), move(self.gate_up), move(self.gate),
-                                move(self.up))
+        return self._map(lambda w: w.to(device))
+
+    def select_experts(self, start: int, end: int) -> "QuantizedExperts":
+        """Experts [start, end) as views of the blocks (an expert-parallel rank's share)."""
+        return self._map(lambda w: w.select_experts(start, end))
 
     def to_dense(self, dtype=torch.float32) -> DenseExperts:
         """Dequantized stacks (references and baselines only)."""
