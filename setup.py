@@ -2,7 +2,8 @@
 
 Always: the op schemas, the CPU kernels, and the Metal-on-host runtime (the .metal kernels
 compiled as C++20 and run on host threads). On macOS: the Objective-C++ MPS dispatch, and a
-.metallib when `xcrun metal` exists. Where torch has CUDA and nvcc is found: the CUDA kernels.
+.metallib when `xcrun metal` exists. Where torch has CUDA and nvcc is found: the CUDA kernels,
+and the metal_cuda backend (the .metal kernels compiled by nvcc, for testing them as SIMT code).
 """
 import glob
 import os
@@ -72,7 +73,13 @@ GENERATED = os.path.join("build", "argon_generated")
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import metal_codegen  # noqa: E402
 
-srcs += [os.path.relpath(p, ROOT) for p in metal_codegen.generate(os.path.join(ROOT, GENERATED))]
+srcs += [os.path.relpath(p, ROOT)
+         for p in metal_codegen.generate(os.path.join(ROOT, GENERATED), cuda=want_cuda())]
+if want_cuda():
+    # the metal_cuda backend: the .metal kernels through the CUDA prelude (its units: above)
+    srcs += sources("metal/cuda/*.cpp")
+    # Metal's [[...]] attributes where nvcc expects none, and `inline` in an instantiation
+    nvcc_flags += ["-diag-suppress=1098,326"]
 
 
 def build_metallib():
@@ -105,7 +112,8 @@ ext = Extension(
     name="torch_argon._C",
     sources=srcs,
     include_dirs=[os.path.join(ROOT, CSRC), os.path.join(ROOT, "torch_argon", "metal"),
-                  # <metal_stdlib> for the .metal files compiled as C++ (the host shim)
+                  # <metal_stdlib> for the .metal files compiled as C++ (the host shim; under
+                  # nvcc it forwards to the CUDA prelude of the metal_cuda backend)
                   os.path.join(ROOT, CSRC, "metal", "host", "shim"),
                   # generated: kernel_signatures.inc, metal_source.inc (tools/metal_codegen.py)
                   os.path.join(ROOT, GENERATED)],

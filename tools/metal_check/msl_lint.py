@@ -175,7 +175,8 @@ def main(argv):
     except Exception as e:  # noqa: BLE001: any way the bindings fail to load
         print(f"msl_lint: SKIP: no usable libclang ({e}); pip install libclang")
         return 0
-    files = argv or metal_codegen.library_files() + list(metal_codegen.HOST_ONLY)
+    files = argv or (metal_codegen.library_files() + list(metal_codegen.HOST_ONLY)
+                     + list(metal_codegen.CUDA_ONLY))
     n = 0
     for path in files:
         problems, notes = lint_file(path)

@@ -2,7 +2,7 @@
 of strict/ (real address spaces, no implicit vector conversions, Metal's overload sets, no
 double), with the warnings that matter for GPU code made errors: each file of the library, the
 flattened library as setup.py embeds it (one translation unit, as Metal compiles it), and the
-host runner's self-test kernels.
+self-test kernels of the host runner and of the CUDA sanitizer run.
 
 Clang cannot parse Metal's `template [[host_name("x")]] kernel ...` instantiations, so that
 attribute is dropped from each file's text first (line numbers kept).
@@ -62,7 +62,7 @@ def library_targets():
            for p in metal_codegen.library_files()]
     out.append(("<flattened library: build/argon_generated/metal_source.inc>",
                 metal_codegen.flattened_library(), []))
-    for p in metal_codegen.HOST_ONLY:
+    for p in metal_codegen.HOST_ONLY + metal_codegen.CUDA_ONLY:
         out.append((os.path.relpath(p), open(p).read(), [os.path.dirname(p)]))
     return out
 
