@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from torch.utils import cpp_extension
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
@@ -17,7 +18,9 @@ import metal_codegen  # noqa: E402
 NVCC = os.environ.get("NVCC") or shutil.which("nvcc")
 pytestmark = pytest.mark.skipif(NVCC is None, reason="no nvcc: the metal_cuda units are not compiled")
 CSRC = os.path.join(ROOT, "torch_argon", "csrc")
+# setup.py's nvcc flags for these units, and torch's own (which turn off __half's conversions)
 FLAGS = ["-std=c++17", "-arch=sm_90", "--fmad=false", "-diag-suppress=1098,326", "-Werror=all-warnings",
+         *cpp_extension.COMMON_NVCC_FLAGS,
          "-I", CSRC, "-I", metal_codegen.METAL_DIR, "-I", os.path.join(CSRC, "metal", "host", "shim")]
 STEMS = [os.path.splitext(os.path.basename(p))[0]
          for p in metal_codegen.library_files() + list(metal_codegen.CUDA_ONLY)]

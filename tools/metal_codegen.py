@@ -162,6 +162,10 @@ def cuda_kernels_cu(metal_path, kernels, include, tables=()):
            "(csrc/metal/cuda/prelude/metal_stdlib),\n// one __global__ wrapper per kernel "
            "(built-ins from blockIdx / threadIdx) and its launcher, registered\n// by kernel "
            "name (csrc/metal/cuda/kernel_table.h).\n",
+           "// torch's extension build turns off __half's implicit conversions and operators; Metal's\n"
+           "// half has them, and the kernels use them.\n"
+           "#undef __CUDA_NO_HALF_OPERATORS__\n#undef __CUDA_NO_HALF_CONVERSIONS__\n"
+           "#undef __CUDA_NO_HALF2_OPERATORS__\n#undef __CUDA_NO_BFLOAT16_CONVERSIONS__\n",
            '#include "metal/cuda/kernel_table.h"\n\n']
     if tables:
         out.append("#include <metal_stdlib>\n// lookup tables: program-scope `constant` data is "
