@@ -26,14 +26,14 @@ kernel void sanitizer_race(device int* out [[buffer(0)]],
   out[tid] = v[(tid + 1) % n];
 }
 
-// synccheck: odd and even lanes wait at two different barriers.
-kernel void sanitizer_split_barrier(device int* out [[buffer(0)]],
-                                    device const int* input [[buffer(1)]],
-                                    uint tid [[thread_position_in_threadgroup]],
-                                    uint n [[threads_per_threadgroup]]) {
+// synccheck: odd lanes wait at a second barrier that even lanes never reach (a barrier in
+// divergent code; two identical barriers in an if / else could be merged by the compiler).
+kernel void sanitizer_divergent_barrier(device int* out [[buffer(0)]],
+                                        device const int* input [[buffer(1)]],
+                                        uint tid [[thread_position_in_threadgroup]],
+                                        uint n [[threads_per_threadgroup]]) {
+  threadgroup_barrier(mem_flags::mem_threadgroup);
   if (tid % 2 == 1) {
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-  } else {
     threadgroup_barrier(mem_flags::mem_threadgroup);
   }
   out[tid] = input[tid];
