@@ -3,7 +3,7 @@
 #   1. build (the CUDA extension carries the metal_cuda backend: the unmodified .metal files
 #      compiled by nvcc through csrc/metal/cuda/prelude and generated __global__ wrappers);
 #   2. the Metal parity suite on backend metal_cuda (plan, gather, combine, swiglu, moe_mm, bad
-#      input, aliasing: -k metal_cuda);
+#      input, aliasing, opcheck: -k metal_cuda);
 #   3. compute-sanitizer racecheck, synccheck, memcheck and initcheck over every Metal kernel
 #      (tools/metal_cuda_sanitize.py ops: each kernel once, results checked), which must report
 #      nothing, and over each tool's deliberately wrong control kernel
@@ -43,7 +43,7 @@ if [ "${1:-}" != "--skip-build" ]; then
 fi
 
 PARITY="tests/test_plan.py tests/test_gather.py tests/test_combine.py tests/test_swiglu.py
-        tests/test_moe_mm.py tests/test_bad_input.py tests/test_aliasing.py"
+        tests/test_moe_mm.py tests/test_bad_input.py tests/test_aliasing.py tests/test_opcheck.py"
 XDIST=$("$PY" -c 'import xdist' 2>/dev/null && echo "-n 8")
 # shellcheck disable=SC2086
 run parity 150 "$PY" -m pytest -q -p no:cacheprovider $XDIST $PARITY -k metal_cuda
