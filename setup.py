@@ -2,14 +2,15 @@
 
 Always: the op schemas, the CPU kernels, and the Metal-on-host runtime (the .metal kernels
 compiled as C++20 and run on host threads). On macOS: the Objective-C++ MPS dispatch, and a
-.metallib when `xcrun metal` exists. Where torch has CUDA and nvcc is found: the CUDA kernels.
+.metallib when `xcrun metal` exists. Where torch has CUDA and nvcc is found: the CUDA kernels,
+and the metal_cuda backend (the .metal kernels compiled by nvcc, for testing them as SIMT code).
 """
 import glob
 import os
 import platform
-import re
 import shutil
 import subprocess
+import sys
 
 from setuptools import find_packages, setup
 from torch.utils import cpp_extension
@@ -61,40 +62,24 @@ if want_cuda():
     if os.environ.get("ARGON_PLAN_LAB") == "1":  # the CUDA plan's knobs, for the bench scripts
         nvcc_flags.append("-DARGON_PLAN_LAB=1")
 
-# ---- Metal for MPS (owned by the Metal backend): the kernels as one embedded source, which
-# csrc/metal/mps compiles on first use, and a prebuilt argon.metallib when `xcrun metal` exists.
+# ---- Metal (owned by the Metal backend). tools/metal_codegen.py reads every kernel signature of
+# torch_argon/metal/*.metal and writes, under build/argon_generated/: the host runner's adapter
+# units (host_kernels/*.cpp, compiled below on every platform), the recipe's binding table
+# (kernel_signatures.inc) and the flattened library (metal_source.inc: MPS compiles it when no
+# argon.metallib was built; the strict checks compile it on Linux). A kernel signature that
+# breaks a rule stops the build here.
 METAL_DIR = os.path.join("torch_argon", "metal")
-METAL_KERNELS = ("plan.metal", "gather.metal", "combine.metal", "swiglu.metal", "moe_mm.metal")
 GENERATED = os.path.join("build", "argon_generated")
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+import metal_codegen  # noqa: E402
 
-
-def flatten_metal(path, seen):
-    """The file with its local #include "..." inlined (each header once, #pragma once dropped)."""
-    out = []
-    for line in open(path):
-        m = re.match(r'\s*#include "([^"]+)"', line)
-        if m:
-            for d in (os.path.dirname(path), METAL_DIR, CSRC):
-                found = os.path.join(d, m.group(1))
-                if os.path.exists(found):
-                    break
-            else:
-                raise FileNotFoundError(f"{path}: cannot find {m.group(1)}")
-            if found not in seen:
-                seen.add(found)
-                out.append(flatten_metal(found, seen))
-        elif line.strip() != "#pragma once":
-            out.append(line)
-    return "".join(out)
-
-
-def write_metal_source():
-    seen = set()
-    src = "".join(flatten_metal(os.path.join(METAL_DIR, k), seen) for k in METAL_KERNELS)
-    os.makedirs(GENERATED, exist_ok=True)
-    with open(os.path.join(GENERATED, "metal_source.inc"), "w") as f:
-        for i in range(0, len(src), 8000):  # adjacent raw literals: no compiler length limits
-            f.write('R"argon_src(' + src[i:i + 8000] + ')argon_src"\n')
+srcs += [os.path.relpath(p, ROOT)
+         for p in metal_codegen.generate(os.path.join(ROOT, GENERATED), cuda=want_cuda())]
+if want_cuda():
+    # the metal_cuda backend: the .metal kernels through the CUDA prelude (its units: above)
+    srcs += sources("metal/cuda/*.cpp")
+    # Metal's [[...]] attributes where nvcc expects none, and `inline` in an instantiation
+    nvcc_flags += ["-diag-suppress=1098,326"]
 
 
 def build_metallib():
@@ -104,11 +89,10 @@ def build_metallib():
         return None
     try:
         airs = []
-        for k in METAL_KERNELS:
-            air = os.path.join(GENERATED, k.replace(".metal", ".air"))
+        for k in metal_codegen.library_files():
+            air = os.path.join(GENERATED, os.path.basename(k).replace(".metal", ".air"))
             subprocess.run(["xcrun", "-sdk", "macosx", "metal", "-c", "-fno-fast-math",
-                            "-I", METAL_DIR, "-I", CSRC, os.path.join(METAL_DIR, k), "-o", air],
-                           check=True)
+                            "-I", METAL_DIR, k, "-o", air], check=True)
             airs.append(air)
         subprocess.run(["xcrun", "-sdk", "macosx", "metallib", *airs, "-o", lib], check=True)
         return lib
@@ -122,17 +106,17 @@ if want_mps():
     defines.append(("ARGON_WITH_MPS", "1"))
     cxx_flags += ["-fobjc-arc"]
     extra_link += ["-framework", "Metal", "-framework", "Foundation"]
-    write_metal_source()
     print("argon: built", build_metallib() or "no metallib")
 
 ext = Extension(
     name="torch_argon._C",
     sources=srcs,
     include_dirs=[os.path.join(ROOT, CSRC), os.path.join(ROOT, "torch_argon", "metal"),
-                  # <metal_stdlib> for the .metal files compiled as C++ (the host shim)
+                  # <metal_stdlib> for the .metal files compiled as C++ (the host shim; under
+                  # nvcc it forwards to the CUDA prelude of the metal_cuda backend)
                   os.path.join(ROOT, CSRC, "metal", "host", "shim"),
-                  # metal_source.inc for the MPS dispatch (macOS only)
-                  os.path.join(ROOT, "build", "argon_generated")],
+                  # generated: kernel_signatures.inc, metal_source.inc (tools/metal_codegen.py)
+                  os.path.join(ROOT, GENERATED)],
     define_macros=defines,
     extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags},
     extra_link_args=extra_link,

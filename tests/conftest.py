@@ -16,7 +16,7 @@ def backend_params(names):
 
 
 # The kernels under test: every backend but the reference itself.
-KERNEL_BACKENDS = ("cpu", "metal_host", "cuda", "mps")
+KERNEL_BACKENDS = ("cpu", "metal_host", "cuda", "mps", "metal_cuda")
 
 
 @pytest.fixture(params=backend_params(KERNEL_BACKENDS))

@@ -35,7 +35,7 @@ def ref():
 
 
 # Shapes that reach every path of the plan kernels: several blocks (1024 entries each for
-# E <= 512), several 32-entry sub-blocks per block, E > 32 (several simdgroups in mm_scan),
+# E <= 512), several 32-entry sub-blocks per block, E > 32 (several simdgroups in plan_scan),
 # E over 512 (smaller blocks, more packed words per expert), K = 1 with one expert everywhere
 # (32 entries of one expert per sub-block: the field limit), K = 2, skipped entries.
 # (T, K, E, tile_m, dist)
@@ -100,14 +100,14 @@ def test_moe_mm_strided_weights(ref):
 
 
 @pytest.mark.parametrize("src,dst,cols,x_off,out_off,kernel", [
-    (torch.float16, torch.float16, 64, 0, 0, "mm_gather_h"),
-    (torch.bfloat16, torch.bfloat16, 64, 128, 8, "mm_gather_h"),
-    (torch.float16, torch.float16, 64, 2, 0, "mm_gather_any"),   # misaligned view
-    (torch.float16, torch.float16, 62, 0, 0, "mm_gather_any"),   # H % 4 != 0
-    (torch.float32, torch.float16, 64, 0, 0, "mm_gather_f"),
-    (torch.float32, torch.float32, 64, 16, 32, "mm_gather_f"),
-    (torch.float32, torch.bfloat16, 64, 8, 0, "mm_gather_any"),  # x not 16-byte aligned
-    (torch.float16, torch.float32, 64, 0, 0, "mm_gather_any"),
+    (torch.float16, torch.float16, 64, 0, 0, "gather_copy16"),
+    (torch.bfloat16, torch.bfloat16, 64, 128, 8, "gather_copy16"),
+    (torch.float16, torch.float16, 64, 2, 0, "gather_any"),   # misaligned view
+    (torch.float16, torch.float16, 62, 0, 0, "gather_any"),   # H % 4 != 0
+    (torch.float32, torch.float16, 64, 0, 0, "gather_from_f32"),
+    (torch.float32, torch.float32, 64, 16, 32, "gather_from_f32"),
+    (torch.float32, torch.bfloat16, 64, 8, 0, "gather_any"),  # x not 16-byte aligned
+    (torch.float16, torch.float32, 64, 0, 0, "gather_any"),
 ])
 def test_gather_kernel_choice(src, dst, cols, x_off, out_off, kernel):
     assert torch.ops.argon_host.gather_kernel_for(src, dst, cols, x_off, out_off) == kernel

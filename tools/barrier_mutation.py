@@ -1,7 +1,7 @@
 """Barrier-deletion mutation check for the plan kernels.
 
-For every threadgroup_barrier in mm_hist, mm_scan and mm_place (torch_argon/metal/plan.metal):
-delete that one call, rebuild the extension (ninja: only the host TU of plan.metal recompiles),
+For every threadgroup_barrier in plan_hist, plan_scan and plan_place (torch_argon/metal/plan.metal):
+delete that one call, rebuild the extension (ninja: only the host unit of plan.metal recompiles),
 run the metal_host plan tests, and record whether they fail ("killed") or pass ("SURVIVED").
 The original file is restored (and rebuilt) whatever happens. Exit status 1 if any mutant
 survived or a step broke.
@@ -21,7 +21,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLAN = os.path.join(ROOT, "torch_argon", "metal", "plan.metal")
-KERNELS = ("mm_hist", "mm_scan", "mm_place")
+KERNELS = ("plan_hist", "plan_scan", "plan_place")
 DEFAULT_TESTS = "tests/test_metal_host.py tests/test_plan.py -k 'plan and metal_host' -x -q"
 
 

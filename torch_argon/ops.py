@@ -85,6 +85,10 @@ def _register_fakes(lib: str) -> None:
 
 for _lib in LIBRARIES:
     _register_fakes(_lib)
+# The metal_cuda test backend's library (the .metal kernels compiled for CUDA) exists only in
+# CUDA builds; it has no CPU kernels and no eager plan fast path, so it is not in LIBRARIES.
+if hasattr(torch.ops.argon_metal_cuda, "moe_plan"):
+    _register_fakes("argon_metal_cuda")
 
 
 def _check_n_expert(n_expert):

@@ -121,5 +121,9 @@ constexpr char kArgonHost[] = "argon_host";
 
 TORCH_LIBRARY_IMPL(argon, Autograd, m) { register_skips<kArgon>(m); }
 TORCH_LIBRARY_IMPL(argon_host, Autograd, m) { register_skips<kArgonHost>(m); }
+#ifdef ARGON_WITH_CUDA
+constexpr char kArgonMetalCuda[] = "argon_metal_cuda";
+TORCH_LIBRARY_IMPL(argon_metal_cuda, Autograd, m) { register_skips<kArgonMetalCuda>(m); }
+#endif
 
 }  // namespace argon

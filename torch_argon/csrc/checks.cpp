@@ -1,6 +1,6 @@
 #include "checks.h"
 
-#include "argon_params.h"
+#include "swiglu_params.h"
 
 #include <algorithm>
 #include <string_view>

@@ -8,7 +8,7 @@
 #include <tuple>
 
 #include "op_signatures.h"
-#include "plan_layout.h"
+#include "plan_params.h"
 
 namespace argon {
 
@@ -49,7 +49,7 @@ void check_combine(const at::Tensor& y, const at::Tensor& pos, const at::Tensor&
                    const std::optional<at::Tensor>& residual, const at::Tensor& out);
 
 // swiglu: gate and up [R,I] (or gate [R,2I] with no up), out [R,I], activation one of "silu",
-// "gelu", "gelu_tanh". Returns the activation's code (ARGON_ACT_* of metal/activation.h).
+// "gelu", "gelu_tanh". Returns the activation's code (ARGON_ACT_* of metal/swiglu_params.h).
 int check_swiglu(const at::Tensor& gate, const std::optional<at::Tensor>& up,
                  c10::string_view activation, const at::Tensor& out);
 

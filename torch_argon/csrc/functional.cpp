@@ -10,7 +10,8 @@
 namespace argon {
 namespace {
 
-// One instance per op library (`argon`, `argon_host`), so each calls its own _out kernels.
+// One instance per op library (`argon`, `argon_host`, and in CUDA builds `argon_metal_cuda`),
+// so each calls its own _out kernels.
 template <const char* NS>
 struct Functional {
   static PlanOutputs moe_plan(
@@ -92,5 +93,14 @@ TORCH_LIBRARY_IMPL(argon, CompositeExplicitAutograd, m) { Functional<kArgon>::re
 TORCH_LIBRARY_IMPL(argon_host, CompositeExplicitAutograd, m) {
   Functional<kArgonHost>::register_impls(m);
 }
+
+#ifdef ARGON_WITH_CUDA
+// The .metal kernels compiled for CUDA (csrc/metal/cuda): the metal_cuda test backend.
+constexpr char kArgonMetalCuda[] = "argon_metal_cuda";
+TORCH_LIBRARY(argon_metal_cuda, m) { define_schemas(m); }
+TORCH_LIBRARY_IMPL(argon_metal_cuda, CompositeExplicitAutograd, m) {
+  Functional<kArgonMetalCuda>::register_impls(m);
+}
+#endif
 
 }  // namespace argon

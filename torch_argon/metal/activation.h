@@ -5,11 +5,11 @@
 //   ARGON_ACT_GELU_TANH  0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3)))      (tanh approximation)
 // Written as torch writes them (csrc/cpu and the reference use the same formulas), so results
 // agree within a few ulps. Metal has no erf: argon_erf is our own, within 3 ulp of erf in fp32.
-// The codes live in argon_params.h (shared with the host C++); this header is for kernels.
+// The codes live in swiglu_params.h (shared with the host C++); this header is for kernels.
 #pragma once
 #include <metal_stdlib>
 
-#include "argon_params.h"
+#include "swiglu_params.h"
 
 using namespace metal;
 

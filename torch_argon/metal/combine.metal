@@ -1,4 +1,4 @@
-// mm_combine (the seed's moe_out): out[t] = sum over k with pos[t,k] >= 0 of w[t,k] * y[pos[t,k]],
+// combine (moe_out in the tuning report the project grew from): out[t] = sum over k with pos[t,k] >= 0 of w[t,k] * y[pos[t,k]],
 // accumulated in fp32 in ascending k as acc = acc + (w * y) (product and sum kept as separate
 // statements and contraction disabled, so no fused multiply-add changes the bits), then
 // + shared[t], then + residual[t], rounded once to the output type. Skipped entries (pos -1, or a
@@ -6,20 +6,21 @@
 // Launch: grid (T, ceil(H / 256)) threadgroups of 256 threads; one output element per thread.
 // Any K; no synchronisation.
 #include "argon_common.h"
+#include "combine_params.h"
 
 #if defined(__METAL_VERSION__) && __METAL_VERSION__ >= 320
 #pragma METAL fp contract(off)
 #endif
 
-kernel void mm_combine(device const uchar* y [[buffer(0)]],
-                       device const int* pos [[buffer(1)]],
-                       device const uchar* weights [[buffer(2)]],
-                       device const uchar* shared_out [[buffer(3)]],
-                       device const uchar* residual [[buffer(4)]],
-                       device uchar* out [[buffer(5)]],
-                       constant ArgonCombineParams& p [[buffer(6)]],
-                       uint2 tg [[threadgroup_position_in_grid]],
-                       uint tid [[thread_position_in_threadgroup]]) {
+kernel void combine(device const uchar* y [[buffer(0)]],
+                    device const int* pos [[buffer(1)]],
+                    device const uchar* weights [[buffer(2)]],
+                    device const uchar* shared_out [[buffer(3)]],
+                    device const uchar* residual [[buffer(4)]],
+                    device uchar* out [[buffer(5)]],
+                    constant ArgonCombineParams& p [[buffer(6)]],
+                    uint2 tg [[threadgroup_position_in_grid]],
+                    uint tid [[thread_index_in_threadgroup]]) {
   const uint c = tg.y * ARGON_ELEMWISE_THREADS + tid, t = tg.x;
   if (c >= p.cols) return;
   float acc = 0.0f;

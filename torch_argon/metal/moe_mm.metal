@@ -12,17 +12,13 @@
 //   expert is uniform and a -1 tile exits before any barrier.
 // moe_mm_rows (any tile_m, the fallback for tile_m < 32): one output element per thread, a plain
 //   fp32 dot product. Grid (R, ceil(N / 256)) of 256 threads.
-// Limits: N, Kd < 2^32; w may have any strides (element strides in the params).
+// Limits: N, Kd < 2^32; xs and w may have any strides (64-bit element strides in the params).
 #include "argon_common.h"
+#include "moe_mm_params.h"
 
 #if defined(__METAL_VERSION__) && __METAL_VERSION__ >= 320
 #pragma METAL fp contract(off)
 #endif
-
-inline ulong moe_mm_expert_base(constant ArgonMoeMmParams& p, int e) {
-  const ulong stride = ulong(p.w_expert_stride_lo) | (ulong(p.w_expert_stride_hi) << 32);
-  return ulong(e) * stride;
-}
 
 kernel void moe_mm_simd(device const uchar* xs [[buffer(0)]],
                         device const uchar* w [[buffer(1)]],
@@ -47,7 +43,7 @@ kernel void moe_mm_simd(device const uchar* xs [[buffer(0)]],
     return;
   }
 
-  const ulong w_base = moe_mm_expert_base(p, e);
+  const ulong w_base = ulong(e) * p.w_expert_stride;
   simdgroup_float8x8 acc[2][2];
   for (uint i = 0; i < 2; ++i)
     for (uint j = 0; j < 2; ++j) acc[i][j] = make_filled_simdgroup_matrix<float, 8, 8>(0.0f);
@@ -96,13 +92,13 @@ kernel void moe_mm_rows(device const uchar* xs [[buffer(0)]],
                         device uchar* out [[buffer(3)]],
                         constant ArgonMoeMmParams& p [[buffer(4)]],
                         uint2 tg [[threadgroup_position_in_grid]],
-                        uint tid [[thread_position_in_threadgroup]]) {
+                        uint tid [[thread_index_in_threadgroup]]) {
   const uint c = tg.y * ARGON_ELEMWISE_THREADS + tid, r = tg.x;
   if (c >= p.n) return;
   const int e = tile_expert[r / p.tile_m];
   float acc = 0.0f;
   if (e >= 0 && uint(e) < p.n_expert) {
-    const ulong w_row = moe_mm_expert_base(p, e) + ulong(c) * p.w_row_stride;
+    const ulong w_row = ulong(e) * p.w_expert_stride + ulong(c) * p.w_row_stride;
     for (uint k = 0; k < p.kd; ++k) {
       const float prod = load_f(xs, p.dtype, ulong(r) * p.xs_row_stride + ulong(k) * p.xs_col_stride) *
                          load_f(w, p.dtype, w_row + ulong(k) * p.w_col_stride);

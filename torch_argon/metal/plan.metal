@@ -1,13 +1,14 @@
 // The MoE plan in three dispatches, with nothing to clear beforehand:
-//   mm_hist  (n_blocks threadgroups)  per-block, per-expert counts and per-block bad-id counts;
-//   mm_scan  (one threadgroup)        counts, offsets, per-block rank bases, padding rows, tile map,
-//                                     the tail past n_rows, and meta;
-//   mm_place (n_blocks threadgroups)  the stable row of every entry.
-// Scratch `block_counts` is [n_blocks, E + 1] int32: mm_hist writes every element, mm_scan turns
-// the first E columns into exclusive prefixes over blocks, mm_place reads them.
-// Limits (argon_params.h): E <= ARGON_PLAN_MAX_EXPERTS; any K (repeated ids included); T*K plus
+//   plan_hist  (n_blocks threadgroups)  per-block, per-expert counts and per-block bad-id counts;
+//   plan_scan  (one threadgroup)        counts, offsets, per-block rank bases, padding rows, tile map,
+//                                       the tail past n_rows, and meta;
+//   plan_place (n_blocks threadgroups)  the stable row of every entry.
+// Scratch `block_counts` is [n_blocks, E + 1] int32: plan_hist writes every element, plan_scan
+// turns the first E columns into exclusive prefixes over blocks, plan_place reads them.
+// Limits (plan_params.h): E <= ARGON_PLAN_MAX_EXPERTS; any K (repeated ids included); T*K plus
 // padding must fit int32 rows (checked by the host).
 #include "argon_common.h"
+#include "plan_params.h"
 
 #if defined(__METAL_VERSION__) && __METAL_VERSION__ >= 320
 #pragma METAL fp contract(off)
@@ -29,15 +30,15 @@ inline int load_plan_id(device const int* ids, uint i, constant ArgonPlanParams&
   return ARGON_BAD_ID;
 }
 
-// mm_hist: block b's histogram of experts, and its count of bad ids.
+// plan_hist: block b's histogram of experts, and its count of bad ids.
 // Launch: n_blocks threadgroups of p.block threads; lane tid counts entry b * block + tid.
 // The threadgroup histogram is zeroed here, so no clear dispatch is needed; every element of
 // block_counts[b, 0..E] is written.
-kernel void mm_hist(device const int* ids [[buffer(0)]],
-                    constant ArgonPlanParams& p [[buffer(1)]],
-                    device int* block_counts [[buffer(2)]],
-                    uint b [[threadgroup_position_in_grid]],
-                    uint tid [[thread_position_in_threadgroup]]) {
+kernel void plan_hist(device const int* ids [[buffer(0)]],
+                      constant ArgonPlanParams& p [[buffer(1)]],
+                      device int* block_counts [[buffer(2)]],
+                      uint b [[threadgroup_position_in_grid]],
+                      uint tid [[thread_position_in_threadgroup]]) {
   threadgroup atomic_uint hist[ARGON_PLAN_MAX_EXPERTS + 1];  // [E]: bad ids
   for (uint e = tid; e <= p.n_expert; e += p.block) {
     atomic_store_explicit(&hist[e], 0u, memory_order_relaxed);
@@ -61,23 +62,23 @@ kernel void mm_hist(device const int* ids [[buffer(0)]],
   }
 }
 
-// mm_scan: one threadgroup of p.scan_threads threads; thread tid owns experts
+// plan_scan: one threadgroup of p.scan_threads threads; thread tid owns experts
 // [tid * per, (tid + 1) * per) with per = ceil(E / scan_threads), so any E up to the limit.
 // Per expert: the exclusive prefix of its counts over blocks (in place), its count, and its
 // padded size; a threadgroup scan of the padded sizes (simd prefix + per-simdgroup totals) gives
 // offsets. Then each thread writes its experts' padding rows (-1 / 0) and tiles, all threads
 // stride over the tail rows and tiles past n_rows, and thread 0 writes offsets[0] and meta.
-kernel void mm_scan(constant ArgonPlanParams& p [[buffer(0)]],
-                    device int* block_counts [[buffer(1)]],
-                    device int* counts [[buffer(2)]],
-                    device int* offsets [[buffer(3)]],
-                    device int* sorted_token [[buffer(4)]],
-                    device float* sorted_weight [[buffer(5)]],
-                    device int* tile_expert [[buffer(6)]],
-                    device int* meta [[buffer(7)]],
-                    uint tid [[thread_position_in_threadgroup]],
-                    uint simd_group [[simdgroup_index_in_threadgroup]],
-                    uint simd_lane [[thread_index_in_simdgroup]]) {
+kernel void plan_scan(constant ArgonPlanParams& p [[buffer(0)]],
+                      device int* block_counts [[buffer(1)]],
+                      device int* counts [[buffer(2)]],
+                      device int* offsets [[buffer(3)]],
+                      device int* sorted_token [[buffer(4)]],
+                      device float* sorted_weight [[buffer(5)]],
+                      device int* tile_expert [[buffer(6)]],
+                      device int* meta [[buffer(7)]],
+                      uint tid [[thread_position_in_threadgroup]],
+                      uint simd_group [[simdgroup_index_in_threadgroup]],
+                      uint simd_lane [[thread_index_in_simdgroup]]) {
   threadgroup int sg_rows[ARGON_PLAN_SCAN_THREADS / 32];
   threadgroup int sg_valid[ARGON_PLAN_SCAN_THREADS / 32];
   threadgroup int sg_bad[ARGON_PLAN_SCAN_THREADS / 32];
@@ -152,26 +153,26 @@ inline uint sum_bytes(uint x) {
   return (x & 0xffffu) + (x >> 16);
 }
 
-// mm_place: the stable row of each entry of block b.
+// plan_place: the stable row of each entry of block b.
 // Launch: n_blocks threadgroups of p.block threads (a multiple of 128); lane tid places entry
 // i = b * block + tid. rank(i) = entries of the same expert before i in the block
 //   = (its count in earlier 32-entry sub-blocks: 8-bit fields of `packed`, one field per
 //      (expert, sub-block), at most block / 128 words to read)
 //   + (lanes before it in its own sub-block with the same expert: a scan of the 32 ids of its
 //      simdgroup in threadgroup memory).
-// row = offsets[e] + block_counts[b, e] (the rank base mm_scan left) + rank.
+// row = offsets[e] + block_counts[b, e] (the rank base plan_scan left) + rank.
 // The first lane of each (expert, sub-block) adds the sub-block's count into its field; a field
 // holds up to 255, a sub-block at most 32 entries, so it is exact for every input.
-kernel void mm_place(device const int* ids [[buffer(0)]],
-                     device const uchar* weights [[buffer(1)]],
-                     constant ArgonPlanParams& p [[buffer(2)]],
-                     device const int* block_counts [[buffer(3)]],
-                     device const int* offsets [[buffer(4)]],
-                     device int* sorted_token [[buffer(5)]],
-                     device float* sorted_weight [[buffer(6)]],
-                     device int* pos [[buffer(7)]],
-                     uint b [[threadgroup_position_in_grid]],
-                     uint tid [[thread_position_in_threadgroup]]) {
+kernel void plan_place(device const int* ids [[buffer(0)]],
+                       device const uchar* weights [[buffer(1)]],
+                       constant ArgonPlanParams& p [[buffer(2)]],
+                       device const int* block_counts [[buffer(3)]],
+                       device const int* offsets [[buffer(4)]],
+                       device int* sorted_token [[buffer(5)]],
+                       device float* sorted_weight [[buffer(6)]],
+                       device int* pos [[buffer(7)]],
+                       uint b [[threadgroup_position_in_grid]],
+                       uint tid [[thread_position_in_threadgroup]]) {
   threadgroup int block_ids[ARGON_PLAN_MAX_BLOCK];
   threadgroup atomic_uint packed[ARGON_PLAN_PACKED_WORDS];
 

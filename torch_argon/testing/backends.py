@@ -6,6 +6,8 @@
               compiled as C++ and run on host threads
   cuda        torch.ops.argon, CUDA kernels               CUDA tensors
   mps         torch.ops.argon, Metal kernels via MPS      MPS tensors
+  metal_cuda  torch.ops.argon_metal_cuda: the .metal      CUDA tensors
+              kernels compiled by nvcc (a test backend: the Metal kernels as SIMT code)
 """
 import inspect
 from dataclasses import dataclass
@@ -17,7 +19,7 @@ from .. import reference
 from ..ops import FUNCTIONAL_OPS, OpSet
 from ..plan import MoEPlan
 
-NAMES = ("reference", "cpu", "metal_host", "cuda", "mps")
+NAMES = ("reference", "cpu", "metal_host", "cuda", "mps", "metal_cuda")
 
 
 def _reference_namespace():
@@ -59,7 +61,10 @@ def _reference_namespace():
 
 
 def _has_kernel(lib, dispatch_key):
-    return torch._C._dispatch_has_kernel_for_dispatch_key(f"{lib}::moe_plan_out", dispatch_key)
+    try:
+        return torch._C._dispatch_has_kernel_for_dispatch_key(f"{lib}::moe_plan_out", dispatch_key)
+    except RuntimeError:  # a library this build does not define (argon_metal_cuda without CUDA)
+        return False
 
 
 @dataclass
@@ -90,6 +95,13 @@ def get(name: str) -> Backend:
         reason = ("torch sees no MPS device" if not torch.backends.mps.is_available()
                   else "" if _has_kernel("argon", "MPS") else "built without the MPS backend")
         return Backend(name, "mps", OpSet(torch.ops.argon), reason)
+    if name == "metal_cuda":
+        reason = ("torch sees no CUDA device" if not torch.cuda.is_available()
+                  else "" if _has_kernel("argon_metal_cuda", "CUDA")
+                  else "built without CUDA (the metal_cuda backend comes with the CUDA kernels)")
+        # Unavailable: the library may not exist, so the OpSet is argon's (tests skip first).
+        ns = torch.ops.argon_metal_cuda if not reason else torch.ops.argon
+        return Backend(name, "cuda", OpSet(ns), reason)
     raise ValueError(f"unknown backend {name!r}; expected one of {NAMES}")
 
 

@@ -94,7 +94,7 @@ void swiglu_out(Target& target, const Tensor& gate_in, const OptTensor& up_in,
   ArgonSwigluParams p{};
   p.rows = u32(out.size(0), "R");
   p.cols = u32(out.size(1), "I");
-  p.in_stride = u32(gate.size(1), "gate columns");
+  p.in_stride = static_cast<uint64_t>(gate.size(1));
   p.up_offset = up_in ? 0 : p.cols;
   p.in_dtype = argon_dtype(gate.scalar_type());
   p.out_dtype = argon_dtype(out.scalar_type());
@@ -114,14 +114,12 @@ void moe_mm_out(Target& target, const Tensor& xs, const Tensor& w, const Tensor&
   p.tile_m = u32(tile_m, "tile_m");
   p.n_expert = u32(w.size(0), "E");
   p.dtype = argon_dtype(xs.scalar_type());
-  p.xs_row_stride = u32(xs.stride(0), "xs.stride(0)");
-  p.xs_col_stride = u32(xs.stride(1), "xs.stride(1)");
-  const uint64_t es = static_cast<uint64_t>(w.stride(0));
-  TORCH_CHECK_VALUE(w.stride(0) >= 0, "w.stride(0) must be >= 0");
-  p.w_expert_stride_lo = static_cast<uint32_t>(es);
-  p.w_expert_stride_hi = static_cast<uint32_t>(es >> 32);
-  p.w_row_stride = u32(w.stride(1), "w.stride(1)");
-  p.w_col_stride = u32(w.stride(2), "w.stride(2)");
+  // Strides are 64-bit in the params (and never negative in torch).
+  p.xs_row_stride = static_cast<uint64_t>(xs.stride(0));
+  p.xs_col_stride = static_cast<uint64_t>(xs.stride(1));
+  p.w_expert_stride = static_cast<uint64_t>(w.stride(0));
+  p.w_row_stride = static_cast<uint64_t>(w.stride(1));
+  p.w_col_stride = static_cast<uint64_t>(w.stride(2));
   const MoeMmBuffers b{target.bind(xs), target.bind(w), target.bind(tile_expert), target.bind(out)};
   target.encode([&](Encoder& enc) { encode_moe_mm(enc, p, b); });
 }

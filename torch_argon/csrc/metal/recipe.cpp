@@ -1,5 +1,7 @@
 #include "metal/recipe.h"
 
+#include "metal/bind.h"
+
 #include <algorithm>
 #include <stdexcept>
 
@@ -7,22 +9,6 @@ namespace argon::metal {
 namespace {
 
 uint32_t ceil_div(uint64_t a, uint64_t b) { return static_cast<uint32_t>((a + b - 1) / b); }
-
-// One argument at a kernel index: a buffer, or a params struct passed by value (set_bytes).
-void bind_arg(Encoder& enc, uint32_t index, const BufArg& buf) { enc.set_buffer(index, buf); }
-
-template <typename Params>
-void bind_arg(Encoder& enc, uint32_t index, const Params& p) {
-  enc.set_bytes(index, &p, sizeof(Params));
-}
-
-// Binds the kernel's arguments at indices 0, 1, 2, ... in the order given, which must be the
-// order of the kernel's parameter list in its .metal file.
-template <typename... Args>
-void bind_args(Encoder& enc, const Args&... args) {
-  uint32_t index = 0;
-  (bind_arg(enc, index++, args), ...);
-}
 
 bool aligned(const BufArg& b, uint64_t bytes) { return b.offset % bytes == 0; }
 
@@ -40,9 +26,12 @@ PlanLaunch plan_launch(int64_t T, int64_t K, int64_t E, int64_t tile_m, int64_t 
   if (r_max > INT32_MAX || T * K > INT32_MAX) {
     throw std::invalid_argument("moe_plan on Metal: T*K plus padding must fit int32 rows");
   }
-  // The largest block whose packed sub-block counters (8 bits per expert per 32 entries) fit.
+  // The largest block whose packed sub-block counters (8 bits per expert per 32 entries) fit;
+  // ARGON_PLAN_MIN_BLOCK fits every E up to the limit (plan_params.h asserts it).
   uint32_t block = ARGON_PLAN_MAX_BLOCK;
-  while (uint64_t(E) * (block / 128) > ARGON_PLAN_PACKED_WORDS) block /= 2;
+  while (uint64_t(E) * (block / 128) > ARGON_PLAN_PACKED_WORDS && block > ARGON_PLAN_MIN_BLOCK) {
+    block /= 2;
+  }
   PlanLaunch L;
   ArgonPlanParams& p = L.params;
   p.n_entries = static_cast<uint32_t>(T * K);
@@ -63,19 +52,20 @@ PlanLaunch plan_launch(int64_t T, int64_t K, int64_t E, int64_t tile_m, int64_t 
 void encode_plan(Encoder& enc, const PlanLaunch& L, const PlanBuffers& b) {
   const ArgonPlanParams& p = L.params;
   if (p.n_blocks > 0) {
-    enc.set_kernel("mm_hist");
-    bind_args(enc, b.ids, p, b.scratch);
-    enc.dispatch({p.n_blocks, 1, 1}, {p.block, 1, 1});
+    launch(enc, "plan_hist", {{"ids", b.ids}, {"p", p}, {"block_counts", b.scratch}},
+           {p.n_blocks, 1, 1}, {p.block, 1, 1});
   }
-  enc.set_kernel("mm_scan");
-  bind_args(enc, p, b.scratch, b.counts, b.offsets, b.sorted_token, b.sorted_weight,
-            b.tile_expert, b.meta);
-  enc.dispatch({1, 1, 1}, {p.scan_threads, 1, 1});
+  launch(enc, "plan_scan",
+         {{"p", p}, {"block_counts", b.scratch}, {"counts", b.counts}, {"offsets", b.offsets},
+          {"sorted_token", b.sorted_token}, {"sorted_weight", b.sorted_weight},
+          {"tile_expert", b.tile_expert}, {"meta", b.meta}},
+         {1, 1, 1}, {p.scan_threads, 1, 1});
   if (p.n_blocks > 0) {
-    enc.set_kernel("mm_place");
-    bind_args(enc, b.ids, b.weights, p, b.scratch, b.offsets, b.sorted_token, b.sorted_weight,
-              b.pos);
-    enc.dispatch({p.n_blocks, 1, 1}, {p.block, 1, 1});
+    launch(enc, "plan_place",
+           {{"ids", b.ids}, {"weights", b.weights}, {"p", p}, {"block_counts", b.scratch},
+            {"offsets", b.offsets}, {"sorted_token", b.sorted_token},
+            {"sorted_weight", b.sorted_weight}, {"pos", b.pos}},
+           {p.n_blocks, 1, 1}, {p.block, 1, 1});
   }
 }
 
@@ -83,39 +73,36 @@ const char* gather_kernel(const ArgonGatherParams& p, const GatherBuffers& b) {
   if (p.cols % 4 == 0) {
     if (p.src_dtype != ARGON_F32 && p.dst_dtype == p.src_dtype && aligned(b.x, 8) &&
         aligned(b.out, 8)) {
-      return "mm_gather_h";
+      return "gather_copy16";
     }
     if (p.src_dtype == ARGON_F32 && aligned(b.x, 16) && aligned(b.out, 4 * dtype_bytes(p.dst_dtype))) {
-      return "mm_gather_f";
+      return "gather_from_f32";
     }
   }
-  return "mm_gather_any";
+  return "gather_any";
 }
 
 void encode_gather(Encoder& enc, const ArgonGatherParams& p, const GatherBuffers& b) {
   if (p.rows == 0 || p.cols == 0) return;
   const char* kernel = gather_kernel(p, b);
-  const uint32_t per_thread = std::string(kernel) == "mm_gather_any" ? 1 : 4;
-  enc.set_kernel(kernel);
-  bind_args(enc, b.x, b.sorted_token, b.out, p);
-  enc.dispatch({p.rows, ceil_div(p.cols / per_thread, ARGON_ELEMWISE_THREADS), 1},
-               {ARGON_ELEMWISE_THREADS, 1, 1});
+  const uint32_t per_thread = std::string(kernel) == "gather_any" ? 1 : 4;
+  launch(enc, kernel, {{"x", b.x}, {"sorted_token", b.sorted_token}, {"xs", b.out}, {"p", p}},
+         {p.rows, ceil_div(p.cols / per_thread, ARGON_ELEMWISE_THREADS), 1},
+         {ARGON_ELEMWISE_THREADS, 1, 1});
 }
 
 void encode_combine(Encoder& enc, const ArgonCombineParams& p, const CombineBuffers& b) {
   if (p.n_tokens == 0 || p.cols == 0) return;
-  enc.set_kernel("mm_combine");
-  bind_args(enc, b.y, b.pos, b.weights, b.shared, b.residual, b.out, p);
-  enc.dispatch({p.n_tokens, ceil_div(p.cols, ARGON_ELEMWISE_THREADS), 1},
-               {ARGON_ELEMWISE_THREADS, 1, 1});
+  launch(enc, "combine",
+         {{"y", b.y}, {"pos", b.pos}, {"weights", b.weights}, {"shared_out", b.shared},
+          {"residual", b.residual}, {"out", b.out}, {"p", p}},
+         {p.n_tokens, ceil_div(p.cols, ARGON_ELEMWISE_THREADS), 1}, {ARGON_ELEMWISE_THREADS, 1, 1});
 }
 
 void encode_swiglu(Encoder& enc, const ArgonSwigluParams& p, const SwigluBuffers& b) {
   if (p.rows == 0 || p.cols == 0) return;
-  enc.set_kernel("swiglu_h");
-  bind_args(enc, b.gate, b.up, b.out, p);
-  enc.dispatch({p.rows, ceil_div(p.cols, ARGON_ELEMWISE_THREADS), 1},
-               {ARGON_ELEMWISE_THREADS, 1, 1});
+  launch(enc, "swiglu", {{"gate", b.gate}, {"up", b.up}, {"out", b.out}, {"p", p}},
+         {p.rows, ceil_div(p.cols, ARGON_ELEMWISE_THREADS), 1}, {ARGON_ELEMWISE_THREADS, 1, 1});
 }
 
 const char* moe_mm_kernel(const ArgonMoeMmParams& p) {
@@ -126,13 +113,12 @@ const char* moe_mm_kernel(const ArgonMoeMmParams& p) {
 void encode_moe_mm(Encoder& enc, const ArgonMoeMmParams& p, const MoeMmBuffers& b) {
   if (p.rows == 0 || p.n == 0) return;
   const char* kernel = moe_mm_kernel(p);
-  enc.set_kernel(kernel);
-  bind_args(enc, b.xs, b.w, b.tile_expert, b.out, p);
-  if (std::string(kernel) == "moe_mm_simd") {
-    enc.dispatch({p.rows / ARGON_MM_TILE, ceil_div(p.n, ARGON_MM_TILE), 1}, {ARGON_MM_THREADS, 1, 1});
-  } else {
-    enc.dispatch({p.rows, ceil_div(p.n, ARGON_ELEMWISE_THREADS), 1}, {ARGON_ELEMWISE_THREADS, 1, 1});
-  }
+  const bool simd = std::string(kernel) == "moe_mm_simd";
+  launch(enc, kernel,
+         {{"xs", b.xs}, {"w", b.w}, {"tile_expert", b.tile_expert}, {"out", b.out}, {"p", p}},
+         simd ? Size3{p.rows / ARGON_MM_TILE, ceil_div(p.n, ARGON_MM_TILE), 1}
+              : Size3{p.rows, ceil_div(p.n, ARGON_ELEMWISE_THREADS), 1},
+         simd ? Size3{ARGON_MM_THREADS, 1, 1} : Size3{ARGON_ELEMWISE_THREADS, 1, 1});
 }
 
 }  // namespace argon::metal

@@ -3,7 +3,7 @@
 // on the lane runner right away.
 #pragma once
 #include "kernel_table.h"
-#include "metal/recipe.h"
+#include "metal/encoder.h"
 
 namespace argon_host {
 

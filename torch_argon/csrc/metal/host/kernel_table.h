@@ -1,7 +1,8 @@
 // The host's table of compiled .metal kernels: name -> adapter that calls the kernel function with
 // the encoder's bindings and the lane's position, plus whether it synchronises (threadgroup memory,
 // barriers, simd collectives), which decides between lane threads and a plain loop.
-// Each kernels_*.cpp compiles one .metal file and registers its kernels here.
+// setup.py generates one translation unit per .metal file that compiles it and registers its
+// kernels here (tools/metal_codegen.py: build/argon_generated/host_kernels/).
 #pragma once
 #include <cstring>
 #include <string>
@@ -10,7 +11,7 @@
 
 namespace argon_host {
 
-constexpr int kMaxBindings = 16;
+constexpr int kMaxBindings = 31;  // [[buffer(0)]] .. [[buffer(30)]], as Metal allows
 constexpr size_t kMaxBytes = 256;
 
 // The buffers and bytes bound by the encoder, as the kernel's parameters expect them.

@@ -7,6 +7,36 @@
 //    return. Deterministic, and a lane switch costs far less than an OS thread switch.
 // Both paths share the bookkeeping of arrivals (note_arrival / note_exit), so divergence is
 // diagnosed the same way. macOS has only deprecated ucontext: there every schedule uses threads.
+//
+// The state machines (one threadgroup in flight):
+//
+// A sync group (SyncGroup: the threadgroup's lanes for threadgroup_barrier, or the up to 32 lanes
+// of one simdgroup for a simd collective) cycles through
+//   idle     arrived == 0;
+//   filling  0 < arrived, arrived + exited < size: every arrival so far came from one call site
+//            (file:line, recorded by the first arrival);
+//   complete the arrival that makes arrived + exited == size with exited == 0: generation += 1,
+//            arrived = 0 (idle again), and every member waiting on this generation goes on.
+// Failures of a group (each marks the whole threadgroup failed): an arrival from another call site
+// ("lanes reached different ..."), or arrived + exited == size with exited > 0, by an arrival or
+// by the exit that closes the count ("... not reached by N of M lanes (they returned first)").
+// A simd collective is two rounds on its group: exchange_begin (publish the lane's slot, wait for
+// all) and exchange_done (wait until all have read, so the slots can be reused).
+//
+// A lane (ThreadGroupRun::state) is
+//   runnable --arrive at a collective that is not complete--> blocked
+//   runnable --arrive and complete it--> runnable (and its group's blocked lanes -> runnable)
+//   blocked  --the group completes--> runnable
+//   runnable --return from the kernel--> exited (note_exit, which may fail a waiting group)
+//   any      --the threadgroup fails--> unwinds by throwing Abort at its next step --> exited
+// Under `free` the blocked state is a wait on the group's condition variable (with kDeadline:
+// "timed out at ..."); the state vector records only exits. Under forward / reverse the vector
+// drives the scheduler: it resumes the next runnable lane after the last one in schedule order,
+// and "deadlock" when none is runnable while some are not exited; lanes left blocked after a
+// failure are abandoned (their fibers are re-made for the next threadgroup).
+//
+// The threadgroup (ThreadGroupRun) is running until finished == n (every lane exited) or failed
+// (the first error kept, all waiters woken); run_threadgroup then throws LaneError for a failure.
 #include "lane_runner.h"
 
 #include <pthread.h>
@@ -413,7 +443,7 @@ const LanePosition& current_lane() {
 void threadgroup_sync(const char* file, int line) {
   if (!tls_run) {
     throw LaneError("threadgroup_barrier at " + site(file, line) +
-                    " in a kernel registered as barrier-free (kernel_table.cpp)");
+                    " in a kernel whose source shows no synchronisation (tools/metal_kernels.py)");
   }
   arrive(*tls_run, tls_run->tg, "threadgroup_barrier", file, line);
 }
@@ -421,7 +451,7 @@ void threadgroup_sync(const char* file, int line) {
 const uint64_t* simd_exchange_begin(uint64_t value, const char* file, int line) {
   if (!tls_run) {
     throw LaneError("simd collective at " + site(file, line) +
-                    " in a kernel registered as barrier-free (kernel_table.cpp)");
+                    " in a kernel whose source shows no synchronisation (tools/metal_kernels.py)");
   }
   ThreadGroupRun& r = *tls_run;
   SyncGroup& g = r.simd_of(tls_lane);

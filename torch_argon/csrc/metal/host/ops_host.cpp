@@ -5,6 +5,7 @@
 
 #include "host_encoder.h"
 #include "lane_runner.h"
+#include "metal/bind.h"
 #include "metal/out_ops.h"
 
 namespace argon::metal {
@@ -61,16 +62,60 @@ std::string gather_kernel_for(at::ScalarType src, at::ScalarType dst, int64_t co
   return gather_kernel(p, b);
 }
 
+// The recipe's binding table for one kernel (generated from its signature): the [[buffer(i)]]
+// parameters' names, indices and params-struct sizes (0 for a buffer). Empty for an unknown name.
+std::tuple<std::vector<std::string>, std::vector<int64_t>, std::vector<int64_t>> kernel_params(
+    const std::string& kernel) {
+  std::vector<std::string> names;
+  std::vector<int64_t> indices, bytes;
+  if (const KernelSignature* sig = find_signature(kernel)) {
+    for (uint32_t i = 0; i < sig->n_params; ++i) {
+      names.emplace_back(sig->params[i].name);
+      indices.push_back(sig->params[i].index);
+      bytes.push_back(sig->params[i].bytes);
+    }
+  }
+  return {names, indices, bytes};
+}
+
+// Records launch(kernel) with `buffers` bound as (null) buffers and `params` as params structs of
+// `params_bytes` bytes each; returns the indices bound, in order. Launch's checks raise.
+std::vector<int64_t> launch_indices(const std::string& kernel, std::vector<std::string> buffers,
+                                    std::vector<std::string> params, int64_t params_bytes) {
+  TORCH_CHECK(params_bytes >= 0 && params_bytes <= 256, "params_bytes must be in [0, 256]");
+  std::vector<KernelArg> args;
+  const BufArg none;
+  const std::vector<char> blob(static_cast<size_t>(params_bytes));
+  for (const auto& n : buffers) args.emplace_back(n.c_str(), none);
+  for (const auto& n : params) args.push_back(KernelArg::raw_bytes(n.c_str(), blob.data(), blob.size()));
+  CommandRecorder rec;
+  try {
+    launch(rec, kernel.c_str(), args.data(), args.size(), {1, 1, 1}, {1, 1, 1});
+  } catch (const std::logic_error& e) {
+    TORCH_CHECK(false, e.what());
+  }
+  std::vector<int64_t> indices;
+  for (const auto& c : rec.commands()) {
+    if (c.kind == CommandRecorder::Kind::Buffer || c.kind == CommandRecorder::Kind::Bytes) {
+      indices.push_back(c.index);
+    }
+  }
+  return indices;
+}
+
 }  // namespace
 
 // Host-only helpers for tests/test_metal_host.py: the lane schedule ("auto", "free", "forward",
-// "reverse"; "" goes back to ARGON_HOST_SCHEDULE), the runner's self-test kernels, and the
-// recipe's gather kernel choice.
+// "reverse"; "" goes back to ARGON_HOST_SCHEDULE), the runner's self-test kernels, the recipe's
+// gather kernel choice, and its binding table and checks (bind.h).
 TORCH_LIBRARY_FRAGMENT(argon_host, m) {
   m.def("set_lane_schedule(str name) -> ()", TORCH_FN(set_schedule));
   m.def("lane_selftest(str kernel, int threads) -> Tensor", TORCH_FN(lane_selftest));
   m.def("gather_kernel_for(ScalarType src, ScalarType dst, int cols, int x_offset_bytes, "
         "int out_offset_bytes) -> str", TORCH_FN(gather_kernel_for));
+  m.def("kernel_params(str kernel) -> (str[], int[], int[])", TORCH_FN(kernel_params));
+  m.def("launch_indices(str kernel, str[] buffers, str[] params, int params_bytes) -> int[]",
+        TORCH_FN(launch_indices));
 }
 
 TORCH_LIBRARY_IMPL(argon_host, CPU, m) {

@@ -113,7 +113,7 @@ bool check_plan(const char* name, int64_t T, int64_t K, int64_t E, int64_t tm, i
   return ok;
 }
 
-// fp16 -> fp16 (mm_gather_h, or mm_gather_any for odd widths) and fp32 -> fp16 (mm_gather_f).
+// fp16 -> fp16 (gather_copy16, or gather_any for odd widths) and fp32 -> fp16 (gather_from_f32).
 bool check_gather(int64_t T, int64_t H, bool from_f32, uint32_t seed) {
   std::mt19937 rng(seed);
   const int64_t R = 3 * T;
@@ -139,7 +139,7 @@ bool check_gather(int64_t T, int64_t H, bool from_f32, uint32_t seed) {
   argon_host::HostEncoder enc;
   argon::metal::encode_gather(enc, p, b);
   const bool ok = same("xs", got, want);
-  std::printf("gather %-13s T=%lld H=%lld: %s\n", argon::metal::gather_kernel(p, b), (long long)T,
+  std::printf("gather %-15s T=%lld H=%lld: %s\n", argon::metal::gather_kernel(p, b), (long long)T,
               (long long)H, ok ? "ok" : "MISMATCH");
   return ok;
 }
