@@ -3,7 +3,8 @@
 
 Paths:
   "triton"  CUDA, fp16/bf16 dense experts: the Triton grouped GEMMs with the gather and the
-            SwiGLU fused in (two GEMM launches), tile_m from the mean rows per expert.
+            SwiGLU fused in (two GEMM launches), tile_m from the mean rows per expert
+            (triton_ops/configs.py: the measured table of the GPU, else the default rule).
   "ops"     any device: the argon ops one per stage (plan, gather, moe_mm, swiglu, moe_mm,
             combine); tile_m 16 on GPUs (the grouped GEMMs' M tile) and 1 on the CPU, where each
             expert's rows go to one matmul whole and padding would be wasted work.
@@ -64,7 +65,9 @@ def choose_experts_path(x, experts, ops, *, n_entries, tile_m=None, path="auto")
     if path == "triton" and refusal:
         raise ValueError(f"path='triton' cannot run here: {refusal}")
     if not refusal:
-        if tile_m is None:
-            tile_m = triton_ops.layer_tile_m(n_entries, experts.n_experts)
+        if tile_m is None:  # the measured table's choice for this GPU and shape, else the rule
+            tile_m = triton_ops.layer_tile_m(
+                n_entries, experts.n_experts, hidden=experts.hidden, inter=experts.inter,
+                dtype=x.dtype, device_name=triton_ops.device_name(x.device))
         return ExpertsPath("triton", tile_m)
     return ExpertsPath("ops", ops_tile_m(x.device) if tile_m is None else tile_m, refusal)
