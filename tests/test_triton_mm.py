@@ -259,14 +259,18 @@ def test_config_table_lookup():
             "NVIDIA H200", dtype, "gate_up", 128, 1536, 2048, tm, rows)
         assert look(torch.bfloat16, 64, 40.0).block_n == 64  # nearest in log(rows): 32
         assert look(torch.bfloat16, 64, 300.0).kernel == "tma"  # nearest: 512
-        assert look(torch.bfloat16, 128, 20.0).skip_padding  # the only tile_m=128 entry
+        assert look(torch.bfloat16, 128, 200.0).skip_padding  # the only tile_m=128 entry
         assert look(torch.float16, 64, 300.0).kernel == "tma"  # fp16 takes bf16's entries
         assert look(torch.bfloat16, 32, 40.0) is None  # no entry of this tile_m
         assert configs.tuned_config("NVIDIA A100", torch.bfloat16, "gate_up", 128, 1536, 2048,
                                     64, 40.0) is None
         tm = lambda T, dev="NVIDIA H200": configs.layer_tile_m(  # noqa: E731
             T * 8, 128, hidden=2048, inter=768, dtype=torch.bfloat16, device_name=dev)
-        assert [tm(T) for T in (64, 128, 400, 1024, 8192, 65536)] == [16, 16, 16, 64, 128, 128]
+        assert [tm(T) for T in (64, 128, 400, 1024, 8192, 32768)] == [16, 16, 16, 64, 128, 128]
+        # loads more than 4x from every measured one take the default rule
+        assert tm(16) == configs.default_tile_m(16 * 8, 128)  # 1 row per expert, 8 measured
+        assert tm(65536) == configs.default_tile_m(65536 * 8, 128)  # 4096 rows, 512 measured
+        assert look(torch.bfloat16, 64, 4.0) is None  # 32 measured
         assert tm(8192, "NVIDIA A100") == configs.default_tile_m(8192 * 8, 128)  # not in table
         assert configs.layer_tile_m(8192 * 8, 128) == configs.default_tile_m(8192 * 8, 128)
     finally:
