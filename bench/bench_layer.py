@@ -235,7 +235,8 @@ def triton_stages(x, router, w_gate_up, w_down, K, E, tm, ops):
     tiles = (plan.tile_expert, plan.meta, tm)
     h = triton_ops.moe_gate_up_swiglu_triton(x, w_gate_up, *tiles, plan.sorted_token,
                                              zero_unused=False)
-    y = triton_ops.moe_mm_triton(h, w_down, *tiles, zero_unused=False)
+    y = triton_ops.moe_mm_triton(h, w_down, *tiles, zero_unused=False,
+                                 row_token=plan.sorted_token)
     ends = plan.offsets[1:]
 
     def gather_gate_up_swiglu_torch():
@@ -254,7 +255,8 @@ def triton_stages(x, router, w_gate_up, w_down, K, E, tm, ops):
                                                          plan.sorted_token, zero_unused=False),
             ("torch_gather_grouped_mm_silu_mul", gather_gate_up_swiglu_torch, True),
             touched_weight_bytes(plan, w_gate_up)),
-        "down_mm": (lambda: triton_ops.moe_mm_triton(h, w_down, *tiles, zero_unused=False),
+        "down_mm": (lambda: triton_ops.moe_mm_triton(h, w_down, *tiles, zero_unused=False,
+                                                     row_token=plan.sorted_token),
                     ("torch_grouped_mm", lambda: torch._grouped_mm(
                         h, w_down.transpose(1, 2), offs=ends), True),
                     touched_weight_bytes(plan, w_down)),

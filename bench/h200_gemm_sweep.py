@@ -103,8 +103,12 @@ def _classic(bn, bk, w, s):
 SKIP, P1, P2 = dict(skip_padding=True), dict(persistent=1), dict(persistent=2)
 # (GEMM, BLOCK_M) -> configs besides the default rules' (classic) ones. gate_up's weight tile is
 # 2 * block_n rows (gate and up); shared memory per stage is (BLOCK_M + W rows) * block_k * 2 B
-# of the H200's 227 KB. Small BLOCK_M: memory-bound (stream weights, deep pipelines); 128:
-# compute-bound (wide MMAs, half blocks over the experts' last tiles, persistent grids).
+# of the H200's 227 KB per block (228 KB per SM: two blocks of <= 113 KB share one). Small
+# BLOCK_M: memory-bound (stream the weights, bytes in flight); 128: compute-bound (wide MMAs,
+# half blocks over the experts' last tiles, persistent grids). Persistent programs per SM (p)
+# never exceed the blocks one SM holds at once (else they run in waves):
+# tools/triton_gemm_sm90_check.py prints each candidate's shared memory, registers and
+# blocks per SM, from an sm_90 compile without a GPU.
 EXTRA = {
     ("gate_up", 16): [_tma(64, 128, 4, 4), _tma(128, 128, 4, 3), _tma(128, 64, 4, 4),
                       _tma(64, 128, 4, 4, **P1)],
@@ -114,11 +118,11 @@ EXTRA = {
                       _tma(128, 64, 8, 4, **SKIP), _tma(64, 64, 4, 4, **SKIP),
                       _tma(128, 64, 8, 3, **SKIP, **P1)],
     ("gate_up", 128): [_classic(128, 64, 8, 3),
-                       _tma(128, 64, 8, 3), _tma(128, 64, 8, 4), _tma(64, 64, 8, 4),
-                       _tma(64, 128, 8, 3), _tma(128, 64, 4, 3),
+                       _tma(128, 64, 8, 3), _tma(128, 64, 8, 4), _tma(64, 64, 8, 3),
+                       _tma(64, 64, 8, 4), _tma(64, 128, 8, 3),
                        _tma(128, 64, 8, 3, **SKIP), _tma(128, 64, 8, 4, **SKIP),
-                       _tma(64, 64, 8, 4, **SKIP), _tma(128, 64, 8, 3, **SKIP, **P1),
-                       _tma(64, 64, 8, 4, **SKIP, **P2)],
+                       _tma(64, 64, 8, 3, **SKIP), _tma(128, 64, 8, 3, **SKIP, **P1),
+                       _tma(64, 64, 8, 3, **SKIP, **P1)],
     ("down", 16): [_tma(128, 128, 4, 4), _tma(128, 64, 4, 5), _tma(256, 64, 4, 4),
                    _tma(128, 128, 4, 4, **P1)],
     ("down", 32): [_tma(128, 128, 4, 4), _tma(128, 64, 4, 5), _tma(128, 64, 4, 5, **SKIP),
@@ -127,11 +131,11 @@ EXTRA = {
                    _tma(128, 64, 4, 4, **SKIP), _tma(256, 64, 8, 3, **SKIP),
                    _tma(128, 64, 4, 4, **SKIP, **P2)],
     ("down", 128): [_classic(128, 64, 8, 3),
-                    _tma(256, 64, 8, 3), _tma(128, 64, 8, 4), _tma(128, 128, 8, 3),
-                    _tma(256, 64, 8, 4), _tma(256, 64, 8, 3, **SKIP),
-                    _tma(128, 64, 8, 4, **SKIP), _tma(256, 64, 8, 3, **SKIP, **P1),
-                    _tma(128, 64, 8, 4, **P1, warp_specialize=True),
-                    _tma(256, 64, 8, 3, **P1, warp_specialize=True)],
+                    _tma(256, 64, 8, 3), _tma(128, 64, 8, 4), _tma(128, 64, 8, 3),
+                    _tma(128, 128, 8, 3), _tma(256, 64, 8, 4),
+                    _tma(256, 64, 8, 3, **SKIP), _tma(128, 64, 8, 4, **SKIP),
+                    _tma(128, 64, 8, 3, **SKIP), _tma(256, 64, 8, 3, **SKIP, **P1),
+                    _tma(128, 64, 8, 3, **SKIP, **P2)],
 }
 BLOCK_MS = (16, 32, 64, 128)
 
@@ -145,9 +149,8 @@ def candidates(configs, kind, block_m):
     if DRY_RUN:  # the first classic, plain tma, half-block and persistent ones
         picks = {}
         for cfg in cfgs:
-            picks.setdefault((cfg.kernel, cfg.skip_padding, bool(cfg.persistent),
-                              cfg.warp_specialize), cfg)
-        cfgs = [c for c in picks.values() if not c.warp_specialize]
+            picks.setdefault((cfg.kernel, cfg.skip_padding, bool(cfg.persistent)), cfg)
+        cfgs = list(picks.values())
     out = {}
     for cfg in cfgs:
         out.setdefault(job_id(kind, block_m, cfg), cfg)

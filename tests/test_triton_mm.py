@@ -71,8 +71,10 @@ def _shipped_configs():
         for e in entries:
             tm, cfg = e["tile_m"], MMConfig.from_dict(e["config"])
             bm = min(tm, 128)
-            default = configs.config_for("|down|" in key, bm, 1.0)
-            pairs.add((tm, cfg, default) if "|gate_up|" in key else (tm, default, cfg))
+            if "|gate_up|" in key:  # the other GEMM runs the default rule's config
+                pairs.add((tm, cfg, configs.config_for(False, bm, 1.0)))
+            elif "|down|" in key:
+                pairs.add((tm, configs.config_for(True, bm, 1.0), cfg))
     return sorted(pairs, key=str)
 
 
@@ -89,10 +91,7 @@ def _table_for_layer_problem(tile_m=32):
     """A table that sends _layer_problem's layer (bf16, E=16, H=64, I=32) down the tma kernel
     (persistent, half blocks) at tile_m."""
     gu, dn = variant_configs("tma_p", tile_m)
-    table = variant_table("cuda", torch.bfloat16, 16, 64, 32, tile_m, gu, dn)
-    table["tile_m"][configs.tile_m_key(torch.cuda.get_device_name(), torch.bfloat16, 16, 64,
-                                       32)] = [{"rows_per_expert": 1.0, "tile_m": tile_m}]
-    return table
+    return variant_table("cuda", torch.bfloat16, 16, 64, 32, tile_m, gu, dn)
 
 
 @needs_sm90
@@ -106,6 +105,8 @@ def test_layer_tma_kernel_compiles_and_graphs_cuda():
                                topk_weights=w.cpu())
     configs.set_table(_table_for_layer_problem())
     try:
+        assert configs.layer_tile_m(70 * K, 16, hidden=64, inter=32, dtype=torch.bfloat16,
+                                    device_name=torch.cuda.get_device_name()) == 32
         eager = torch_argon.moe_layer(x, rw, (wgu, wd), K, path="triton")
         torch._dynamo.reset()
         compiled = torch.compile(torch_argon.moe_layer, fullgraph=True)(x, rw, wgu, wd, K,
@@ -290,10 +291,10 @@ def test_config_table_file_round_trip(tmp_path, monkeypatch):
 def test_mm_config_refuses_tma_options_on_classic():
     with pytest.raises(ValueError, match="need kernel='tma'"):
         MMConfig(128, 64, 4, 3, skip_padding=True)
+    with pytest.raises(ValueError, match="need kernel='tma'"):
+        MMConfig(128, 64, 4, 3, persistent=1)
     with pytest.raises(ValueError, match="kernel must be one of"):
         MMConfig(128, 64, 4, 3, kernel="cutlass")
-    with pytest.raises(ValueError, match="warp_specialize needs a persistent grid"):
-        MMConfig(128, 64, 4, 3, kernel="tma", warp_specialize=True)
     assert MMConfig.from_dict(MMConfig(64, 64, 4, 3, kernel="tma", persistent=2).to_dict()) == \
         MMConfig(64, 64, 4, 3, kernel="tma", persistent=2)
 

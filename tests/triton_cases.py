@@ -48,14 +48,21 @@ def variant_configs(variant, tile_m):
             MMConfig(block_n=32, block_k=32, num_warps=4, num_stages=2, **opts))
 
 
+# Loads (mean rows per expert) 4x apart, so every load is within the lookup's 4x of one.
+EVERY_LOAD = [4.0 ** k for k in range(-4, 8)]
+
+
 def variant_table(device, dtype, E, H, I, tile_m, gate_up_cfg, down_cfg):
     """A config table (configs.set_table) that makes the ops choose these configs for this
-    device, dtype and expert shape at tile_m, as the layer's lookup would."""
+    device, dtype and expert shape at tile_m and any load, and the layer choose tile_m, as
+    the layer's lookup would."""
     name = triton_ops.device_name(torch.device(device))
-    entry = lambda cfg: [{"rows_per_expert": 1.0, "tile_m": tile_m, "config": cfg.to_dict()}]  # noqa
+    entry = lambda cfg: [{"rows_per_expert": r, "tile_m": tile_m, "config": cfg.to_dict()}  # noqa
+                         for r in EVERY_LOAD]
     return {"gemm": {configs.gemm_key(name, dtype, "gate_up", E, 2 * I, H): entry(gate_up_cfg),
                      configs.gemm_key(name, dtype, "down", E, H, I): entry(down_cfg)},
-            "tile_m": {}}
+            "tile_m": {configs.tile_m_key(name, dtype, E, H, I):
+                       [{"rows_per_expert": r, "tile_m": tile_m} for r in EVERY_LOAD]}}
 
 
 def rel_err(got, want):
@@ -157,7 +164,7 @@ def run_variant(name, variant, device, dtype, ops, configs_pair=None):
     zeros), one GeGLU epilogue, then the experts path through the ops with a config table
     that selects the variant (zero_unused off, as the layer runs). configs_pair: (gate_up,
     down) configs to run instead of the variant's (variant then only names the run)."""
-    from torch_argon.triton_ops.ops import launch_moe_mm, tma_refusal
+    from torch_argon.triton_ops.ops import choose_config, launch_moe_mm, tma_refusal
 
     T, H, E, I, K, tm, dist, transposed = CASES[name]
     x, wgu, wd, ids, w = _case_data(name, dtype)
@@ -211,6 +218,11 @@ def run_variant(name, variant, device, dtype, ops, configs_pair=None):
                          row_token=dplan.sorted_token), want_y)
     configs.set_table(variant_table(d, dtype, E, H, I, tm, cfg_gu, cfg_dn))
     try:
+        load = configs.mean_rows_per_expert(R, E, tm)
+        chosen = (choose_config(xd, wgud, tm, True, True, load),
+                  choose_config(hd, wdd, tm, False, False, load))
+        if chosen != (cfg_gu, cfg_dn):
+            failures.append(f"{variant}: the table lookup chose {chosen}")
         poison_allocator(d)
         got = triton_ops.moe_experts_triton(xd, ids.to(d), w.to(d), wgud, wdd, tile_m=tm,
                                             ops=ops)

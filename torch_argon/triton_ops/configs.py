@@ -12,9 +12,11 @@ the weight stack's shape, and holds the winners at the mean rows per expert it m
             "config": MMConfig fields}, ...]   kind: "gate_up" (gathered, SwiGLU) or "down"
             (row-ordered, plain); N_w is the stack's rows (2I for gate_up).
   "tile_m": "<device>|<dtype>|E<E>|H<H>|I<I>" -> [{"rows_per_expert", "tile_m"}, ...]
-A lookup takes the entry nearest in log(rows per expert) among those of the same tile_m; fp16
-falls back to the bf16 entries of the same point (same kernels, same shapes). Everything the
-table does not hold takes the default rules, the configs measured before the table existed.
+A lookup takes the entry nearest in log(rows per expert) among those of the same tile_m, if it
+lies within a factor MAX_LOAD_RATIO of the load asked for (the sweep's loads are at most 4x
+apart); fp16 falls back to the bf16 entries of the same point (same kernels, same shapes).
+Everything else (other GPUs, shapes, loads far outside the measured ones, tile_m values the
+sweep did not time) takes the default rules, the configs measured before the table existed.
 """
 import functools
 import json
@@ -32,7 +34,7 @@ class MMConfig:
     kernel: "classic" (moe_mm_kernel.py, any GPU) or "tma" (moe_mm_tma_kernel.py, sm_90+).
     The rest apply to "tma" only: skip_padding (half-height MMAs over padding rows; needs the
     plan's tokens), persistent (programs per SM of a persistent grid; 0 = one program per
-    block), warp_specialize (of the persistent block loop)."""
+    block; more than the SM can hold at once would run in waves: the sweep checks)."""
     block_n: int
     block_k: int
     num_warps: int
@@ -40,16 +42,12 @@ class MMConfig:
     kernel: str = "classic"
     skip_padding: bool = False
     persistent: int = 0
-    warp_specialize: bool = False
 
     def __post_init__(self):
         if self.kernel not in KERNELS:
             raise ValueError(f"MMConfig.kernel must be one of {KERNELS}, got {self.kernel!r}")
-        if self.kernel == "classic" and (self.skip_padding or self.persistent
-                                         or self.warp_specialize):
-            raise ValueError("skip_padding, persistent and warp_specialize need kernel='tma'")
-        if self.warp_specialize and not self.persistent:
-            raise ValueError("warp_specialize needs a persistent grid")
+        if self.kernel == "classic" and (self.skip_padding or self.persistent):
+            raise ValueError("skip_padding and persistent need kernel='tma'")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -61,8 +59,7 @@ class MMConfig:
 
     def label(self) -> str:
         extra = "".join((" skip" if self.skip_padding else "",
-                         f" p{self.persistent}" if self.persistent else "",
-                         " ws" if self.warp_specialize else ""))
+                         f" p{self.persistent}" if self.persistent else ""))
         return (f"{self.kernel} bn{self.block_n} bk{self.block_k} w{self.num_warps} "
                 f"s{self.num_stages}{extra}")
 
@@ -184,9 +181,15 @@ def _entries(section: str, key: str) -> list:
     return found or []
 
 
+MAX_LOAD_RATIO = 4.0
+
+
 def _nearest(entries: list, rows_per_expert: float):
+    """The entry nearest in log(rows per expert), or None if none lies within MAX_LOAD_RATIO."""
     r = math.log(max(rows_per_expert, 1e-3))
-    return min(entries, key=lambda e: abs(math.log(max(e["rows_per_expert"], 1e-3)) - r))
+    dist = lambda e: abs(math.log(max(e["rows_per_expert"], 1e-3)) - r)  # noqa: E731
+    best = min(entries, key=dist, default=None)
+    return best if best is not None and dist(best) <= math.log(MAX_LOAD_RATIO) + 1e-9 else None
 
 
 def tuned_config(device_name: str, dtype, kind: str, n_expert: int, n_w: int, kd: int,
@@ -194,7 +197,8 @@ def tuned_config(device_name: str, dtype, kind: str, n_expert: int, n_w: int, kd
     """The table's config for this GEMM at this tile_m, nearest in load; None if it has none."""
     entries = [e for e in _entries("gemm", gemm_key(device_name, dtype, kind, n_expert, n_w, kd))
                if e["tile_m"] == tile_m]
-    return MMConfig.from_dict(_nearest(entries, rows_per_expert)["config"]) if entries else None
+    found = _nearest(entries, rows_per_expert)
+    return MMConfig.from_dict(found["config"]) if found else None
 
 
 def layer_tile_m(n_entries: int, n_expert: int, *, hidden: Optional[int] = None,
@@ -203,7 +207,8 @@ def layer_tile_m(n_entries: int, n_expert: int, *, hidden: Optional[int] = None,
     the table's choice for this device, dtype and expert shape where it has one, nearest in
     load; else the default rule (default_tile_m)."""
     if None not in (hidden, inter, dtype, device_name):
-        entries = _entries("tile_m", tile_m_key(device_name, dtype, n_expert, hidden, inter))
-        if entries:
-            return int(_nearest(entries, n_entries / max(n_expert, 1))["tile_m"])
+        found = _nearest(_entries("tile_m", tile_m_key(device_name, dtype, n_expert, hidden,
+                                                        inter)), n_entries / max(n_expert, 1))
+        if found:
+            return int(found["tile_m"])
     return default_tile_m(n_entries, n_expert)

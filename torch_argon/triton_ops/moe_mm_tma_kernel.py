@@ -35,8 +35,8 @@ Kd in BLOCK_K steps (tl.dot: wgmma on sm_90), the loop software-pipelined num_st
   NUM_PROGRAMS) up to the used tiles' blocks, read from meta's n_tiles on the device (no host
   sync; all blocks with ZERO_UNUSED, which must write the unused ones); otherwise one program
   per block of the shape-sized grid, and a program whose block is unused exits after two
-  scalar loads. WARP_SPEC asks Triton to warp-specialize that block loop (experimental on
-  Hopper: the sweep keeps it only where it compiles, verifies and wins).
+  scalar loads. (Triton 3.6's warp specialization of that loop, tl.range(warp_specialize=True),
+  compiles for sm_90 to the very same SASS as without it: not offered; bench/triton_gemm_notes.md.)
 
 Block order: block ids run over the column blocks fastest, so programs in flight at one time
 share their A rows and, where an expert owns several consecutive tiles, its weight tiles
@@ -158,7 +158,7 @@ def moe_mm_tma_kernel(
     META_N_TILES: tl.constexpr,
     GATHER: tl.constexpr, A_TMA: tl.constexpr, SWIGLU: tl.constexpr,
     ZERO_UNUSED: tl.constexpr, ACTIVATION: tl.constexpr, SKIP_PADDING: tl.constexpr,
-    PERSISTENT: tl.constexpr, NUM_PROGRAMS: tl.constexpr, WARP_SPEC: tl.constexpr,
+    PERSISTENT: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
     EVEN_K: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
@@ -187,8 +187,7 @@ def moe_mm_tma_kernel(
         if not ZERO_UNUSED:  # stop after the used tiles (n_tiles from the device)
             n_row_blocks = tl.minimum(n_tiles * (tile_m // BLOCK_M), n_row_blocks)
         n_blocks = n_row_blocks * tl.cdiv(N, BLOCK_N)
-        for blk in tl.range(tl.program_id(0), n_blocks, NUM_PROGRAMS,
-                            warp_specialize=WARP_SPEC):
+        for blk in range(tl.program_id(0), n_blocks, NUM_PROGRAMS):
             _one_block(blk, a_ptr, stride_am, stride_ak, a_desc, a_half_desc, row_token_ptr,
                        w_desc, c_ptr, stride_cm, stride_cn, tile_expert_ptr, n_tiles,
                        N, Kd, tile_m, n_expert, n_a_rows, N_W,

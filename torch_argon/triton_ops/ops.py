@@ -127,9 +127,10 @@ def launch_moe_mm(a, w, tile_expert, meta, tile_m, sorted_token, out, *, swiglu,
             tile_expert, meta,
             n_out, kd, tile_m, w.shape[0], a.shape[0], **common)
         return out
-    n_programs = n_blocks
-    if cfg.persistent:
-        n_programs = min(n_blocks, cfg.persistent * multiprocessor_count(a.device))
+    # A persistent grid strides by the programs it could have (a constant of the config and the
+    # GPU: one compile for every shape) and launches no more programs than blocks.
+    stride = cfg.persistent * multiprocessor_count(a.device) if cfg.persistent else 1
+    n_programs = min(n_blocks, stride) if cfg.persistent else n_blocks
     if LAUNCHER is wrap_triton:
         triton.set_allocator(_descriptor_scratch)  # room for the kernel's TMA descriptors
     wrap(moe_mm_tma_kernel)[(n_programs,)](
@@ -140,8 +141,7 @@ def launch_moe_mm(a, w, tile_expert, meta, tile_m, sorted_token, out, *, swiglu,
         tile_expert, meta,
         n_out, kd, tile_m, w.shape[0], a.shape[0], out.shape[0],
         A_TMA=not gather and _descriptor_fits(a), SKIP_PADDING=cfg.skip_padding,
-        PERSISTENT=bool(cfg.persistent), NUM_PROGRAMS=max(n_programs, 1),
-        WARP_SPEC=cfg.warp_specialize, **common)
+        PERSISTENT=bool(cfg.persistent), NUM_PROGRAMS=stride, **common)
     return out
 
 
