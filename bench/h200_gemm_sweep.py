@@ -100,7 +100,8 @@ def _classic(bn, bk, w, s):
     return dict(block_n=bn, block_k=bk, num_warps=w, num_stages=s)
 
 
-SKIP, P1, P2 = dict(skip_padding=True), dict(persistent=1), dict(persistent=2)
+SKIP, P1, P2, CS = (dict(skip_padding=True), dict(persistent=1), dict(persistent=2),
+                   dict(tma_store=True))
 # (GEMM, BLOCK_M) -> configs besides the default rules' (classic) ones. gate_up's weight tile is
 # 2 * block_n rows (gate and up); shared memory per stage is (BLOCK_M + W rows) * block_k * 2 B
 # of the H200's 227 KB per block (228 KB per SM: two blocks of <= 113 KB share one). Small
@@ -122,20 +123,22 @@ EXTRA = {
                        _tma(64, 64, 8, 4), _tma(64, 128, 8, 3),
                        _tma(128, 64, 8, 3, **SKIP), _tma(128, 64, 8, 4, **SKIP),
                        _tma(64, 64, 8, 3, **SKIP), _tma(128, 64, 8, 3, **SKIP, **P1),
-                       _tma(64, 64, 8, 3, **SKIP, **P1)],
+                       _tma(64, 64, 8, 3, **SKIP, **P1), _tma(128, 64, 8, 3, **SKIP, **CS),
+                       _tma(64, 64, 8, 3, **SKIP, **CS)],
     ("down", 16): [_tma(128, 128, 4, 4), _tma(128, 64, 4, 5), _tma(256, 64, 4, 4),
-                   _tma(128, 128, 4, 4, **P1)],
+                   _tma(128, 128, 4, 4, **P1), _tma(128, 128, 4, 4, **CS)],
     ("down", 32): [_tma(128, 128, 4, 4), _tma(128, 64, 4, 5), _tma(128, 64, 4, 5, **SKIP),
                    _tma(256, 64, 4, 4, **SKIP)],
     ("down", 64): [_tma(128, 64, 4, 4), _tma(256, 64, 8, 3), _tma(128, 128, 4, 3),
                    _tma(128, 64, 4, 4, **SKIP), _tma(256, 64, 8, 3, **SKIP),
-                   _tma(128, 64, 4, 4, **SKIP, **P2)],
+                   _tma(128, 64, 4, 4, **SKIP, **P2), _tma(128, 64, 4, 4, **SKIP, **CS)],
     ("down", 128): [_classic(128, 64, 8, 3),
                     _tma(256, 64, 8, 3), _tma(128, 64, 8, 4), _tma(128, 64, 8, 3),
                     _tma(128, 128, 8, 3), _tma(256, 64, 8, 4),
                     _tma(256, 64, 8, 3, **SKIP), _tma(128, 64, 8, 4, **SKIP),
                     _tma(128, 64, 8, 3, **SKIP), _tma(256, 64, 8, 3, **SKIP, **P1),
-                    _tma(128, 64, 8, 3, **SKIP, **P2)],
+                    _tma(128, 64, 8, 3, **SKIP, **P2), _tma(128, 64, 8, 3, **SKIP, **CS),
+                    _tma(256, 64, 8, 3, **SKIP, **CS), _tma(128, 64, 8, 3, **SKIP, **P1, **CS)],
 }
 BLOCK_MS = (16, 32, 64, 128)
 
@@ -146,10 +149,11 @@ def candidates(configs, kind, block_m):
     rules = configs.GATE_UP_CONFIGS if kind == "gate_up" else configs.DOWN_CONFIGS
     cfgs = [cfg for bm, _, cfg in rules if bm == block_m]
     cfgs += [configs.MMConfig(**d) for d in EXTRA.get((kind, block_m), [])]
-    if DRY_RUN:  # the first classic, plain tma, half-block and persistent ones
+    if DRY_RUN:  # the first classic one, and the first tma one of each option mix
         picks = {}
         for cfg in cfgs:
-            picks.setdefault((cfg.kernel, cfg.skip_padding, bool(cfg.persistent)), cfg)
+            picks.setdefault((cfg.kernel, cfg.skip_padding, bool(cfg.persistent),
+                              cfg.tma_store), cfg)
         cfgs = list(picks.values())
     out = {}
     for cfg in cfgs:

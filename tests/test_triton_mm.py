@@ -293,6 +293,8 @@ def test_mm_config_refuses_tma_options_on_classic():
         MMConfig(128, 64, 4, 3, skip_padding=True)
     with pytest.raises(ValueError, match="need kernel='tma'"):
         MMConfig(128, 64, 4, 3, persistent=1)
+    with pytest.raises(ValueError, match="need kernel='tma'"):
+        MMConfig(128, 64, 4, 3, tma_store=True)
     with pytest.raises(ValueError, match="kernel must be one of"):
         MMConfig(128, 64, 4, 3, kernel="cutlass")
     assert MMConfig.from_dict(MMConfig(64, 64, 4, 3, kernel="tma", persistent=2).to_dict()) == \

@@ -30,10 +30,11 @@ REL_TOL = {torch.float16: 2e-3, torch.bfloat16: 1.5e-2}
 
 # The Hopper kernel's variants (moe_mm_tma_kernel.py), block shapes for these small stacks
 # (the real ones come from the sweep's table), and the cases each runs on: "tma" as it is,
-# "tma_p" on a persistent grid with half-height blocks over padding rows (tile_m >= 32).
+# "tma_p" on a persistent grid with half-height blocks over padding rows (tile_m >= 32) and
+# its results stored through a descriptor.
 TMA_VARIANTS = {
     "tma": (dict(kernel="tma"), ("neg_some", "all_skipped", "t0", "odd_dims", "k1")),
-    "tma_p": (dict(kernel="tma", skip_padding=True, persistent=1),
+    "tma_p": (dict(kernel="tma", skip_padding=True, persistent=1, tma_store=True),
               ("empty_experts", "tile64", "tile128", "tile256", "odd_dims")),
 }
 VARIANT_CASES = [(v, c) for v, (_, cases) in TMA_VARIANTS.items() for c in cases]

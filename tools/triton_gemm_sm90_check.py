@@ -67,7 +67,7 @@ def compile_candidate(kind, block_m, cfg, arch=90, dtype="bf16", kd=None):
                "stride_wn": "i32", "c_ptr": f"*{dtype}", "stride_cm": "i32", "stride_cn": "i32",
                "tile_expert_ptr": "*i32", "meta_ptr": "*i32", "N": "i32", "Kd": "i32",
                "tile_m": "i32", "n_expert": "i32", "n_a_rows": "i32", "n_rows": "i32"}
-        consts.update(A_TMA=not gather, SKIP_PADDING=cfg.skip_padding,
+        consts.update(A_TMA=not gather, C_TMA=cfg.tma_store, SKIP_PADDING=cfg.skip_padding,
                       PERSISTENT=bool(cfg.persistent), NUM_PROGRAMS=132 * max(cfg.persistent, 1))
         ones = ONE
     for k in ones:
@@ -139,7 +139,7 @@ def main():
                 f"  PERSISTENT p{cfg.persistent} > {per_sm} BLOCKS PER SM"
                 if cfg.persistent > per_sm else "")
         bad += bool(flag)
-        keys = ("HGMMA", "HMMA", "UTMALDG", "LDGSTS", "UBLKCP", "LDG")
+        keys = ("HGMMA", "HMMA", "UTMALDG", "UTMASTG", "LDGSTS", "LDG")
         print(f"{jid:<46} {secs:5.1f} {smem / 1024:8.1f} {n_regs:>5} "
               f"{spill.group(1) if spill else '?':>6} {per_sm:>4}  " +
               " ".join(f"{k}:{ops[k]}" for k in keys if ops[k]) + flag, flush=True)

@@ -34,7 +34,8 @@ class MMConfig:
     kernel: "classic" (moe_mm_kernel.py, any GPU) or "tma" (moe_mm_tma_kernel.py, sm_90+).
     The rest apply to "tma" only: skip_padding (half-height MMAs over padding rows; needs the
     plan's tokens), persistent (programs per SM of a persistent grid; 0 = one program per
-    block; more than the SM can hold at once would run in waves: the sweep checks)."""
+    block; more than the SM can hold at once would run in waves: the sweep checks), tma_store
+    (the result through a descriptor, where the output's strides allow)."""
     block_n: int
     block_k: int
     num_warps: int
@@ -42,12 +43,13 @@ class MMConfig:
     kernel: str = "classic"
     skip_padding: bool = False
     persistent: int = 0
+    tma_store: bool = False
 
     def __post_init__(self):
         if self.kernel not in KERNELS:
             raise ValueError(f"MMConfig.kernel must be one of {KERNELS}, got {self.kernel!r}")
-        if self.kernel == "classic" and (self.skip_padding or self.persistent):
-            raise ValueError("skip_padding and persistent need kernel='tma'")
+        if self.kernel == "classic" and (self.skip_padding or self.persistent or self.tma_store):
+            raise ValueError("skip_padding, persistent and tma_store need kernel='tma'")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -59,7 +61,8 @@ class MMConfig:
 
     def label(self) -> str:
         extra = "".join((" skip" if self.skip_padding else "",
-                         f" p{self.persistent}" if self.persistent else ""))
+                         f" p{self.persistent}" if self.persistent else "",
+                         " cstore" if self.tma_store else ""))
         return (f"{self.kernel} bn{self.block_n} bk{self.block_k} w{self.num_warps} "
                 f"s{self.num_stages}{extra}")
 

@@ -28,6 +28,8 @@ Kd in BLOCK_K steps (tl.dot: wgmma on sm_90), the loop software-pipelined num_st
   half is, and the block runs a BLOCK_M/2-row MMA. With tile_m = 128 an expert's last tile
   then costs a 64-row MMA when it holds <= 64 rows: the compute of tile_m = 64 padding at
   128-row MMA efficiency everywhere else.
+- C_TMA: the result leaves through a descriptor too (the copy engine's bulk store, which clips
+  columns >= N), else by masked pointer stores.
 - ZERO_UNUSED: rows of unused tiles, and skipped padding rows, are written with zeros (the
   moe_mm contract: padding rows of xs are zeros, so their outputs are); off, nothing writes
   them (the layer never reads them).
@@ -94,24 +96,31 @@ def _block_product(a_ptr, stride_am, stride_ak, a_desc, row_token_ptr, w_desc, w
 
 
 @triton.jit
-def _store_rows(c_ptr, stride_cm, stride_cn, row0, cols, N, value, ROWS: tl.constexpr):
-    rows = row0 + tl.arange(0, ROWS)
-    c_ptrs = c_ptr + rows.to(tl.int64)[:, None] * stride_cm + cols[None, :] * stride_cn
-    tl.store(c_ptrs, value.to(c_ptr.dtype.element_ty), mask=cols[None, :] < N)
+def _store_rows(c_ptr, stride_cm, stride_cn, c_desc, row0, n0, N, value,
+                ROWS: tl.constexpr, BLOCK_N: tl.constexpr, C_TMA: tl.constexpr):
+    """C[row0:row0+ROWS, n0:n0+BLOCK_N] = value (rounded to C's dtype), columns < N: through
+    the descriptor (C_TMA: the copy engine clips the columns), else masked pointer stores."""
+    if C_TMA:
+        c_desc.store([row0, n0], value.to(c_ptr.dtype.element_ty))
+    else:
+        rows = row0 + tl.arange(0, ROWS)
+        cols = n0 + tl.arange(0, BLOCK_N)
+        c_ptrs = c_ptr + rows.to(tl.int64)[:, None] * stride_cm + cols[None, :] * stride_cn
+        tl.store(c_ptrs, value.to(c_ptr.dtype.element_ty), mask=cols[None, :] < N)
 
 
 @triton.jit
 def _one_block(blk, a_ptr, stride_am, stride_ak, a_desc, a_half_desc, row_token_ptr, w_desc,
-               c_ptr, stride_cm, stride_cn, tile_expert_ptr, n_tiles,
+               c_ptr, stride_cm, stride_cn, c_desc, c_half_desc, tile_expert_ptr, n_tiles,
                N, Kd, tile_m, n_expert, n_a_rows, N_W,
-               GATHER: tl.constexpr, A_TMA: tl.constexpr, SWIGLU: tl.constexpr,
-               ZERO_UNUSED: tl.constexpr, ACTIVATION: tl.constexpr,
+               GATHER: tl.constexpr, A_TMA: tl.constexpr, C_TMA: tl.constexpr,
+               SWIGLU: tl.constexpr, ZERO_UNUSED: tl.constexpr, ACTIVATION: tl.constexpr,
                SKIP_PADDING: tl.constexpr, EVEN_K: tl.constexpr,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Block blk (column blocks fastest): its product, its half-height product, or zeros."""
     n_col_blocks = tl.cdiv(N, BLOCK_N)
     row0 = (blk // n_col_blocks) * BLOCK_M
     n0 = (blk % n_col_blocks) * BLOCK_N
-    cols = n0 + tl.arange(0, BLOCK_N)
     tile = row0 // tile_m
     expert = tl.load(tile_expert_ptr + tile)
     used = (tile < n_tiles) & (expert >= 0) & (expert < n_expert)
@@ -119,32 +128,44 @@ def _one_block(blk, a_ptr, stride_am, stride_ak, a_desc, a_half_desc, row_token_
     HALF: tl.constexpr = BLOCK_M // 2
     if SKIP_PADDING:
         live = used & (tl.load(row_token_ptr + row0) != -1)
-        full = tl.load(row_token_ptr + row0 + HALF) != -1
-        if live & full:
-            acc = _block_product(a_ptr, stride_am, stride_ak, a_desc, row_token_ptr, w_desc,
-                                 w_row, row0, N, Kd, n_a_rows, BLOCK_M, GATHER, A_TMA, SWIGLU,
-                                 ACTIVATION, EVEN_K, BLOCK_N, BLOCK_K)
-            _store_rows(c_ptr, stride_cm, stride_cn, row0, cols, N, acc, BLOCK_M)
-        elif live:
+        full = live & (tl.load(row_token_ptr + row0 + HALF) != -1)
+    else:
+        live = used
+        full = used
+    if full:
+        acc = _block_product(a_ptr, stride_am, stride_ak, a_desc, row_token_ptr, w_desc,
+                             w_row, row0, N, Kd, n_a_rows, BLOCK_M, GATHER, A_TMA, SWIGLU,
+                             ACTIVATION, EVEN_K, BLOCK_N, BLOCK_K)
+        _store_rows(c_ptr, stride_cm, stride_cn, c_desc, row0, n0, N, acc, BLOCK_M, BLOCK_N,
+                    C_TMA)
+    elif live:
+        if SKIP_PADDING:  # the second half is padding
             acc = _block_product(a_ptr, stride_am, stride_ak, a_half_desc, row_token_ptr,
                                  w_desc, w_row, row0, N, Kd, n_a_rows, HALF, GATHER, A_TMA,
                                  SWIGLU, ACTIVATION, EVEN_K, BLOCK_N, BLOCK_K)
-            _store_rows(c_ptr, stride_cm, stride_cn, row0, cols, N, acc, HALF)
+            _store_rows(c_ptr, stride_cm, stride_cn, c_half_desc, row0, n0, N, acc, HALF,
+                        BLOCK_N, C_TMA)
             if ZERO_UNUSED:
-                _store_rows(c_ptr, stride_cm, stride_cn, row0 + HALF, cols, N,
-                            tl.zeros((HALF, BLOCK_N), dtype=tl.float32), HALF)
-        elif ZERO_UNUSED:
-            _store_rows(c_ptr, stride_cm, stride_cn, row0, cols, N,
-                        tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), BLOCK_M)
+                _store_rows(c_ptr, stride_cm, stride_cn, c_half_desc, row0 + HALF, n0, N,
+                            tl.zeros((HALF, BLOCK_N), dtype=tl.float32), HALF, BLOCK_N, C_TMA)
+    elif ZERO_UNUSED:
+        _store_rows(c_ptr, stride_cm, stride_cn, c_desc, row0, n0, N,
+                    tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), BLOCK_M, BLOCK_N, C_TMA)
+
+
+@triton.jit
+def _rows_descriptors(ptr, n_rows, n_cols, stride, BLOCK_M: tl.constexpr,
+                      BLOCK_COLS: tl.constexpr, HALF_TOO: tl.constexpr):
+    """Descriptors over a row-major [n_rows, n_cols] matrix: blocks of BLOCK_M rows, and of
+    BLOCK_M / 2 rows (HALF_TOO; else the same descriptor twice)."""
+    full = tl.make_tensor_descriptor(ptr, shape=[n_rows, n_cols], strides=[stride, 1],
+                                     block_shape=[BLOCK_M, BLOCK_COLS])
+    if HALF_TOO:
+        half = tl.make_tensor_descriptor(ptr, shape=[n_rows, n_cols], strides=[stride, 1],
+                                         block_shape=[BLOCK_M // 2, BLOCK_COLS])
     else:
-        if used:
-            acc = _block_product(a_ptr, stride_am, stride_ak, a_desc, row_token_ptr, w_desc,
-                                 w_row, row0, N, Kd, n_a_rows, BLOCK_M, GATHER, A_TMA, SWIGLU,
-                                 ACTIVATION, EVEN_K, BLOCK_N, BLOCK_K)
-            _store_rows(c_ptr, stride_cm, stride_cn, row0, cols, N, acc, BLOCK_M)
-        elif ZERO_UNUSED:
-            _store_rows(c_ptr, stride_cm, stride_cn, row0, cols, N,
-                        tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), BLOCK_M)
+        half = full
+    return full, half
 
 
 @triton.jit
@@ -156,7 +177,7 @@ def moe_mm_tma_kernel(
     tile_expert_ptr, meta_ptr,
     N, Kd, tile_m, n_expert, n_a_rows, n_rows,
     META_N_TILES: tl.constexpr,
-    GATHER: tl.constexpr, A_TMA: tl.constexpr, SWIGLU: tl.constexpr,
+    GATHER: tl.constexpr, A_TMA: tl.constexpr, C_TMA: tl.constexpr, SWIGLU: tl.constexpr,
     ZERO_UNUSED: tl.constexpr, ACTIVATION: tl.constexpr, SKIP_PADDING: tl.constexpr,
     PERSISTENT: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
     EVEN_K: tl.constexpr,
@@ -170,32 +191,29 @@ def moe_mm_tma_kernel(
     w_desc = tl.make_tensor_descriptor(w_ptr, shape=[n_expert * N_W, Kd], strides=[stride_wn, 1],
                                        block_shape=[BLOCK_N, BLOCK_K])
     if A_TMA:
-        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[n_rows, Kd], strides=[stride_am, 1],
-                                           block_shape=[BLOCK_M, BLOCK_K])
-        if SKIP_PADDING:
-            a_half_desc = tl.make_tensor_descriptor(a_ptr, shape=[n_rows, Kd],
-                                                    strides=[stride_am, 1],
-                                                    block_shape=[BLOCK_M // 2, BLOCK_K])
-        else:
-            a_half_desc = a_desc
+        a_desc, a_half_desc = _rows_descriptors(a_ptr, n_rows, Kd, stride_am, BLOCK_M, BLOCK_K,
+                                                SKIP_PADDING)
     else:
-        a_desc = w_desc  # unused placeholders
-        a_half_desc = w_desc
+        a_desc, a_half_desc = w_desc, w_desc  # unused placeholders
+    if C_TMA:
+        c_desc, c_half_desc = _rows_descriptors(c_ptr, n_rows, N, stride_cm, BLOCK_M, BLOCK_N,
+                                                SKIP_PADDING)
+    else:
+        c_desc, c_half_desc = w_desc, w_desc
     n_tiles = tl.load(meta_ptr + META_N_TILES)
     if PERSISTENT:
         n_row_blocks = n_rows // BLOCK_M
         if not ZERO_UNUSED:  # stop after the used tiles (n_tiles from the device)
             n_row_blocks = tl.minimum(n_tiles * (tile_m // BLOCK_M), n_row_blocks)
-        n_blocks = n_row_blocks * tl.cdiv(N, BLOCK_N)
-        for blk in range(tl.program_id(0), n_blocks, NUM_PROGRAMS):
+        for blk in range(tl.program_id(0), n_row_blocks * tl.cdiv(N, BLOCK_N), NUM_PROGRAMS):
             _one_block(blk, a_ptr, stride_am, stride_ak, a_desc, a_half_desc, row_token_ptr,
-                       w_desc, c_ptr, stride_cm, stride_cn, tile_expert_ptr, n_tiles,
-                       N, Kd, tile_m, n_expert, n_a_rows, N_W,
-                       GATHER, A_TMA, SWIGLU, ZERO_UNUSED, ACTIVATION,
-                       SKIP_PADDING, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K)
+                       w_desc, c_ptr, stride_cm, stride_cn, c_desc, c_half_desc,
+                       tile_expert_ptr, n_tiles, N, Kd, tile_m, n_expert, n_a_rows, N_W,
+                       GATHER, A_TMA, C_TMA, SWIGLU, ZERO_UNUSED, ACTIVATION, SKIP_PADDING,
+                       EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K)
     else:
-        _one_block(tl.program_id(0), a_ptr, stride_am, stride_ak, a_desc, a_half_desc, row_token_ptr,
-                   w_desc, c_ptr, stride_cm, stride_cn, tile_expert_ptr, n_tiles,
-                   N, Kd, tile_m, n_expert, n_a_rows, N_W,
-                   GATHER, A_TMA, SWIGLU, ZERO_UNUSED, ACTIVATION,
-                   SKIP_PADDING, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K)
+        _one_block(tl.program_id(0), a_ptr, stride_am, stride_ak, a_desc, a_half_desc,
+                   row_token_ptr, w_desc, c_ptr, stride_cm, stride_cn, c_desc, c_half_desc,
+                   tile_expert_ptr, n_tiles, N, Kd, tile_m, n_expert, n_a_rows, N_W,
+                   GATHER, A_TMA, C_TMA, SWIGLU, ZERO_UNUSED, ACTIVATION, SKIP_PADDING,
+                   EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K)

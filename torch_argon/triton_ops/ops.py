@@ -140,7 +140,8 @@ def launch_moe_mm(a, w, tile_expert, meta, tile_m, sorted_token, out, *, swiglu,
         out, out.stride(0), out.stride(1),
         tile_expert, meta,
         n_out, kd, tile_m, w.shape[0], a.shape[0], out.shape[0],
-        A_TMA=not gather and _descriptor_fits(a), SKIP_PADDING=cfg.skip_padding,
+        A_TMA=not gather and _descriptor_fits(a), C_TMA=cfg.tma_store and _descriptor_fits(out),
+        SKIP_PADDING=cfg.skip_padding,
         PERSISTENT=bool(cfg.persistent), NUM_PROGRAMS=stride, **common)
     return out
 
