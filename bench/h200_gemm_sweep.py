@@ -29,7 +29,6 @@ is skipped and said so.
 """
 import argparse
 import json
-import math
 import os
 import signal
 import statistics
@@ -117,13 +116,14 @@ EXTRA = {
                       _tma(64, 128, 4, 4, **SKIP)],
     ("gate_up", 64): [_tma(64, 64, 4, 4), _tma(128, 64, 8, 4), _tma(128, 64, 4, 4),
                       _tma(128, 64, 8, 4, **SKIP), _tma(64, 64, 4, 4, **SKIP),
-                      _tma(128, 64, 8, 3, **SKIP, **P1)],
+                      _tma(128, 64, 8, 3, **SKIP, **P1), _tma(64, 64, 4, 4, **SKIP, **P2)],
     ("gate_up", 128): [_classic(128, 64, 8, 3),
                        _tma(128, 64, 8, 3), _tma(128, 64, 8, 4), _tma(64, 64, 8, 3),
                        _tma(64, 64, 8, 4), _tma(64, 128, 8, 3),
                        _tma(128, 64, 8, 3, **SKIP), _tma(128, 64, 8, 4, **SKIP),
                        _tma(64, 64, 8, 3, **SKIP), _tma(128, 64, 8, 3, **SKIP, **P1),
-                       _tma(64, 64, 8, 3, **SKIP, **P1), _tma(128, 64, 8, 3, **SKIP, **CS),
+                       _tma(64, 64, 8, 3, **SKIP, **P1), _tma(64, 64, 8, 3, **SKIP, **P2),
+                       _tma(128, 64, 8, 3, **SKIP, **CS), _tma(128, 64, 8, 4, **SKIP, **CS),
                        _tma(64, 64, 8, 3, **SKIP, **CS)],
     ("down", 16): [_tma(128, 128, 4, 4), _tma(128, 64, 4, 5), _tma(256, 64, 4, 4),
                    _tma(128, 128, 4, 4, **P1), _tma(128, 128, 4, 4, **CS)],
@@ -131,12 +131,14 @@ EXTRA = {
                    _tma(256, 64, 4, 4, **SKIP)],
     ("down", 64): [_tma(128, 64, 4, 4), _tma(256, 64, 8, 3), _tma(128, 128, 4, 3),
                    _tma(128, 64, 4, 4, **SKIP), _tma(256, 64, 8, 3, **SKIP),
-                   _tma(128, 64, 4, 4, **SKIP, **P2), _tma(128, 64, 4, 4, **SKIP, **CS)],
+                   _tma(128, 64, 4, 4, **SKIP, **P2), _tma(128, 64, 4, 4, **SKIP, **CS),
+                   _tma(128, 64, 4, 3, **SKIP)],
     ("down", 128): [_classic(128, 64, 8, 3),
                     _tma(256, 64, 8, 3), _tma(128, 64, 8, 4), _tma(128, 64, 8, 3),
                     _tma(128, 128, 8, 3), _tma(256, 64, 8, 4),
                     _tma(256, 64, 8, 3, **SKIP), _tma(128, 64, 8, 4, **SKIP),
-                    _tma(128, 64, 8, 3, **SKIP), _tma(256, 64, 8, 3, **SKIP, **P1),
+                    _tma(128, 64, 8, 3, **SKIP), _tma(256, 64, 8, 4, **SKIP),
+                    _tma(128, 128, 8, 3, **SKIP), _tma(256, 64, 8, 3, **SKIP, **P1),
                     _tma(128, 64, 8, 3, **SKIP, **P2), _tma(128, 64, 8, 3, **SKIP, **CS),
                     _tma(256, 64, 8, 3, **SKIP, **CS), _tma(128, 64, 8, 3, **SKIP, **P1, **CS)],
 }
@@ -353,7 +355,8 @@ def compile_jobs(jobs, procs, budget_s, work_dir, job_timeout_s=90, fake=False, 
                     if ev["event"] == "start":
                         entry[4] = (ev["id"], time.time())
                     else:
-                        results[ev["id"]] = {k: v for k, v in ev.items() if k not in ("event", "id")}
+                        results[ev["id"]] = {k: v for k, v in ev.items()
+                                             if k not in ("event", "id")}
                         entry[4] = None
             current = entry[4]
             over_budget = time.time() - t_start > budget_s
@@ -389,7 +392,7 @@ def wall_us(fn, samples=2):
     return statistics.median(times)
 
 
-def graph_us(fn, samples=10, target_ms=2.0):
+def graph_us(fn, samples=15, target_ms=2.0):
     """fn captured into one CUDA graph (`inner` calls, about target_ms of work), replayed
     `samples` times: the median GPU microseconds per call."""
     import torch
@@ -721,13 +724,17 @@ def environment():
         return {"device": device_name(), "sms": 4, "torch": torch.__version__,
                 "triton": triton.__version__, "copy_tbps": 0.0, "bf16_matmul_tflops": 0.0}
     p = torch.cuda.get_device_properties(0)
-    a = torch.empty(1 << 31, dtype=torch.uint8, device="cuda")
-    b = torch.empty_like(a)
-    copy_us = graph_us(lambda: b.copy_(a), samples=5)
-    del a, b
-    m = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    mm_us = graph_us(lambda: m @ m, samples=5)
-    del m
+
+    def copy_us():
+        a = torch.empty(1 << 31, dtype=torch.uint8, device="cuda")
+        b = torch.empty_like(a)
+        return graph_us(lambda: b.copy_(a), samples=5)
+
+    def matmul_us():
+        m = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+        return graph_us(lambda: m @ m, samples=5)
+
+    copy_us, mm_us = copy_us(), matmul_us()
     torch.cuda.empty_cache()
     return {"device": p.name, "sms": p.multi_processor_count, "torch": torch.__version__,
             "triton": triton.__version__, "copy_tbps": 2 * (1 << 31) / copy_us / 1e6,
@@ -785,7 +792,6 @@ def main():
         log_file.write(msg + "\n")
         log_file.flush()
 
-    import torch
     report = {"args": vars(args)}
     log(f"== 1. compile {len(jobs)} candidates in {args.procs} workers")
     compiled = compile_jobs([dict(id=jid, kind=kind, block_m=bm, config=cfg.to_dict())

@@ -82,9 +82,9 @@ def shape_label(shape):
 def layer_table(records):
     """The whole layer (bench/bench_layer.py) against each baseline and the floors, per layer
     config and T."""
-    rows = ["| config | T | argon layer (us) | vs argon ops path (us) | vs argsort + grouped_mm (us) | "
-            "vs per-expert loop (us) | weight-read floor (us) | matrix floor (us) | "
-            "layer / larger floor |",
+    rows = ["| config | T | argon layer (us) | vs argon ops path (us) | "
+            "vs argsort + grouped_mm (us) | vs per-expert loop (us) | weight-read floor (us) | "
+            "matrix floor (us) | layer / larger floor |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     layer = {}
     for r in records:
@@ -100,8 +100,8 @@ def layer_table(records):
         floor = any_r.get("weight_read_floor_us")
         matrix = any_r.get("matrix_floor_us")
         larger = max(floor or 0, matrix or 0)
-        rows.append(f"| {shape_label(shape)} | {T} | {any_r['median_us']:.0f} | {' | '.join(cells)} | "
-                    f"{floor:.0f} | {f'{matrix:.0f}' if matrix else '-'} | "
+        rows.append(f"| {shape_label(shape)} | {T} | {any_r['median_us']:.0f} | "
+                    f"{' | '.join(cells)} | {floor:.0f} | {f'{matrix:.0f}' if matrix else '-'} | "
                     f"{any_r['median_us'] / larger:.2f} |")
     return "\n".join(rows)
 

@@ -48,11 +48,12 @@ def _records(sweep, configs):
     tma = configs.MMConfig(128, 64, 8, 3, kernel="tma", skip_padding=True).to_dict()
     classic = configs.MMConfig(128, 128, 4, 3).to_dict()
     recs = []
-    for T, tm, kind, cfg, us in [(8192, 64, "gate_up", classic, 900), (8192, 64, "down", classic, 600),
-                                 (8192, 128, "gate_up", tma, 700), (8192, 128, "down", tma, 450),
-                                 (8192, 128, "down", classic, 650),
-                                 (512, 32, "gate_up", classic, 200), (512, 32, "down", classic, 100),
-                                 (512, 64, "gate_up", tma, 210), (512, 64, "down", tma, 100)]:
+    points = [(8192, 64, "gate_up", classic, 900), (8192, 64, "down", classic, 600),
+              (8192, 128, "gate_up", tma, 700), (8192, 128, "down", tma, 450),
+              (8192, 128, "down", classic, 650),
+              (512, 32, "gate_up", classic, 200), (512, 32, "down", classic, 100),
+              (512, 64, "gate_up", tma, 210), (512, 64, "down", tma, 100)]
+    for T, tm, kind, cfg, us in points:
         recs.append(dict(model=m, T=T, rows_per_expert=T * 8 / 128, tile_m=tm, kind=kind,
                          job=f"{kind} {tm} {cfg['kernel']}", config=cfg, us=us, rel_err=1e-3))
     recs.append(dict(model=m, T=512, rows_per_expert=32.0, tile_m=16, kind="gate_up", job="bad",
