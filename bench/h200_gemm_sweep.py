@@ -793,11 +793,37 @@ def main():
         log_file.flush()
 
     report = {"args": vars(args)}
+
+    def save(table=None, rows=None, status="", done=False):
+        """Writes what the run has so far (a hang or a timeout still leaves it in $OUT): the
+        report, and once chosen, the table merged into the repo's and the final lines."""
+        report["seconds"] = time.time() - t_start
+        report["finished"] = done
+        if table is not None:
+            report["table"], report["experts"] = table, rows
+            old_path = args.table_file or configs.TABLE_FILE
+            old = json.load(open(old_path)) if os.path.exists(old_path) else {}
+            merged = merge_tables(old, table)
+            merged["about"] = (
+                f"written by bench/h200_gemm_sweep.py on {device_name()} "
+                f"({time.strftime('%Y-%m-%d')}, torch {report['environment']['torch']}, triton "
+                f"{report['environment']['triton']}; {status}); copy to "
+                "torch_argon/triton_ops/tuned_configs.json")
+            with open(os.path.join(args.out, "tuned_configs.json"), "w") as f:
+                json.dump(merged, f, indent=1)
+        with open(os.path.join(args.out, "gemm_sweep.json"), "w") as f:
+            json.dump(report, f, indent=1, default=str)
+        text = final_table(rows) if rows else "(no experts-path rows)"
+        if rows is not None:
+            with open(os.path.join(args.out, "gemm_sweep_table.txt"), "w") as f:
+                f.write(text + "\n")
+        return text
     log(f"== 1. compile {len(jobs)} candidates in {args.procs} workers")
     compiled = compile_jobs([dict(id=jid, kind=kind, block_m=bm, config=cfg.to_dict())
                              for jid, kind, bm, cfg in jobs], args.procs,
                             args.compile_budget_s, os.path.join(args.out, "compile"), log=log)
     report["compile"] = compiled
+    save()
     n_ok = sum(r.get("ok", False) for r in compiled.values())
     log(f"   {n_ok}/{len(jobs)} compiled and correct ({time.time() - t_start:.0f} s)")
     for jid, r in sorted(compiled.items()):
@@ -812,6 +838,7 @@ def main():
 
     log("== 2. verify against fp32")
     report["verify"] = {m: sweep.verify(m) for m in models}
+    save()
     log(f"   {len(sweep.ok_jobs)} candidates verified ({time.time() - t_start:.0f} s)")
 
     log("== 3. sweep")
@@ -830,6 +857,8 @@ def main():
                 partial += recs
                 continue
             records += recs
+            report["sweep"] = records
+            save()
             best = best_by_point(recs)
             for tm in tms:
                 parts = [f"{k} {best[(m, T, tm, k)]['us']:.1f} ({best[(m, T, tm, k)]['job']})"
@@ -854,15 +883,16 @@ def main():
                 log(f"   {m} T={T}: tile_m {tm} (gate_up + down: " +
                     ", ".join(f"tm{k} {v:.0f}" for k, v in sorted(sums.items())) + " us)")
     device = device_name()
-    table = build_table(configs, device, best, choices, RUN.dtype_name)
+    keep_old, rows = set(), []
+    save(build_table(configs, device, best, choices, RUN.dtype_name), rows,
+         f"the experts path checked at none of its {len(choices)} points yet")
 
-    rows = []
     if sweep.ops is None:
         log("== 5. experts path: SKIPPED (no CUDA build of torch_argon: run "
             "`bash bench/h200_run.sh build` first)")
     else:
         log("== 5. experts path (old = today's rules, new = the table)")
-        keep_old = set()
+        table = build_table(configs, device, best, choices, RUN.dtype_name)
         for T in Ts:
             for m in models:
                 if (m, T) not in choices:
@@ -871,6 +901,7 @@ def main():
                     r = sweep.experts_point(m, T, table)
                 except Exception as e:
                     log(f"   {m} T={T}: FAILED {type(e).__name__}: {str(e)[:300]}")
+                    keep_old.add((m, T))
                     continue
                 if r["new_us"] > r["old_us"] * 1.005 or r["new_vs_old_rel_err"] > GEMM_TOL:
                     keep_old.add((m, T))
@@ -883,24 +914,13 @@ def main():
                     f"{r['torch_grouped_mm_us']:.1f} us, err vs old "
                     f"{r['new_vs_old_rel_err']:.1e}" + (f"  [{r['decision']}]"
                                                          if "decision" in r else ""))
-        table = build_table(configs, device, best, choices, RUN.dtype_name, keep_old=keep_old)
-    report["experts"] = rows
-
-    old_path = args.table_file or configs.TABLE_FILE
-    old = json.load(open(old_path)) if os.path.exists(old_path) else {}
-    merged = merge_tables(old, table)
-    merged["about"] = (f"written by bench/h200_gemm_sweep.py on {device} "
-                       f"({time.strftime('%Y-%m-%d')}, torch {env['torch']}, triton "
-                       f"{env['triton']}); copy to torch_argon/triton_ops/tuned_configs.json")
-    with open(os.path.join(args.out, "tuned_configs.json"), "w") as f:
-        json.dump(merged, f, indent=1)
-    report["table"] = table
-    report["seconds"] = time.time() - t_start
-    with open(os.path.join(args.out, "gemm_sweep.json"), "w") as f:
-        json.dump(report, f, indent=1, default=str)
-    text = final_table(rows) if rows else "(no experts-path rows)"
-    with open(os.path.join(args.out, "gemm_sweep_table.txt"), "w") as f:
-        f.write(text + "\n")
+                save(build_table(configs, device, best, choices, RUN.dtype_name, keep_old),
+                     rows, f"the experts path checked at {len(rows)} of its {len(choices)} "
+                     "points so far")
+    table = build_table(configs, device, best, choices, RUN.dtype_name, keep_old=keep_old)
+    text = save(table, rows, f"the experts path checked at {len(rows)} of its {len(choices)} "
+                "points" if sweep.ops is not None else "the experts path not checked (no build)",
+                done=True)
     log(f"== done in {time.time() - t_start:.0f} s: $OUT/tuned_configs.json, gemm_sweep.json")
     log(text)
 

@@ -40,7 +40,8 @@ args=(--out "$OUT" --budget-s "$budget")
 [ -n "${T_LIST:-}" ] && args+=(--T "$T_LIST")
 [ -n "${MODELS:-}" ] && args+=(--models "$MODELS")
 [ -n "${PROCS:-}" ] && args+=(--procs "$PROCS")
-python3 "$HERE/h200_gemm_sweep.py" "${args[@]}"
+# A hard stop past the soft budget: a hung kernel still leaves what was written so far.
+timeout -s KILL $((budget + 120)) python3 "$HERE/h200_gemm_sweep.py" "${args[@]}"
 rc=$?
 echo "== h200_gemm_sweep.sh rc=$rc after $((SECONDS - START)) s; results in $OUT"
 [ -f "$OUT/gemm_sweep_table.txt" ] && cat "$OUT/gemm_sweep_table.txt"

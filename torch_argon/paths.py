@@ -3,8 +3,7 @@
 
 Paths:
   "triton"  CUDA, fp16/bf16 dense experts: the Triton grouped GEMMs with the gather and the
-            SwiGLU fused in (two GEMM launches), tile_m from the mean rows per expert
-            (triton_ops/configs.py: the measured table of the GPU, else the default rule).
+            SwiGLU fused in (two GEMM launches), tile_m from the mean rows per expert.
   "ops"     any device: the argon ops one per stage (plan, gather, moe_mm, swiglu, moe_mm,
             combine); tile_m 16 on GPUs (the grouped GEMMs' M tile) and 1 on the CPU, where each
             expert's rows go to one matmul whole and padding would be wasted work.
