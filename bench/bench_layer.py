@@ -1,8 +1,10 @@
 """Time the whole argon MoE layer and each of its stages against plain-torch baselines, in one
 run on the current device, and merge the records into a JSON file.
 
-    # the H200 (defaults: bf16, E=512, K=10, hidden 2048, expert width 512), ~1-2 minutes:
+    # the H200 (defaults: bf16; E=512 K=10 hidden 2048 expert width 512, a Qwen3-Next-sized
+    # layer, and E=128 K=8 hidden 2048 width 768, Qwen3-30B-A3B; T = 128 ... 16384), ~4 minutes:
     python bench/bench_layer.py --json bench/results/h200.json
+    # one config: --configs 128x8x2048x768 (E x K x hidden x width), or --E/--K/--hidden/--inter
     # the CPU, small shapes:
     python bench/bench_layer.py --device cpu --T 64,256 --E 16 --K 4 --hidden 256 --inter 128 \
         --json bench/results/cpu.json
@@ -18,9 +20,12 @@ argon ops one stage at a time with torch.topk (the layer before the Triton kerne
 path is the "moe_layer" record and its "moe_layer/<stage>" records; each other path is a
 baseline of it ("layer_argon_<path>_path") with its stages under "moe_layer_<path>/<stage>".
 
-Records: {"op": "moe_layer" or "moe_layer/<stage>", "backend", "T", "E", "K", "tm", "dist",
-"median_us", "baseline", "baseline_median_us", ...}. A run replaces every record of the file
-with the same (backend, T, dist) whose op starts with "moe_layer"; the others are kept.
+Records: {"op": "moe_layer" or "moe_layer/<stage>", "backend", "T", "E", "K", "H", "I", "tm",
+"dist", "median_us", "baseline", "baseline_median_us", ...}; on CUDA the layer records also
+carry the floors: "weight_read_floor_us" (every expert's weights read once at --hbm-tbps) and
+"matrix_floor_us" (the experts' T*K*6*H*I FLOP at --matrix-tflops). A run replaces every record
+of the file with the same (backend, T, E, K, H, I, dist) whose op starts with "moe_layer"; the
+others are kept.
 """
 import argparse
 import json
@@ -39,6 +44,15 @@ from torch_argon.routing import route  # noqa: E402
 from torch_argon.testing.timing import cuda_events_us, heat  # noqa: E402
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+# E x K x hidden x expert width: a Qwen3-Next-sized layer, and Qwen3-30B-A3B's.
+DEFAULT_CONFIGS = ("512x10x2048x512", "128x8x2048x768")
+
+
+def parse_config(text):
+    parts = text.lower().split("x")
+    if len(parts) != 4 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise SystemExit(f"--configs: {text!r} is not ExKxHxI (e.g. 128x8x2048x768)")
+    return tuple(int(p) for p in parts)
 STAGES = ("route", "plan", "gather", "gate_up_mm", "swiglu", "down_mm", "combine")
 
 
@@ -221,7 +235,8 @@ def triton_stages(x, router, w_gate_up, w_down, K, E, tm, ops):
     tiles = (plan.tile_expert, plan.meta, tm)
     h = triton_ops.moe_gate_up_swiglu_triton(x, w_gate_up, *tiles, plan.sorted_token,
                                              zero_unused=False)
-    y = triton_ops.moe_mm_triton(h, w_down, *tiles, zero_unused=False)
+    y = triton_ops.moe_mm_triton(h, w_down, *tiles, zero_unused=False,
+                                 row_token=plan.sorted_token)
     ends = plan.offsets[1:]
 
     def gather_gate_up_swiglu_torch():
@@ -240,7 +255,8 @@ def triton_stages(x, router, w_gate_up, w_down, K, E, tm, ops):
                                                          plan.sorted_token, zero_unused=False),
             ("torch_gather_grouped_mm_silu_mul", gather_gate_up_swiglu_torch, True),
             touched_weight_bytes(plan, w_gate_up)),
-        "down_mm": (lambda: triton_ops.moe_mm_triton(h, w_down, *tiles, zero_unused=False),
+        "down_mm": (lambda: triton_ops.moe_mm_triton(h, w_down, *tiles, zero_unused=False,
+                                                     row_token=plan.sorted_token),
                     ("torch_grouped_mm", lambda: torch._grouped_mm(
                         h, w_down.transpose(1, 2), offs=ends), True),
                     touched_weight_bytes(plan, w_down)),
@@ -250,19 +266,21 @@ def triton_stages(x, router, w_gate_up, w_down, K, E, tm, ops):
     }
 
 
-def bench_one(args, timer, ops, T, dist, tile_ms):
-    """Records for one (T, dist): the layer along each path against the baselines, then every
-    stage of each path."""
-    E, K, H, I, dtype = args.E, args.K, args.hidden, args.inter, DTYPES[args.dtype]
+def bench_one(args, timer, ops, T, dist, tile_ms, model):
+    """Records for one (model config, T, dist): the layer along each path against the
+    baselines, then every stage of each path. model: (E, K, H, I)."""
+    (E, K, H, I), dtype = model, DTYPES[args.dtype]
     x, router, w_gate_up, w_down = make_problem(T, E, H, I, dtype, args.device, dist)
     common = dict(backend=args.backend, T=T, E=E, K=K, dist=dist, dtype=args.dtype, H=H, I=I)
 
     timed = {}  # path: (tm, us, how)
     for path in args.paths:
         run = layer_fn(x, router, w_gate_up, w_down, K, ops, path)
-        if path == "triton":  # the layer picks its tile_m from shapes
+        if path == "triton":  # the layer picks its tile_m from shapes (and the config table)
             _, us, how = time_layer(timer, run, [None])
-            timed[path] = (triton_ops.configs.layer_tile_m(T * K, E), us, how)
+            timed[path] = (triton_ops.configs.layer_tile_m(
+                T * K, E, hidden=H, inter=I, dtype=dtype,
+                device_name=triton_ops.device_name(args.device)), us, how)
         else:
             timed[path] = time_layer(timer, run, tile_ms)
     main_path = args.paths[0]
@@ -303,6 +321,7 @@ def bench_one(args, timer, ops, T, dist, tile_ms):
         r["weight_bytes"] = weight_bytes
         if args.device.type == "cuda":
             r["weight_read_floor_us"] = weight_bytes / (args.hbm_tbps * 1e12) * 1e6
+            r["matrix_floor_us"] = T * K * 6 * H * I / (args.matrix_tflops * 1e12) * 1e6
             r["floor_over_layer"] = r["weight_read_floor_us"] / us  # 1.0 = at the floor
 
     for path in args.paths:
@@ -316,12 +335,19 @@ def bench_one(args, timer, ops, T, dist, tile_ms):
 
 # ---- output ---------------------------------------------------------------------------------
 
+def shape_of(r):
+    """The layer config of a record; records from before the configs were recorded are the
+    default E=512 layer."""
+    return tuple(r.get(k, d) for k, d in (("E", 512), ("K", 10), ("H", 2048), ("I", 512)))
+
+
 def key(r):
-    return (r["op"], r["backend"], r["T"], r["baseline"], r.get("dist"))
+    return (r["op"], r["backend"], r["T"], shape_of(r), r["baseline"], r.get("dist"))
 
 
 def group(r):
-    return (r["backend"], r["T"], r.get("dist")) if r["op"].startswith("moe_layer") else None
+    return ((r["backend"], r["T"], shape_of(r), r.get("dist")) if r["op"].startswith("moe_layer")
+            else None)
 
 
 def merge_into(path, records):
@@ -351,7 +377,8 @@ def merge_into(path, records):
 
 def report(records, device):
     layer = [r for r in records if r["op"] == "moe_layer"][0]
-    print(f"T={layer['T']} dist={layer['dist']} tm={layer['tm']}: argon layer "
+    print(f"E={layer['E']} K={layer['K']} H={layer['H']} I={layer['I']} "
+          f"T={layer['T']} dist={layer['dist']} tm={layer['tm']}: argon layer "
           f"({layer.get('path', '-')} path) {layer['median_us']:.1f} us ({layer['timing']})")
     for r in records:
         if r["op"] == "moe_layer" and r["baseline"]:
@@ -359,9 +386,9 @@ def report(records, device):
                   f"({r['baseline_timing']}): {r['baseline_median_us'] / r['median_us']:.2f}x, "
                   f"max rel err {r['max_rel_err_vs_baseline']:.2e}")
     if device.type == "cuda":
-        floor = layer["weight_read_floor_us"]
-        print(f"  weight-read floor {floor:.0f} us: layer at {floor / layer['median_us']:.0%} "
-              f"of it ({layer['median_us'] / floor:.2f}x the floor)")
+        floor, matrix = layer["weight_read_floor_us"], layer["matrix_floor_us"]
+        print(f"  floors: weight read {floor:.0f} us, matrix {matrix:.0f} us: layer at "
+              f"{layer['median_us'] / max(floor, matrix):.2f}x the larger")
     for prefix in dict.fromkeys(r["op"].split("/")[0] for r in records if "/" in r["op"]):
         print(f"  {prefix} stages:")
         stages = [r for r in records if r["op"].startswith(prefix + "/")]
@@ -379,11 +406,17 @@ def main():
     p.add_argument("--device", default="auto", help="auto (cuda when present), cuda or cpu")
     p.add_argument("--backend", default=None,
                    help="torch_argon backend name (default: cuda on CUDA, cpu on the CPU)")
-    p.add_argument("--T", default="128,512,2048,8192", help="token counts, comma separated")
-    p.add_argument("--E", type=int, default=512)
-    p.add_argument("--K", type=int, default=10)
-    p.add_argument("--hidden", type=int, default=2048)
-    p.add_argument("--inter", type=int, default=512, help="expert width I")
+    p.add_argument("--T", default="128,512,2048,8192,16384",
+                   help="token counts, comma separated")
+    p.add_argument("--configs", default=",".join(DEFAULT_CONFIGS),
+                   help="layer configs ExKxHxI (experts, top-k, hidden, expert width), comma "
+                        "separated")
+    p.add_argument("--E", type=int, default=None,
+                   help="with --K/--hidden/--inter: one config instead of --configs (the "
+                        "others default to 512x10x2048x512's)")
+    p.add_argument("--K", type=int, default=None)
+    p.add_argument("--hidden", type=int, default=None)
+    p.add_argument("--inter", type=int, default=None, help="expert width I")
     p.add_argument("--dtype", default="bf16", choices=DTYPES)
     p.add_argument("--tile-m", default="16,32,64,128",
                    help="tile_m values, comma separated: the layer is timed at each, and the "
@@ -397,6 +430,8 @@ def main():
                    help="samples for the (slow) per-expert loop baseline")
     p.add_argument("--hbm-tbps", type=float, default=4.3,
                    help="memory bandwidth for the weight-read floor (H200: 4.3 TB/s)")
+    p.add_argument("--matrix-tflops", type=float, default=790.0,
+                   help="matrix rate for the matrix floor (H200 bf16, measured: 790 TFLOP/s)")
     p.add_argument("--json", default=None, help="merge the records into this JSON file")
     args = p.parse_args()
 
@@ -409,9 +444,15 @@ def main():
         sys.exit(f"backend {args.backend} is unavailable: {backend.reason}")
     if torch.device(backend.device).type != args.device.type:
         sys.exit(f"backend {args.backend} runs on {backend.device}, not {args.device}")
+    if any(v is not None for v in (args.E, args.K, args.hidden, args.inter)):
+        base = parse_config(DEFAULT_CONFIGS[0])
+        models = [tuple(v if v is not None else d for v, d in
+                        zip((args.E, args.K, args.hidden, args.inter), base))]
+    else:
+        models = [parse_config(c) for c in args.configs.split(",")]
     name = torch.cuda.get_device_name() if args.device.type == "cuda" else "CPU"
-    print(f"{name}, backend {args.backend}, {args.dtype}, E={args.E} K={args.K} "
-          f"H={args.hidden} I={args.inter}")
+    print(f"{name}, backend {args.backend}, {args.dtype}, configs " +
+          ", ".join("E={} K={} H={} I={}".format(*m) for m in models))
 
     if args.paths is None:
         args.paths = ("triton,ops" if args.device.type == "cuda" and triton_ops.AVAILABLE
@@ -421,13 +462,14 @@ def main():
     tile_ms = [int(t) for t in args.tile_m.split(",")]
     records = []
     with torch.inference_mode():
-        for dist in args.dist.split(","):
-            for T in (int(t) for t in args.T.split(",")):
-                recs = bench_one(args, timer, backend.ops, T, dist, tile_ms)
-                report(recs, args.device)
-                records += recs
-                if args.device.type == "cuda":
-                    torch.cuda.empty_cache()
+        for model in models:
+            for dist in args.dist.split(","):
+                for T in (int(t) for t in args.T.split(",")):
+                    recs = bench_one(args, timer, backend.ops, T, dist, tile_ms, model)
+                    report(recs, args.device)
+                    records += recs
+                    if args.device.type == "cuda":
+                        torch.cuda.empty_cache()
     if args.json:
         merge_into(args.json, records)
         print(f"{len(records)} records merged into {args.json}")

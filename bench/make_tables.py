@@ -71,16 +71,28 @@ def cuda_ops_table(records):
     return "\n".join(rows)
 
 
+def layer_shape(r):
+    """(E, K, H, I) of a layer record; records from before these were recorded are the E=512
+    layer."""
+    return tuple(r.get(k, d) for k, d in (("E", 512), ("K", 10), ("H", 2048), ("I", 512)))
+
+
+def shape_label(shape):
+    return "E={} K={} H={} I={}".format(*shape)
+
+
 def layer_table(records):
-    """The whole layer (bench/bench_layer.py) against each baseline and the weight-read floor."""
-    rows = ["| T | argon layer (us) | vs argon ops path (us) | vs argsort + grouped_mm (us) | "
-            "vs per-expert loop (us) | weight-read floor (us) | layer / floor |",
-            "|---:|---:|---:|---:|---:|---:|---:|"]
+    """The whole layer (bench/bench_layer.py) against each baseline and the floors, per layer
+    config and T."""
+    rows = ["| config | T | argon layer (us) | vs argon ops path (us) | "
+            "vs argsort + grouped_mm (us) | vs per-expert loop (us) | weight-read floor (us) | "
+            "matrix floor (us) | layer / larger floor |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     layer = {}
     for r in records:
         if r["op"] == "moe_layer":
-            layer.setdefault(r["T"], {})[r["baseline"]] = r
-    for T, by_base in sorted(layer.items()):
+            layer.setdefault((layer_shape(r), r["T"]), {})[r["baseline"]] = r
+    for (shape, T), by_base in sorted(layer.items()):
         any_r = next(iter(by_base.values()))
         cells = []
         for name in ("layer_argon_ops_path", "layer_argsort_grouped_mm", "layer_per_expert_loop"):
@@ -88,24 +100,29 @@ def layer_table(records):
             cells.append(f"{b['baseline_median_us']:.0f} ({b['baseline_median_us'] / b['median_us']:.1f}x)"
                          if b else "-")
         floor = any_r.get("weight_read_floor_us")
-        rows.append(f"| {T} | {any_r['median_us']:.0f} | {' | '.join(cells)} | "
-                    f"{floor:.0f} | {any_r['median_us'] / floor:.2f} |")
+        matrix = any_r.get("matrix_floor_us")
+        larger = max(floor or 0, matrix or 0)
+        rows.append(f"| {shape_label(shape)} | {T} | {any_r['median_us']:.0f} | "
+                    f"{' | '.join(cells)} | {floor:.0f} | {f'{matrix:.0f}' if matrix else '-'} | "
+                    f"{any_r['median_us'] / larger:.2f} |")
     return "\n".join(rows)
 
 
 def stage_table(records):
-    """Each stage's time and share of the layer, with its baseline."""
+    """Each stage's time and share of the layer, with its baseline: a row per config and T."""
     stages = [r for r in records if r["op"].startswith("moe_layer/")]
-    Ts = sorted({r["T"] for r in stages})
-    rows = ["| stage | " + " | ".join(f"T={T}: argon us (share) / baseline us" for T in Ts) + " |",
-            "|---|" + "---:|" * len(Ts)]
-    for name in dict.fromkeys(r["op"].split("/", 1)[1] for r in stages):
+    names = list(dict.fromkeys(r["op"].split("/", 1)[1] for r in stages))
+    points = sorted({(layer_shape(r), r["T"]) for r in stages})
+    rows = ["| config | T | " + " | ".join(f"{n}: us (share) / baseline us" for n in names) + " |",
+            "|---|---:|" + "---:|" * len(names)]
+    for shape, T in points:
         cells = []
-        for T in Ts:
-            r = next((r for r in stages if r["op"] == f"moe_layer/{name}" and r["T"] == T), None)
+        for name in names:
+            r = next((r for r in stages if r["op"] == f"moe_layer/{name}" and r["T"] == T
+                      and layer_shape(r) == shape), None)
             base = f" / {r['baseline_median_us']:.1f}" if r and r.get("baseline_median_us") else ""
             cells.append(f"{r['median_us']:.1f} ({r['share_of_layer'] * 100:.0f}%){base}" if r else "-")
-        rows.append(f"| {name} | " + " | ".join(cells) + " |")
+        rows.append(f"| {shape_label(shape)} | {T} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
 

@@ -5,6 +5,8 @@ import torch
 
 from routing_cases import make_ids, make_weights
 from torch_argon import reference, triton_ops
+from torch_argon.triton_ops import configs
+from torch_argon.triton_ops.configs import MMConfig
 
 # name: (T, H, E, I, K, tile_m, routing distribution, transposed weight stacks)
 CASES = {
@@ -16,13 +18,52 @@ CASES = {
     "k1": (25, 64, 8, 32, 1, 16, "uniform", False),
     "t0": (0, 64, 8, 32, 2, 16, "uniform", False),
     "tile64": (50, 64, 8, 32, 4, 64, "repeated", False),
+    "tile128": (90, 64, 4, 32, 6, 128, "repeated", False),  # last tiles mostly padding
     "tile256": (40, 64, 4, 32, 8, 256, "repeated", False),  # two row blocks per tile
     "odd_dims_strided": (21, 48, 6, 24, 3, 16, "neg_some", True),  # K and N tails, strides
+    "odd_dims": (21, 48, 6, 24, 3, 32, "neg_some", False),  # K and N tails, dense stacks
 }
 # The cases that also run the GeGLU epilogues (activation "gelu" and "gelu_tanh").
 GEGLU_CASES = ("uniform", "odd_dims_strided")
 # Relative Frobenius error per dtype, as tests/test_layer.py.
 REL_TOL = {torch.float16: 2e-3, torch.bfloat16: 1.5e-2}
+
+# The Hopper kernel's variants (moe_mm_tma_kernel.py), block shapes for these small stacks
+# (the real ones come from the sweep's table), and the cases each runs on: "tma" as it is,
+# "tma_p" on a persistent grid with half-height blocks over padding rows (tile_m >= 32) and
+# its results stored through a descriptor.
+TMA_VARIANTS = {
+    "tma": (dict(kernel="tma"), ("neg_some", "all_skipped", "t0", "odd_dims", "k1")),
+    "tma_p": (dict(kernel="tma", skip_padding=True, persistent=1, tma_store=True),
+              ("empty_experts", "tile64", "tile128", "tile256", "odd_dims")),
+}
+VARIANT_CASES = [(v, c) for v, (_, cases) in TMA_VARIANTS.items() for c in cases]
+
+
+def variant_configs(variant, tile_m):
+    """(gate_up config, down config) of a variant for a case's tile_m."""
+    opts = dict(TMA_VARIANTS[variant][0])
+    if tile_m < 32:
+        opts.pop("skip_padding", None)
+    return (MMConfig(block_n=32, block_k=32, num_warps=4, num_stages=2, **opts),
+            MMConfig(block_n=32, block_k=32, num_warps=4, num_stages=2, **opts))
+
+
+# Loads (mean rows per expert) 4x apart, so every load is within the lookup's 4x of one.
+EVERY_LOAD = [4.0 ** k for k in range(-4, 8)]
+
+
+def variant_table(device, dtype, E, H, I, tile_m, gate_up_cfg, down_cfg):
+    """A config table (configs.set_table) that makes the ops choose these configs for this
+    device, dtype and expert shape at tile_m and any load, and the layer choose tile_m, as
+    the layer's lookup would."""
+    name = triton_ops.device_name(torch.device(device))
+    entry = lambda cfg: [{"rows_per_expert": r, "tile_m": tile_m, "config": cfg.to_dict()}  # noqa
+                         for r in EVERY_LOAD]
+    return {"gemm": {configs.gemm_key(name, dtype, "gate_up", E, 2 * I, H): entry(gate_up_cfg),
+                     configs.gemm_key(name, dtype, "down", E, H, I): entry(down_cfg)},
+            "tile_m": {configs.tile_m_key(name, dtype, E, H, I):
+                       [{"rows_per_expert": r, "tile_m": tile_m} for r in EVERY_LOAD]}}
 
 
 def rel_err(got, want):
@@ -48,13 +89,13 @@ def poison_allocator(device):
         del junk
 
 
-def run_case(name, device, dtype, ops):
-    """ops: the OpSet for plan and combine on `device` (reference ops on the CPU)."""
+def run_case(name, device, dtype, ops, variant=None):
+    """ops: the OpSet for plan and combine on `device` (reference ops on the CPU). variant: a
+    TMA_VARIANTS name, run instead of the default choice (see run_variant)."""
+    if variant is not None:
+        return run_variant(name, variant, device, dtype, ops)
     T, H, E, I, K, tm, dist, transposed = CASES[name]
-    g = torch.Generator().manual_seed(list(CASES).index(name))
-    x = torch.randn(T, H + 8, generator=g).to(dtype)[:, 3:3 + H]  # rows strided, not dense
-    wgu, wd = _weights(E, H, I, dtype, transposed, g)
-    ids, w = make_ids(T, K, E, dist, seed=T + E), make_weights(T, K, seed=T)
+    x, wgu, wd, ids, w = _case_data(name, dtype)
     plan = reference.moe_plan(ids, w, E, tm)
     xs = reference.moe_gather(x, plan.sorted_token)
     want_h = reference.swiglu(reference.moe_mm(xs, wgu, plan.tile_expert, tm))
@@ -105,6 +146,92 @@ def run_case(name, device, dtype, ops):
     err = rel_err(got, want_layer)
     if got.shape != want_layer.shape or err > tol:
         failures.append(f"experts path: rel err {err:.2e} (shape {tuple(got.shape)})")
+    return failures
+
+
+def _case_data(name, dtype):
+    T, H, E, I, K, tm, dist, transposed = CASES[name]
+    g = torch.Generator().manual_seed(list(CASES).index(name))
+    x = torch.randn(T, H + 8, generator=g).to(dtype)[:, 3:3 + H]  # rows strided, not dense
+    wgu, wd = _weights(E, H, I, dtype, transposed, g)
+    ids, w = make_ids(T, K, E, dist, seed=T + E), make_weights(T, K, seed=T)
+    return x, wgu, wd, ids, w
+
+
+def run_variant(name, variant, device, dtype, ops, configs_pair=None):
+    """One Hopper-kernel variant on a case: the gathered gate/up + SwiGLU GEMM and the
+    row-ordered down GEMM (with the plan's tokens, so padding may be skipped) launched into
+    NaN-filled outputs (zero_unused: every row is written, unused tiles and padding rows with
+    zeros), one GeGLU epilogue, then the experts path through the ops with a config table
+    that selects the variant (zero_unused off, as the layer runs). configs_pair: (gate_up,
+    down) configs to run instead of the variant's (variant then only names the run)."""
+    from torch_argon.triton_ops.ops import choose_config, launch_moe_mm, tma_refusal
+
+    T, H, E, I, K, tm, dist, transposed = CASES[name]
+    x, wgu, wd, ids, w = _case_data(name, dtype)
+    plan = reference.moe_plan(ids, w, E, tm)
+    xs = reference.moe_gather(x, plan.sorted_token)
+    want_gu = reference.moe_mm(xs, wgu, plan.tile_expert, tm)
+    want_h = reference.swiglu(want_gu)
+    want_y = reference.moe_mm(want_h, wd, plan.tile_expert, tm)
+    want_layer = reference.moe_layer(x, None, (wgu, wd), K, topk_ids=ids, topk_weights=w)
+    d = device
+    dplan = plan.to(d)
+    xd, wgud, wdd, hd = x.to(d), wgu.to(d), wd.to(d), want_h.to(d)
+    cfg_gu, cfg_dn = configs_pair or variant_configs(variant, tm)
+    failures = []
+    block_m = min(tm, 128)
+    for what, cfg, a, wt, out, tokens in (
+            ("gate_up", cfg_gu, xd, wgud, None, dplan.sorted_token),
+            ("down", cfg_dn, hd, wdd, None, dplan.sorted_token)):
+        refusal = cfg.kernel == "tma" and tma_refusal(a, wt, out, block_m, cfg, tokens)
+        if refusal:
+            failures.append(f"{variant} {what}: the variant does not run here: {refusal}")
+    if failures:
+        return failures
+    tol = REL_TOL[dtype]
+    R = plan.sorted_token.shape[0]
+
+    def check(what, got, want):
+        got = got.cpu()
+        if not torch.isfinite(got).all():
+            failures.append(f"{variant} {what}: non-finite values (unwritten elements?)")
+        err = rel_err(got, want)
+        if err > tol:
+            failures.append(f"{variant} {what}: rel err {err:.2e} > {tol:.0e}")
+        unused = (plan.tile_expert < 0).repeat_interleave(tm)
+        if unused.any() and not (got[unused] == 0).all():
+            failures.append(f"{variant} {what}: rows of unused tiles are not zero")
+
+    def launch(a, wt, n_out, cfg, swiglu, activation="silu", **kw):
+        out = torch.full((R, n_out), float("nan"), dtype=dtype, device=d)
+        if R:
+            launch_moe_mm(a, wt, dplan.tile_expert, dplan.meta, tm, out=out, swiglu=swiglu,
+                          zero_unused=True, activation=activation, config=cfg, **kw)
+        return out
+
+    check("gate_up_swiglu", launch(xd, wgud, I, cfg_gu, True,
+                                   sorted_token=dplan.sorted_token), want_h)
+    check("gate_up_gelu_tanh", launch(xd, wgud, I, cfg_gu, True, activation="gelu_tanh",
+                                      sorted_token=dplan.sorted_token),
+          reference.swiglu(want_gu, activation="gelu_tanh"))
+    check("down", launch(hd, wdd, H, cfg_dn, False, sorted_token=None,
+                         row_token=dplan.sorted_token), want_y)
+    configs.set_table(variant_table(d, dtype, E, H, I, tm, cfg_gu, cfg_dn))
+    try:
+        load = configs.mean_rows_per_expert(R, E, tm)
+        chosen = (choose_config(xd, wgud, tm, True, True, load),
+                  choose_config(hd, wdd, tm, False, False, load))
+        if chosen != (cfg_gu, cfg_dn):
+            failures.append(f"{variant}: the table lookup chose {chosen}")
+        poison_allocator(d)
+        got = triton_ops.moe_experts_triton(xd, ids.to(d), w.to(d), wgud, wdd, tile_m=tm,
+                                            ops=ops)
+    finally:
+        configs.set_table(None)
+    err = rel_err(got, want_layer)
+    if got.shape != want_layer.shape or not torch.isfinite(got.cpu()).all() or err > tol:
+        failures.append(f"{variant} experts path: rel err {err:.2e} (shape {tuple(got.shape)})")
     return failures
 
 

@@ -32,10 +32,13 @@ def _index_scalars_numpy2():
 _index_scalars_numpy2()
 
 from torch_argon.testing import backends  # noqa: E402
-from triton_cases import CASES, run_case, run_corrupt_tokens_case, run_topk_case  # noqa: E402
+from triton_cases import (CASES, VARIANT_CASES, run_case, run_corrupt_tokens_case,  # noqa: E402
+                          run_topk_case)
 
 results = {name: run_case(name, "cpu", torch.float16, backends.get("cpu").ops)
            for name in CASES}
+results.update({f"{v}:{c}": run_case(c, "cpu", torch.float16, backends.get("cpu").ops, variant=v)
+                for v, c in VARIANT_CASES})  # the Hopper kernel's variants
 results["topk"] = run_topk_case("cpu")
 results["corrupt_tokens"] = run_corrupt_tokens_case("cpu")
 print(json.dumps(results))

@@ -101,11 +101,13 @@ def time_stages(args, layer, ops, device):
     if args.path == "triton":  # the gather and SwiGLU run inside the gate/up GEMM
         gate_up = triton_ops.moe_gate_up_swiglu_triton
         h = gate_up(x, wgu, plan.tile_expert, plan.meta, tm, plan.sorted_token, zero_unused=False)
-        y = triton_ops.moe_mm_triton(h, wd, plan.tile_expert, plan.meta, tm, zero_unused=False)
+        y = triton_ops.moe_mm_triton(h, wd, plan.tile_expert, plan.meta, tm, zero_unused=False,
+                                     row_token=plan.sorted_token)
         argon["gather + gate/up GEMM + SwiGLU"] = t(lambda: gate_up(
             x, wgu, plan.tile_expert, plan.meta, tm, plan.sorted_token, zero_unused=False))
         argon["down GEMM"] = t(lambda: triton_ops.moe_mm_triton(
-            h, wd, plan.tile_expert, plan.meta, tm, zero_unused=False))
+            h, wd, plan.tile_expert, plan.meta, tm, zero_unused=False,
+            row_token=plan.sorted_token))
     else:
         xs = ops.moe_gather(x, plan)
         gu = ops.moe_mm(xs, wgu, plan)

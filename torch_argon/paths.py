@@ -68,7 +68,10 @@ def choose_experts_path(x, experts, ops, *, n_entries, tile_m=None, path="auto")
     if path == "triton" and refusal:
         raise ValueError(f"path='triton' cannot run here: {refusal}")
     if not refusal:
-        if tile_m is None:
-            tile_m = triton_ops.layer_tile_m(n_entries, experts.n_experts)
+        if tile_m is None:  # dense stacks: the measured table's choice for this GPU, else the rule
+            tuned = (dict(hidden=experts.hidden, inter=experts.inter, dtype=x.dtype,
+                          device_name=triton_ops.device_name(x.device))
+                     if experts.kind == "dense" else {})
+            tile_m = triton_ops.layer_tile_m(n_entries, experts.n_experts, **tuned)
         return ExpertsPath("triton", tile_m)
     return ExpertsPath("ops", ops_tile_m(x.device) if tile_m is None else tile_m, refusal)

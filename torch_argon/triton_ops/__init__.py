@@ -11,6 +11,7 @@ except ImportError as e:  # the CPU CI machine may not have it
     AVAILABLE, REASON = False, f"triton is not importable: {e}"
 else:
     AVAILABLE, REASON = True, ""
-    from .ops import moe_gate_up_swiglu_triton, moe_mm_triton, topk_triton  # noqa: F401
+    from .ops import (device_name, moe_gate_up_swiglu_triton, moe_mm_triton,  # noqa: F401
+                      topk_triton)
     from .configs import layer_tile_m  # noqa: F401
     from .experts import moe_experts_triton  # noqa: F401

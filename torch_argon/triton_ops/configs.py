@@ -1,22 +1,75 @@
-"""Block shapes for the Triton grouped GEMM, and the tile_m the layer asks the plan for.
+"""Block shapes and kernels for the Triton grouped GEMMs, and the tile_m the layer asks the plan
+for: from a measured table where it has the point, else from the default rules below.
 
-Chosen once from shapes on the host (no run-time autotuning: the layer runs inside CUDA graphs
-and torch.compile). BLOCK_M is the plan's tile_m (capped at 128): one program row block per
-plan tile, so each expert's weights are streamed once per tile.
-Measured on the H200 with bench/sweep_triton_mm.py (numbers beside the tables below).
+Chosen on the host from shapes, dtype and the device's name only (no run-time autotuning, no
+host sync: the layer runs inside CUDA graphs and torch.compile). BLOCK_M is the plan's tile_m
+capped at 128: a block never straddles two experts.
+
+The table (tuned_configs.json beside this file, or the file named by ARGON_TRITON_CONFIGS) is
+written by bench/h200_gemm_sweep.py; each entry is keyed by device name, dtype, GEMM kind and
+the weight stack's shape, and holds the winners at the mean rows per expert it measured:
+  "gemm":   "<device>|<dtype>|<kind>|E<E>|N<N_w>|K<Kd>" -> [{"rows_per_expert", "tile_m",
+            "config": MMConfig fields}, ...]   kind: "gate_up" (gathered, SwiGLU) or "down"
+            (row-ordered, plain); N_w is the stack's rows (2I for gate_up).
+  "tile_m": "<device>|<dtype>|E<E>|H<H>|I<I>" -> [{"rows_per_expert", "tile_m"}, ...]
+A lookup takes the entry nearest in log(rows per expert) among those of the same tile_m, if it
+lies within a factor MAX_LOAD_RATIO of the load asked for (the sweep's loads are at most 4x
+apart); fp16 falls back to the bf16 entries of the same point (same kernels, same shapes).
+Everything else (other GPUs, shapes, loads far outside the measured ones, tile_m values the
+sweep did not time) takes the default rules, the configs measured before the table existed.
 """
-from dataclasses import dataclass
+import functools
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, fields
+from typing import Optional
+
+KERNELS = ("classic", "tma")
 
 
 @dataclass(frozen=True)
 class MMConfig:
+    """block_n / block_k / num_warps / num_stages: the launch's block shape and pipeline.
+    kernel: "classic" (moe_mm_kernel.py, any GPU) or "tma" (moe_mm_tma_kernel.py, sm_90+).
+    The rest apply to "tma" only: skip_padding (half-height MMAs over padding rows; needs the
+    plan's tokens), persistent (programs per SM of a persistent grid; 0 = one program per
+    block; more than the SM can hold at once would run in waves: the sweep checks), tma_store
+    (the result through a descriptor, where the output's strides allow)."""
     block_n: int
     block_k: int
     num_warps: int
     num_stages: int
+    kernel: str = "classic"
+    skip_padding: bool = False
+    persistent: int = 0
+    tma_store: bool = False
+
+    def __post_init__(self):
+        if self.kernel not in KERNELS:
+            raise ValueError(f"MMConfig.kernel must be one of {KERNELS}, got {self.kernel!r}")
+        if self.kernel == "classic" and (self.skip_padding or self.persistent or self.tma_store):
+            raise ValueError("skip_padding, persistent and tma_store need kernel='tma'")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @staticmethod
+    def from_dict(d: dict) -> "MMConfig":
+        names = {f.name for f in fields(MMConfig)}
+        return MMConfig(**{k: v for k, v in d.items() if k in names})
+
+    def label(self) -> str:
+        extra = "".join((" skip" if self.skip_padding else "",
+                         f" p{self.persistent}" if self.persistent else "",
+                         " cstore" if self.tma_store else ""))
+        return (f"{self.kernel} bn{self.block_n} bk{self.block_k} w{self.num_warps} "
+                f"s{self.num_stages}{extra}")
 
 
 MAX_BLOCK_M = 128
+
+# ---- the default rules (the classic kernel; H200-measured before the table) -----------------
 
 # (BLOCK_M, up to this many mean rows per expert) -> config, first match wins. gate_up: the fused
 # gate/up + SwiGLU kernel (block_n counts h columns; a program's weight tile is 2 * block_n
@@ -55,6 +108,7 @@ def mean_rows_per_expert(rows: int, n_expert: int, tile_m: int) -> float:
 
 
 def config_for(swiglu: bool, block_m: int, rows_per_expert: float) -> MMConfig:
+    """The default rule: the classic kernel's config for this block_m and load."""
     for bm, max_rows, cfg in GATE_UP_CONFIGS if swiglu else DOWN_CONFIGS:
         if bm == block_m and rows_per_expert <= max_rows:
             return cfg
@@ -67,13 +121,97 @@ def config_for(swiglu: bool, block_m: int, rows_per_expert: float) -> MMConfig:
 TILE_M_LIMITS = {16: 10.0, 32: 20.0}
 
 
-def layer_tile_m(n_entries: int, n_expert: int) -> int:
-    """tile_m for the layer's plan from the mean rows per expert (T*K/E, known from shapes): a
-    tile that holds a typical expert's rows, so most experts own one tile and their weights
-    are streamed once; 64 from 20 rows per expert up (several tiles per expert then run side
-    by side and share the weight blocks in L2)."""
+def default_tile_m(n_entries: int, n_expert: int) -> int:
+    """The default rule: a tile that holds a typical expert's rows (T*K/E), so most experts own
+    one tile and their weights are streamed once; 64 from 20 rows per expert up (several tiles
+    per expert then run side by side and share the weight blocks in L2)."""
     rows = n_entries / max(n_expert, 1)
     for tm, limit in TILE_M_LIMITS.items():
         if rows <= limit:
             return tm
     return 64
+
+
+# ---- the measured table ----------------------------------------------------------------------
+
+TABLE_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tuned_configs.json")
+_table_override: Optional[dict] = None
+
+
+@functools.lru_cache(maxsize=None)
+def _load_table(path: str) -> dict:
+    if not os.path.exists(path):
+        return {"gemm": {}, "tile_m": {}}
+    with open(path) as f:
+        table = json.load(f)
+    return {"gemm": table.get("gemm", {}), "tile_m": table.get("tile_m", {})}
+
+
+def table() -> dict:
+    if _table_override is not None:
+        return _table_override
+    return _load_table(os.environ.get("ARGON_TRITON_CONFIGS") or TABLE_FILE)
+
+
+def set_table(new: Optional[dict]) -> None:
+    """Use this table (the JSON's dict form) instead of the file, or the file again (None):
+    for the sweep, which times its own candidates through the layer's lookup, and for tests."""
+    global _table_override
+    _table_override = None if new is None else {"gemm": new.get("gemm", {}),
+                                                "tile_m": new.get("tile_m", {})}
+
+
+DTYPE_NAMES = {"torch.bfloat16": "bfloat16", "torch.float16": "float16"}
+
+
+def dtype_name(dtype) -> str:
+    return DTYPE_NAMES.get(str(dtype), str(dtype).replace("torch.", ""))
+
+
+def gemm_key(device_name: str, dtype, kind: str, n_expert: int, n_w: int, kd: int) -> str:
+    return f"{device_name}|{dtype_name(dtype)}|{kind}|E{n_expert}|N{n_w}|K{kd}"
+
+
+def tile_m_key(device_name: str, dtype, n_expert: int, hidden: int, inter: int) -> str:
+    return f"{device_name}|{dtype_name(dtype)}|E{n_expert}|H{hidden}|I{inter}"
+
+
+def _entries(section: str, key: str) -> list:
+    """The table's entries for key; fp16 takes bf16's where it has none of its own."""
+    found = table()[section].get(key)
+    if found is None and "|float16|" in key:
+        found = table()[section].get(key.replace("|float16|", "|bfloat16|"))
+    return found or []
+
+
+MAX_LOAD_RATIO = 4.0
+
+
+def _nearest(entries: list, rows_per_expert: float):
+    """The entry nearest in log(rows per expert), or None if none lies within MAX_LOAD_RATIO."""
+    r = math.log(max(rows_per_expert, 1e-3))
+    dist = lambda e: abs(math.log(max(e["rows_per_expert"], 1e-3)) - r)  # noqa: E731
+    best = min(entries, key=dist, default=None)
+    return best if best is not None and dist(best) <= math.log(MAX_LOAD_RATIO) + 1e-9 else None
+
+
+def tuned_config(device_name: str, dtype, kind: str, n_expert: int, n_w: int, kd: int,
+                 tile_m: int, rows_per_expert: float) -> Optional[MMConfig]:
+    """The table's config for this GEMM at this tile_m, nearest in load; None if it has none."""
+    entries = [e for e in _entries("gemm", gemm_key(device_name, dtype, kind, n_expert, n_w, kd))
+               if e["tile_m"] == tile_m]
+    found = _nearest(entries, rows_per_expert)
+    return MMConfig.from_dict(found["config"]) if found else None
+
+
+def layer_tile_m(n_entries: int, n_expert: int, *, hidden: Optional[int] = None,
+                 inter: Optional[int] = None, dtype=None, device_name: Optional[str] = None) -> int:
+    """tile_m for the layer's plan from the mean rows per expert (T*K/E, known from shapes):
+    the table's choice for this device, dtype and expert shape where it has one, nearest in
+    load; else the default rule (default_tile_m)."""
+    if None not in (hidden, inter, dtype, device_name):
+        found = _nearest(_entries("tile_m", tile_m_key(device_name, dtype, n_expert, hidden,
+                                                        inter)), n_entries / max(n_expert, 1))
+        if found:
+            return int(found["tile_m"])
+    return default_tile_m(n_entries, n_expert)

@@ -13,6 +13,7 @@ def moe_experts_triton(x, topk_ids, topk_weights, w_gate_up, w_down, *, tile_m, 
     plan = ops.moe_plan(topk_ids, topk_weights, E, tile_m)
     h = moe_gate_up_swiglu_triton(x, w_gate_up, plan.tile_expert, plan.meta, tile_m,
                                   plan.sorted_token, zero_unused=False, activation=activation)
-    y = moe_mm_triton(h, w_down, plan.tile_expert, plan.meta, tile_m, zero_unused=False)
+    y = moe_mm_triton(h, w_down, plan.tile_expert, plan.meta, tile_m, zero_unused=False,
+                      row_token=plan.sorted_token)  # padding rows may be skipped
     return ops.moe_combine(y, plan, topk_weights, shared=shared, residual=residual,
                            out_dtype=out_dtype or x.dtype)
