@@ -216,6 +216,34 @@ def run_partial_tile_case(device, dtype=torch.float16, name="Q8_0"):
     return failures
 
 
+def run_config_case(device, dtype=torch.float16):
+    """launch_moe_qmm with configs other than the table's (the sweep's): the weight tile as the
+    second tl.dot operand (swap_ab False), other block_n and blocks per step, BLOCK_M below the
+    tile."""
+    from torch_argon.triton_ops.quant_configs import QMMConfig
+    from torch_argon.triton_ops.quant_blocks import device_tables
+    failures = []
+    for name, cfg, block_m in (("Q8_0", QMMConfig(32, 2, 4, 2, swap_ab=False), None),
+                               ("Q4_K", QMMConfig(64, 1, 4, 2, swap_ab=False), 16),
+                               ("Q5_0", QMMConfig(32, 1, 4, 3, swap_ab=True), None)):
+        T, E, K, tm = 12, 3, 2, 32
+        H, I, x, wgu, _, ids, w = _problem(name, T, E, K, tm, "uniform", dtype, 17)
+        plan = reference.moe_plan(ids, w, E, tm)
+        want = reference.swiglu(reference.moe_mm(reference.moe_gather(x, plan.sorted_token)
+                                                 .float(), dequantize_reference(wgu, name, H),
+                                                 plan.tile_expert, tm))
+        out = torch.full(want.shape, float("nan"), dtype=dtype, device=device)
+        dplan = plan.to(device)
+        quant_ops.launch_moe_qmm(x.to(device), wgu.to(device), FORMATS[name], H,
+                                 device_tables(device), dplan.tile_expert, dplan.meta, tm,
+                                 dplan.sorted_token, out, swiglu=True, zero_unused=True,
+                                 config=cfg, block_m=block_m)
+        err = rel_err(out.cpu(), want)
+        if not err <= QREL_TOL[dtype]:
+            failures.append(f"{name} {cfg} block_m={block_m}: rel err {err:.2e}")
+    return failures
+
+
 # ---- the Triton-interpreter run ------------------------------------------------------------------
 
 INTERPRETER_FULL = ("Q4_K", "Q8_0", "F16")  # every GEMM variant; the others: fused gate/up, down
@@ -281,6 +309,7 @@ def interpreter_cases():
     yield "experts_split_Q4_K_IQ4_XS_down_Q6_K", lambda: run_experts_case(
         "Q4_K", "cpu", torch.float16, split="IQ4_XS", down_name="Q6_K")
     yield "partial_tiles", lambda: run_partial_tile_case("cpu")
+    yield "configs", lambda: run_config_case("cpu")
     yield "registration", registration_case
 
 

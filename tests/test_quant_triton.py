@@ -35,8 +35,9 @@ needs_cuda = pytest.mark.skipif(bool(CUDA_REASON), reason=CUDA_REASON or "ok")
 needs_triton = pytest.mark.skipif(not triton_ops.AVAILABLE, reason=triton_ops.REASON or "ok")
 
 if triton_ops.AVAILABLE:
-    from quant_triton_cases import (QE, QW, interpreter_cases, run_dequant_case,
-                                    run_experts_case, run_partial_tile_case, run_qmm_case)
+    from quant_triton_cases import (QE, QW, interpreter_cases, run_config_case,
+                                    run_dequant_case, run_experts_case, run_partial_tile_case,
+                                    run_qmm_case)
     from torch_argon.triton_ops import quant_blocks, quant_configs, quant_ops
     INTERPRETER_CASES = [name for name, _ in interpreter_cases()]
 else:
@@ -90,6 +91,11 @@ def test_quant_experts_cuda(name, down, split):
 @needs_cuda
 def test_partial_tiles_cuda():
     assert run_partial_tile_case("cuda", torch.bfloat16) == []
+
+
+@needs_cuda
+def test_other_configs_cuda():
+    assert run_config_case("cuda", torch.bfloat16) == []
 
 
 def _small_problem(name="Q4_K", T=24, E=6, K=3, tm=16, device="cuda"):
@@ -308,7 +314,7 @@ def test_block_layout_covers_the_row(name):
 def test_quant_configs():
     for tm in (1, 2, 4, 8, 16, 32, 64, 128, 256):
         bm = quant_configs.qmm_block_m(tm)
-        assert bm in (16, 32, 64, 128) and (bm <= tm or tm < 16)
+        assert bm in (16, 32, 64) and (bm <= tm or tm < 16)
         for swiglu in (False, True):
             for rows in (0.0, 5.0, 50.0, 500.0):
                 cfg = quant_configs.qmm_config(FORMATS["Q4_K"], swiglu, bm, rows)
@@ -316,4 +322,4 @@ def test_quant_configs():
     with pytest.raises(ValueError, match="power of two"):
         quant_configs.qmm_block_m(24)
     picks = [quant_configs.quant_layer_tile_m(T * 10, 512) for T in (128, 512, 1024, 2048, 8192)]
-    assert picks == sorted(picks) and picks[0] == 16 and picks[-1] == 128
+    assert picks == sorted(picks) and picks[0] == 16 and picks[-1] == 64

@@ -24,18 +24,20 @@ from .quant_blocks import dequant_chunk
 @triton.jit
 def dequantize_kernel(w_ptr, stride_wr, out_ptr, stride_or, n_rows, n_in, tab_ptr,
                       QTYPE: tl.constexpr, BLOCK_BYTES: tl.constexpr, SUBS: tl.constexpr,
-                      STEP_BLOCKS: tl.constexpr, MASK_K: tl.constexpr, BLOCK_R: tl.constexpr):
+                      STEP_BLOCKS: tl.constexpr, MASK_K: tl.constexpr, WORDS: tl.constexpr,
+                      BLOCK_R: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     row_ok = rows < n_rows
-    row_off = (tl.where(row_ok, rows, 0).to(tl.int64) * stride_wr)[None, :]
-    out_rows = out_ptr + rows.to(tl.int64)[None, :] * stride_or
-    j = tl.arange(0, 32)[:, None]
+    row_off = (tl.where(row_ok, rows, 0).to(tl.int64) * stride_wr)[:, None]
+    out_rows = out_ptr + rows.to(tl.int64)[:, None] * stride_or
+    j = tl.arange(0, 32)[None, :]
     for b in tl.static_range(STEP_BLOCKS):
         blk = tl.program_id(1) * STEP_BLOCKS + b
         for s in tl.static_range(SUBS):
-            v = dequant_chunk(w_ptr, row_off, blk, s, n_in, tab_ptr, QTYPE, BLOCK_BYTES, MASK_K)
+            v = dequant_chunk(w_ptr, row_off, blk, s, n_in, tab_ptr, QTYPE, BLOCK_BYTES, MASK_K,
+                              WORDS)
             k = (blk * SUBS + s) * 32 + j
             if MASK_K:
-                tl.store(out_rows + k, v.to(out_ptr.dtype.element_ty), mask=row_ok[None, :] & (k < n_in))
+                tl.store(out_rows + k, v.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & (k < n_in))
             else:
-                tl.store(out_rows + k, v.to(out_ptr.dtype.element_ty), mask=row_ok[None, :])
+                tl.store(out_rows + k, v.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])

@@ -50,9 +50,9 @@ def moe_qmm_kernel(
     META_N_TILES: tl.constexpr, HAS_META: tl.constexpr,
     GATHER: tl.constexpr, SWIGLU: tl.constexpr, ZERO_UNUSED: tl.constexpr,
     QTYPE: tl.constexpr, BLOCK_BYTES: tl.constexpr, SUBS: tl.constexpr,
-    STEP_BLOCKS: tl.constexpr, MASK_K: tl.constexpr,
+    STEP_BLOCKS: tl.constexpr, MASK_K: tl.constexpr, WORDS: tl.constexpr,
     ROWS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, SWAP_AB: tl.constexpr,
 ):
     pid = tl.program_id(0)
     n_col_blocks = tl.cdiv(N, BLOCK_N)
@@ -95,23 +95,33 @@ def moe_qmm_kernel(
         w_rows = (jn % 2) * N + (pid_n * BLOCK_N + jn // 2) % N  # gate, up, gate, up, ...
     else:
         w_rows = cols % N
-    w_row_off = (expert.to(tl.int64) * stride_we + w_rows.to(tl.int64) * stride_wn)[None, :]
+    w_row_off = (expert.to(tl.int64) * stride_we + w_rows.to(tl.int64) * stride_wn)[:, None]
 
-    acc = tl.zeros((BLOCK_M, 2 * BLOCK_N if SWIGLU else BLOCK_N), dtype=tl.float32)
+    W_ROWS: tl.constexpr = 2 * BLOCK_N if SWIGLU else BLOCK_N
+    if SWAP_AB:
+        acc = tl.zeros((W_ROWS, BLOCK_M), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, W_ROWS), dtype=tl.float32)
     for step in range(0, n_blocks // STEP_BLOCKS):
         for b in tl.static_range(STEP_BLOCKS):
             blk = step * STEP_BLOCKS + b
             for s in tl.static_range(SUBS):
                 w = dequant_chunk(w_ptr, w_row_off, blk, s, n_in, tab_ptr, QTYPE, BLOCK_BYTES,
-                                  MASK_K)
+                                  MASK_K, WORDS)
                 k = (blk * SUBS + s) * 32
                 if MASK_K:
                     a = tl.load(a_ptrs + k * stride_ak,
                                 mask=row_ok[:, None] & ((k + offs_k) < n_in)[None, :], other=0.0)
                 else:
                     a = tl.load(a_ptrs + k * stride_ak, mask=row_ok[:, None], other=0.0)
-                acc = tl.dot(a, w.to(a_ptr.dtype.element_ty), acc, input_precision=DOT_PRECISION)
+                w = w.to(a_ptr.dtype.element_ty)
+                if SWAP_AB:
+                    acc = tl.dot(w, tl.trans(a), acc, input_precision=DOT_PRECISION)
+                else:
+                    acc = tl.dot(a, tl.trans(w), acc, input_precision=DOT_PRECISION)
 
+    if SWAP_AB:
+        acc = tl.trans(acc)
     if SWIGLU:
         gate, up = tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N, 2)))
         acc = gate / (1.0 + tl.exp(-gate)) * up  # silu(gate) * up in fp32

@@ -36,7 +36,7 @@ from ..quant.formats import check_quantized, qformat
 from .configs import mean_rows_per_expert
 from .dequantize_kernel import dequantize_kernel
 from .moe_qmm_kernel import moe_qmm_kernel
-from .quant_blocks import TABLE_SIZE, device_tables
+from .quant_blocks import TABLE_SIZE, device_tables, words_ok
 from .quant_configs import QMMConfig, qmm_block_m, qmm_config
 
 # As ops.py: under the Triton interpreter the kernels are launched as they are (and not at all
@@ -97,8 +97,8 @@ def launch_moe_qmm(a, w_q, fmt, n_in, tables, tile_expert, meta, tile_m, sorted_
         GATHER=gather, SWIGLU=swiglu, ZERO_UNUSED=zero_unused,
         QTYPE=fmt.type_id, BLOCK_BYTES=block_bytes, SUBS=subs,
         STEP_BLOCKS=_step_blocks(cfg.step_blocks, subs, n_blocks), MASK_K=mask_k,
-        ROWS=rows_per_prog, BLOCK_M=block_m, BLOCK_N=cfg.block_n,
-        DOT_PRECISION="ieee" if a.dtype == torch.float32 else None,
+        WORDS=words_ok(fmt, w_q, w_q.stride(0), w_q.stride(1)), ROWS=rows_per_prog, BLOCK_M=block_m, BLOCK_N=cfg.block_n,
+        DOT_PRECISION="ieee" if a.dtype == torch.float32 else None, SWAP_AB=cfg.swap_ab,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return out
@@ -122,7 +122,8 @@ def launch_dequantize(w2d, fmt, n_in, out2d, tables, launcher=None):
     (launcher or (lambda k: k))(dequantize_kernel)[grid](
         w2d, w2d.stride(0), out2d, out2d.stride(0), rows, n_in, tables,
         QTYPE=fmt.type_id, BLOCK_BYTES=block_bytes, SUBS=subs, STEP_BLOCKS=step,
-        MASK_K=mask_k, BLOCK_R=DEQUANT_BLOCK_R, num_warps=4,
+        MASK_K=mask_k, WORDS=words_ok(fmt, w2d, w2d.stride(0)), BLOCK_R=DEQUANT_BLOCK_R,
+        num_warps=4,
         enable_fp_fusion=False,  # (d*sc)*q - dmin*m rounds twice, as the reference
     )
     return out2d
