@@ -24,8 +24,9 @@ Sections:
                  path: what a library does for prefill today
   GPU time per call under CUDA graph replay (median), after testing.timing.heat(). The quant
   output is compared with the dequant+bf16 output of the same weights (rel err printed).
-- sweep (--sweep): QMMConfig candidates for Q4_K's two GEMMs at T=128 and 2048 (E=512), to set
-  triton_ops/quant_configs.py by.
+- sweep (--sweep): QMMConfig candidates for Q4_K's two GEMMs alone at T=128, 2048 and 8192
+  (E=512; BLOCK_M 32 against 64 at the large T), to set triton_ops/quant_configs.py by. Runs
+  in what is left of the time budget.
 
 Compile time: every kernel variant the run needs is compiled first in parallel worker
 processes (the check section runs there whole; the layer's paths run once on uninitialized
@@ -41,7 +42,6 @@ import concurrent.futures
 import json
 import multiprocessing
 import os
-import statistics
 import sys
 import time
 import traceback
@@ -57,8 +57,8 @@ CONFIGS = {"E512": dict(E=512, K=10, H=2048, I=512), "E128": dict(E=128, K=8, H=
 T_LIST = (128, 512, 2048, 8192)
 # --tiny: the same run at toy sizes on any device (the CPU through the Triton interpreter:
 # TRITON_INTERPRET=1), to test this script's logic without a GPU. Timings are wall clock there.
-TINY_CONFIGS = {"E512": dict(E=8, K=2, H=256, I=256), "E128": dict(E=4, K=2, H=256, I=256)}
-TINY_T = (16, 40)
+TINY_CONFIGS = {"E512": dict(E=4, K=2, H=256, I=256), "E128": dict(E=2, K=1, H=256, I=256)}
+TINY_T = (16, 24)
 DEVICE = "cuda"
 DTYPE = torch.bfloat16
 MAIN_FORMAT = "Q4_K"
@@ -207,17 +207,13 @@ def synchronize():
 
 
 def graph_us(fn, inner=2, samples=10):
-    """Median us per call: CUDA graph replay on CUDA, the wall clock elsewhere (--tiny)."""
+    """Median us per call: CUDA graph replay on CUDA; elsewhere (--tiny) one call's wall clock."""
     if DEVICE == "cuda":
         from torch_argon.testing.timing import cuda_graph_us
         return cuda_graph_us(fn, inner=inner, samples=samples)
+    t0 = time.perf_counter()
     fn()
-    times = []
-    for _ in range(3):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e6)
-    return statistics.median(times)
+    return (time.perf_counter() - t0) * 1e6
 
 
 def heat(ms=60):
@@ -275,60 +271,97 @@ def bench_layer(cfg_name, name, Ts, records, with_baselines):
     return gen_s
 
 
+# (gemm, block_n, num_warps, num_stages, block_m or None for the table's) per sweep T.
+SWEEP_SMALL = [("gate_up", 64, 4, 2, None), ("gate_up", 64, 4, 3, None),
+               ("gate_up", 128, 8, 2, None), ("down", 128, 4, 2, None),
+               ("down", 128, 4, 3, None), ("down", 256, 8, 2, None)]
+SWEEP_LARGE = [(g, bn, w, st, bm) for bm in (32, 64)
+               for g, bn, w, st in (("gate_up", 64, 4, 3), ("gate_up", 64, 4, 2),
+                                    ("gate_up", 128, 8, 3), ("down", 128, 4, 2),
+                                    ("down", 128, 4, 3), ("down", 256, 8, 3))]
+
+
+def sweep_plan():
+    """[(T, candidates)]: the small-T and large-T candidates at the benchmark's sizes."""
+    if DEVICE != "cuda":
+        return [(TINY_T[0], SWEEP_SMALL[:2]), (TINY_T[-1], SWEEP_LARGE[:2])]
+    return [(128, SWEEP_SMALL), (2048, SWEEP_LARGE), (8192, SWEEP_LARGE)]
+
+
+class SweepProblem:
+    """Q4_K's gate/up (SwiGLU, gathered) and down GEMMs of the E512 config at one T, alone."""
+
+    def __init__(self, T, empty):
+        import torch_argon
+        from torch_argon.quant import FORMATS
+        from torch_argon.triton_ops import quant_configs
+        from torch_argon.triton_ops.quant_blocks import device_tables
+        cfg = CONFIGS["E512"]
+        self.E, K, self.H, self.I = cfg["E"], cfg["K"], cfg["H"], cfg["I"]
+        self.q = quant_experts(MAIN_FORMAT, cfg, seed=3, empty=empty)
+        self.fmt = FORMATS[MAIN_FORMAT]
+        self.tables = device_tables(DEVICE)
+        self.tm = quant_configs.quant_layer_tile_m(T * K, self.E)
+        ids, w = routing(T, self.E, K, seed=T)
+        self.plan = torch_argon.moe_plan(ids, w, self.E, self.tm)
+        R = self.plan.sorted_token.shape[0]
+        self.x = torch.randn(T, self.H, device=DEVICE).to(DTYPE)
+        self.h = (torch.randn(R, self.I, device=DEVICE) * 0.1).to(DTYPE)
+        self.out_gu = torch.empty(R, self.I, dtype=DTYPE, device=DEVICE)
+        self.out_d = torch.empty(R, self.H, dtype=DTYPE, device=DEVICE)
+
+    def fn(self, gemm, bn, warps, stages, bm):
+        from torch_argon.triton_ops import quant_ops
+        from torch_argon.triton_ops.quant_configs import QMMConfig
+        c = QMMConfig(block_n=bn, step_blocks=4, num_warps=warps, num_stages=stages)
+        p = self.plan
+        if gemm == "gate_up":
+            return lambda: quant_ops.launch_moe_qmm(
+                self.x, self.q.gate_up.data, self.fmt, self.H, self.tables, p.tile_expert,
+                p.meta, self.tm, p.sorted_token, self.out_gu, swiglu=True, zero_unused=False,
+                config=c, block_m=bm)
+        return lambda: quant_ops.launch_moe_qmm(
+            self.h, self.q.down.data, self.fmt, self.I, self.tables, p.tile_expert, p.meta,
+            self.tm, None, self.out_d, swiglu=False, zero_unused=False, config=c, block_m=bm)
+
+
+def task_compile_sweep(settings, T, candidate):
+    """Compiles one sweep candidate (one launch on uninitialized weights)."""
+    use_settings(settings)
+    t0 = time.time()
+    err = ""
+    try:
+        SweepProblem(T, empty=True).fn(*candidate)()
+        synchronize()
+    except Exception as e:  # noqa: BLE001 (timed, and reported, in the main process)
+        err = f"{type(e).__name__}: {str(e)[:200]}"
+    return f"sweep T={T} {candidate}", time.time() - t0, err
+
+
 def bench_sweep(records, budget_s):
-    """Q4_K's gate/up (SwiGLU, gathered) and down GEMMs alone, per QMMConfig candidate."""
-    import torch_argon
-    from torch_argon.quant import FORMATS
-    from torch_argon.triton_ops import quant_ops, quant_configs
-    from torch_argon.triton_ops.quant_blocks import device_tables
-    QC = quant_configs.QMMConfig
-    cfg = CONFIGS["E512"]
-    E, K, H, I = cfg["E"], cfg["K"], cfg["H"], cfg["I"]
-    q = quant_experts(MAIN_FORMAT, cfg, seed=3)
-    fmt = FORMATS[MAIN_FORMAT]
-    tables = device_tables(DEVICE)
+    """Times each sweep candidate alone (CUDA graph replay)."""
     t_end = time.time() + budget_s
-    for T in TINY_T if DEVICE != "cuda" else (128, 2048):
-        tm = quant_configs.quant_layer_tile_m(T * K, E)
-        ids, w = routing(T, E, K, seed=T)
-        plan = torch_argon.moe_plan(ids, w, E, tm)
-        x = torch.randn(T, H, device=DEVICE).to(DTYPE)
-        R = plan.sorted_token.shape[0]
-        h = (torch.randn(R, I, device=DEVICE) * 0.1).to(DTYPE)
-        out_gu = torch.empty(R, I, dtype=DTYPE, device=DEVICE)
-        out_d = torch.empty(R, H, dtype=DTYPE, device=DEVICE)
-        for swiglu in (True, False):
-            for bn in (32, 64, 128):
-                for warps, stages in ((4, 2), (4, 3), (8, 2)):
-                    if time.time() > t_end:
-                        print("sweep: out of time budget, stopping")
-                        return
-                    c = QC(block_n=bn, step_blocks=1, num_warps=warps, num_stages=stages)
-                    if swiglu:
-                        def fn(c=c):
-                            quant_ops.launch_moe_qmm(x, q.gate_up.data, fmt, H, tables,
-                                                     plan.tile_expert, plan.meta, tm,
-                                                     plan.sorted_token, out_gu, swiglu=True,
-                                                     zero_unused=False, config=c)
-                    else:
-                        def fn(c=c):
-                            quant_ops.launch_moe_qmm(h, q.down.data, fmt, I, tables,
-                                                     plan.tile_expert, plan.meta, tm, None,
-                                                     out_d, swiglu=False, zero_unused=False,
-                                                     config=c)
-                    try:
-                        us = graph_us(fn, inner=3, samples=10)
-                    except Exception as e:  # noqa: BLE001 (a config that does not compile)
-                        print(f"sweep T={T} {'gate_up' if swiglu else 'down'} {c}: "
-                              f"{type(e).__name__}: {str(e)[:200]}")
-                        continue
-                    records.append(dict(op="quant_sweep", backend=DEVICE, quant=MAIN_FORMAT,
-                                        T=T, E=E, K=K, tm=tm, gemm="gate_up" if swiglu else "down",
-                                        block_n=bn, num_warps=warps, num_stages=stages,
-                                        median_us=round(us, 2)))
-                    print(f"sweep T={T:5d} tm={tm:3d} {'gate_up' if swiglu else 'down   '} "
-                          f"block_n={bn:3d} warps={warps} stages={stages}: {us:8.1f} us",
-                          flush=True)
+    for T, candidates in sweep_plan():
+        prob = SweepProblem(T, empty=False)
+        for gemm, bn, warps, stages, bm in candidates:
+            if time.time() > t_end:
+                print("sweep: out of time budget, stopping")
+                return
+            label = (f"sweep T={T:5d} tm={prob.tm:3d} {gemm:7s} block_n={bn:3d} warps={warps} "
+                     f"stages={stages} block_m={bm or 'table'}")
+            try:
+                us = graph_us(prob.fn(gemm, bn, warps, stages, bm), inner=3, samples=10)
+            except Exception as e:  # noqa: BLE001 (a config that does not compile or run)
+                print(f"{label}: {type(e).__name__}: {str(e)[:200]}")
+                continue
+            records.append(dict(op="quant_sweep", backend=DEVICE, quant=MAIN_FORMAT, T=T,
+                                E=prob.E, K=CONFIGS["E512"]["K"], tm=prob.tm, gemm=gemm,
+                                block_n=bn, num_warps=warps, num_stages=stages,
+                                block_m=bm, median_us=round(us, 2)))
+            print(f"{label}: {us:8.1f} us", flush=True)
+        del prob
+        if DEVICE == "cuda":
+            torch.cuda.empty_cache()
 
 
 # ---- report ----------------------------------------------------------------------------------
@@ -401,6 +434,9 @@ def main():
         if baselines:
             tasks.append((task_compile, (settings, "dequant+bf16", cfg_name, name, Ts)))
             tasks.append((task_compile, (settings, "bf16", cfg_name, None, Ts)))
+    if args.sweep:  # T = 8192 compiles the same kernels as 2048
+        tasks += [(task_compile_sweep, (settings, T, cand)) for T, cands in sweep_plan()[:2]
+                  for cand in cands]
     check_failures, skipped, records = {}, [], []
     print(f"compiling and checking in {args.workers} worker processes ({len(tasks)} tasks)",
           flush=True)

@@ -32,6 +32,7 @@ from torch_argon.triton_ops.quant_configs import QMMConfig, qmm_config  # noqa: 
 from torch_argon.triton_ops.quant_ops import block_layout  # noqa: E402
 
 BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+WORDS = True  # --no-words: read the quant bytes bytewise in every format
 DIVISIBLE = ("stride_am", "stride_we", "stride_wn", "stride_cm", "stride_wr", "stride_or",
              "N", "n_in")  # multiples of 16 in the benchmark shapes, as Triton specializes them
 
@@ -65,7 +66,7 @@ def qmm_variant(name, block_m, swiglu, gather, dtype="bf16", arch=90, n_in=2048,
            "n_tiles_all": "i32"}
     consts = dict(META_N_TILES=1, HAS_META=True, GATHER=gather, SWIGLU=swiglu, ZERO_UNUSED=False,
                   QTYPE=fmt.type_id, BLOCK_BYTES=block_bytes, SUBS=subs, STEP_BLOCKS=step,
-                  MASK_K=False, WORDS=name in WORD_FORMATS, ROWS=block_m, BLOCK_M=block_m,
+                  MASK_K=False, WORDS=WORDS and name in WORD_FORMATS, ROWS=block_m, BLOCK_M=block_m,
                   BLOCK_N=cfg.block_n, DOT_PRECISION=None, SWAP_AB=cfg.swap_ab)
     kernel, secs = compile_kernel(moe_qmm_kernel, sig, consts, cfg.num_warps, cfg.num_stages, arch)
     rows = 2 * cfg.block_n if swiglu else cfg.block_n
@@ -80,7 +81,7 @@ def dequantize_variant(name, arch=90, n_in=2048):
     sig = {"w_ptr": "*u8", "stride_wr": "i32", "out_ptr": "*fp32", "stride_or": "i32",
            "n_rows": "i32", "n_in": "i32", "tab_ptr": "*fp32"}
     consts = dict(QTYPE=fmt.type_id, BLOCK_BYTES=block_bytes, SUBS=subs, STEP_BLOCKS=step,
-                  MASK_K=False, WORDS=name in WORD_FORMATS, BLOCK_R=64)
+                  MASK_K=False, WORDS=WORDS and name in WORD_FORMATS, BLOCK_R=64)
     kernel, secs = compile_kernel(dequantize_kernel, sig, consts, 4, 1, arch,
                                   enable_fp_fusion=False)
     return kernel, secs, 64 * 32 * step * subs / 128
@@ -113,7 +114,10 @@ def main():
     ap.add_argument("--stages", type=int, help="override num_stages")
     ap.add_argument("--only", choices=("swiglu", "down"), help="one of the two GEMMs")
     ap.add_argument("--swap-ab", type=int, choices=(0, 1), help="override swap_ab")
+    ap.add_argument("--no-words", action="store_true", help="no int32-word reads of quant bytes")
     args = ap.parse_args()
+    global WORDS
+    WORDS = not args.no_words
     override = {k: v for k, v in (("block_n", args.block_n), ("num_warps", args.warps),
                                   ("num_stages", args.stages),
                                   ("swap_ab", None if args.swap_ab is None else bool(args.swap_ab)))

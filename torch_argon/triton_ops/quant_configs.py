@@ -14,8 +14,11 @@ the reasoning below.
   is 2 * block_n rows; 32 * num_warps for the plain one): fewer rows leave the dequant
   replicated across threads (Q4_K: 36-64 instructions per value instead of 10-14).
 - BLOCK_M at most 64: at 128 the fp32 accumulator and the dequant do not fit in registers
-  (every config tried spills 150-1500 bytes), so quant_layer_tile_m stops at 64.
-- 2 stages at BLOCK_M 16-32 (weight-read bound: the dequant holds registers), 3 at 64.
+  (every config tried spills 150-1500 bytes), so quant_layer_tile_m stops at 64. At 64 the
+  SwiGLU kernel fits (Q4_K: 255 registers, no spill) but the down kernel spills 190-740 bytes
+  (2 stages spill least); the sweep times BLOCK_M 32 against 64 there.
+- 2 stages at BLOCK_M 16-32 (weight-read bound: the dequant holds registers), 3 for the SwiGLU
+  kernel at 64.
 """
 from dataclasses import dataclass
 
@@ -40,7 +43,7 @@ QGATE_UP_CONFIGS = [
 QDOWN_CONFIGS = [
     (16, INF, QMMConfig(block_n=128, step_blocks=4, num_warps=4, num_stages=2)),
     (32, INF, QMMConfig(block_n=128, step_blocks=4, num_warps=4, num_stages=2)),
-    (64, INF, QMMConfig(block_n=128, step_blocks=4, num_warps=4, num_stages=3)),
+    (64, INF, QMMConfig(block_n=128, step_blocks=4, num_warps=4, num_stages=2)),
 ]
 QMAX_BLOCK_M = 64
 
