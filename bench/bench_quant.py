@@ -366,7 +366,7 @@ def bench_sweep(records, budget_s):
 
 # ---- report ----------------------------------------------------------------------------------
 
-def table(records, check_failures, skipped):
+def table(records, check_failures, skipped, errors):
     rows = [r for r in records if r["op"] == "moe_experts"]
     print(f"\n=== quantized experts on {DEVICE} ({str(DTYPE).replace('torch.', '')} activations; "
           f"times in us, {'CUDA graph' if DEVICE == 'cuda' else 'wall-clock'} medians) ===")
@@ -389,7 +389,9 @@ def table(records, check_failures, skipped):
     print("targets: quant/bf16 <= 0.45 at T=128, 0.8 at 2048, 1.1 at 8192; "
           "dequant+bf16 / quant >= 2 at T <= 2048")
     if skipped:
-        print("skipped (time budget or errors): " + "; ".join(skipped))
+        print("skipped (time budget): " + "; ".join(skipped))
+    if errors:
+        print(f"ERRORS ({len(errors)}): " + "; ".join(e[:300] for e in errors))
     if check_failures:
         print(f"CHECK FAILED for {len(check_failures)} format(s): "
               + ", ".join(sorted(check_failures)))
@@ -437,13 +439,13 @@ def main():
     if args.sweep:  # T = 8192 compiles the same kernels as 2048
         tasks += [(task_compile_sweep, (settings, T, cand)) for T, cands in sweep_plan()[:2]
                   for cand in cands]
-    check_failures, skipped, records = {}, [], []
+    check_failures, skipped, errors, records = {}, [], [], []
     print(f"compiling and checking in {args.workers} worker processes ({len(tasks)} tasks)",
           flush=True)
     for res in run_pool(tasks, args.workers):
         if res[0] == "worker":
             print(f"  worker failed on {res[1]}: {res[2]}", flush=True)
-            skipped.append(f"{res[1]}: {res[2]}")
+            errors.append(f"{res[1]}: {res[2]}")
         elif isinstance(res[1], list):  # task_check
             name, failures, secs = res
             records.append(dict(op="quant_check", backend=DEVICE, quant=name,
@@ -459,7 +461,7 @@ def main():
             print(f"  compiled {label} ({secs:.0f} s){' ERROR ' + err if err else ''}",
                   flush=True)
             if err:
-                skipped.append(f"{label}: {err}")
+                errors.append(f"{label}: {err}")
     print(f"compile + check: {time.time() - start:.0f} s", flush=True)
 
     # 2. the layer benchmark
@@ -474,7 +476,7 @@ def main():
                       f"{time.time() - start:.0f} s so far)", flush=True)
             except Exception as e:  # noqa: BLE001 (report it, go on with the other rows)
                 traceback.print_exc()
-                skipped.append(f"{cfg_name} {name}: {type(e).__name__}: {e}")
+                errors.append(f"{cfg_name} {name}: {type(e).__name__}: {e}")
         if args.sweep:
             bench_sweep(records, budget_s=max(0.0, args.budget_s + 60 - (time.time() - start)))
     finally:
@@ -483,9 +485,9 @@ def main():
             with open(args.json, "w") as f:
                 json.dump(records, f, indent=1)
             print(f"{len(records)} records written to {args.json}")
-        table(records, check_failures, skipped)
+        table(records, check_failures, skipped, errors)
         print(f"total {time.time() - start:.0f} s")
-    sys.exit(1 if check_failures else 0)
+    sys.exit(1 if check_failures or errors else 0)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,8 @@
 #   bash bench/h200_quant.sh --quick     # T = 128 and 2048 only
 # Builds the extension first only if this Python has none (bench/h200_run.sh build does too;
 # the build is not in the 7 minutes). Writes $OUT/h200_quant.json (also bench/results/),
-# $OUT/h200_quant.log; prints the table last. Exit status: 0, or 1 if a format's check failed,
-# 2 if the build failed.
+# $OUT/h200_quant.log; prints the table last. Exit status: 0; 1 if a format's check failed or
+# a path raised (the table's last lines say which); 2 if the build failed.
 set -uo pipefail
 OUT="${OUT:-/tmp/argon_out}"
 mkdir -p "$OUT"

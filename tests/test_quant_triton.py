@@ -323,3 +323,24 @@ def test_quant_configs():
         quant_configs.qmm_block_m(24)
     picks = [quant_configs.quant_layer_tile_m(T * 10, 512) for T in (128, 512, 1024, 2048, 8192)]
     assert picks == sorted(picks) and picks[0] == 16 and picks[-1] == 64
+
+
+@needs_triton
+@pytest.mark.parametrize("name", ["Q4_K", "IQ4_XS", "Q8_0"])
+def test_quant_triton_ops_trace_on_fake_tensors(name):
+    """What torch.compile does with the triton ops: run them on fake tensors (no data, no
+    addresses; the kernel launch is a traced no-op): output shapes and dtypes."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    a = _bad_args()
+    H, E = 256, 3
+    w = random_quantized(name, 2 * 256, H, leading=(E,))
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        x, wq = mode.from_tensor(a["x"]), mode.from_tensor(w)
+        te, meta, st = (mode.from_tensor(a[k]) for k in ("tile_expert", "meta", "sorted_token"))
+        tables = mode.from_tensor(quant_blocks.device_tables("cpu"))
+        qt = FORMATS[name].type_id
+        h = quant_ops.moe_gate_up_swiglu_qmm_triton_op(x, wq, qt, H, tables, te, meta, 16, st)
+        y = quant_ops.moe_qmm_triton_op(x, wq, qt, H, tables, te, meta, 16, st, False)
+    R = a["sorted_token"].shape[0]
+    assert tuple(h.shape) == (R, 256) and tuple(y.shape) == (R, 512)
+    assert h.dtype == y.dtype == torch.float16

@@ -37,7 +37,8 @@ def dequantize_kernel(w_ptr, stride_wr, out_ptr, stride_or, n_rows, n_in, tab_pt
             v = dequant_chunk(w_ptr, row_off, blk, s, n_in, tab_ptr, QTYPE, BLOCK_BYTES, MASK_K,
                               WORDS)
             k = (blk * SUBS + s) * 32 + j
+            v = v.to(out_ptr.dtype.element_ty)
             if MASK_K:
-                tl.store(out_rows + k, v.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & (k < n_in))
+                tl.store(out_rows + k, v, mask=row_ok[:, None] & (k < n_in))
             else:
-                tl.store(out_rows + k, v.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
+                tl.store(out_rows + k, v, mask=row_ok[:, None])

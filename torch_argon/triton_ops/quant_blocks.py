@@ -7,8 +7,8 @@ Layouts and formulas: docs/quantized-formats.md.
 A chunk is 32 values along a row: element i = 32*s + j of block `blk` (j = 0..31 runs along the
 tile's second axis; s = 0..7 is the 32-value sub-block of a 256-value block, a compile-time
 constant, 0 for the 32-value formats). Every weight row of the tile is one row of it
-(`row_off`: the byte offset of each row, [BN, 1] int64). The plain float types (F32, F16, BF16) are read as
-"blocks" of 32 values (32 * size bytes), masked past n_in when MASK_K.
+(`row_off`: the byte offset of each row, [BN, 1] int64). The plain float types (F32, F16,
+BF16) are read as "blocks" of 32 values (32 * size bytes), masked past n_in when MASK_K.
 
 Exactness: every value is computed with the float32 operations of the reference, in its order
 (torch_argon/quant/reference.py), so the dequantize kernel, compiled with fp fusion off, is
@@ -29,6 +29,7 @@ cut by shifts. Scale fields are [BN, 1] loads, once per chunk.
 """
 import torch
 import triton
+from torch._subclasses.fake_tensor import is_fake
 import triton.language as tl
 
 from ..quant import tables
@@ -66,11 +67,20 @@ WORD_FORMATS = ("IQ4_XS", "Q4_K", "Q5_K", "Q2_K")
 
 def words_ok(fmt, *tensors_and_strides) -> bool:
     """Whether dequant_chunk may read fmt's quant bytes as int32 words: a WORD_FORMATS format,
-    and every data pointer and byte stride given a multiple of 4."""
+    every byte stride given and every tensor's address a multiple of 4. A fake tensor (a
+    torch.compile trace) has no address: its storage offset stands in, the storage itself
+    being aligned as the caching allocator's are."""
     if fmt.name not in WORD_FORMATS:
         return False
-    return all((x.data_ptr() if isinstance(x, torch.Tensor) else int(x)) % 4 == 0
-               for x in tensors_and_strides)
+    for x in tensors_and_strides:
+        if isinstance(x, torch.Tensor):
+            traced = is_fake(x) or x.device.type == "meta"
+            address = x.storage_offset() * x.element_size() if traced else x.data_ptr()
+        else:
+            address = int(x)
+        if address % 4:
+            return False
+    return True
 
 
 def _table_values():

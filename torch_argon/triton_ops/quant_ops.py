@@ -97,7 +97,8 @@ def launch_moe_qmm(a, w_q, fmt, n_in, tables, tile_expert, meta, tile_m, sorted_
         GATHER=gather, SWIGLU=swiglu, ZERO_UNUSED=zero_unused,
         QTYPE=fmt.type_id, BLOCK_BYTES=block_bytes, SUBS=subs,
         STEP_BLOCKS=_step_blocks(cfg.step_blocks, subs, n_blocks), MASK_K=mask_k,
-        WORDS=words_ok(fmt, w_q, w_q.stride(0), w_q.stride(1)), ROWS=rows_per_prog, BLOCK_M=block_m, BLOCK_N=cfg.block_n,
+        WORDS=words_ok(fmt, w_q, w_q.stride(0), w_q.stride(1)), ROWS=rows_per_prog,
+        BLOCK_M=block_m, BLOCK_N=cfg.block_n,
         DOT_PRECISION="ieee" if a.dtype == torch.float32 else None, SWAP_AB=cfg.swap_ab,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
@@ -150,7 +151,8 @@ def _check_qmm(op, a, w_q, qtype, n_in, tables, tile_expert, meta, tile_m, sorte
     if swiglu and w_q.shape[1] % 2:
         raise ValueError(f"{op}: w_q must be [E, 2I, row_bytes] (gate rows, then up rows), "
                          f"got {tuple(w_q.shape)}")
-    if tables is not None and (tables.dtype != torch.float32 or tuple(tables.shape) != (TABLE_SIZE,)):
+    if tables is not None and (tables.dtype != torch.float32
+                               or tuple(tables.shape) != (TABLE_SIZE,)):
         raise ValueError(f"{op}: tables must be quant_blocks.device_tables(device) (float32 "
                          f"[{TABLE_SIZE}]), got {tables.dtype} of shape {tuple(tables.shape)}")
     for name, t in (("tile_expert", tile_expert), ("meta", meta), ("sorted_token", sorted_token)):
