@@ -6,30 +6,9 @@ fp16 only: Triton 3.6's interpreter multiplies bf16 operands of tl.dot as raw bi
 errors of 1e10), so bf16 is checked on CUDA alone; the kernels' logic is dtype-independent.
 """
 import json
-import os
-import sys
 
-os.environ["TRITON_INTERPRET"] = "1"
-TESTS = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [TESTS, os.path.dirname(TESTS)]  # the tests' helpers, and torch_argon
-
+import triton_interpreter_setup  # noqa: F401  (first: sets TRITON_INTERPRET)
 import torch  # noqa: E402
-import triton.runtime.interpreter as interpreter  # noqa: E402
-
-
-def _index_scalars_numpy2():
-    """The interpreter keeps scalar arguments as 1-element arrays and converts them with int(),
-    which NumPy >= 2.4 refuses for arrays of one dimension: take the element instead."""
-    patch = interpreter._patch_lang_tensor
-
-    def patched(tensor, scope):
-        patch(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
-
-    interpreter._patch_lang_tensor = patched
-
-
-_index_scalars_numpy2()
 
 from torch_argon.testing import backends  # noqa: E402
 from triton_cases import (CASES, VARIANT_CASES, run_case, run_corrupt_tokens_case,  # noqa: E402
