@@ -62,7 +62,8 @@ if want_cuda():
 # ---- Metal for MPS (owned by the Metal backend): the kernels as one embedded source, which
 # csrc/metal/mps compiles on first use, and a prebuilt argon.metallib when `xcrun metal` exists.
 METAL_DIR = os.path.join("torch_argon", "metal")
-METAL_KERNELS = ("plan.metal", "gather.metal", "combine.metal", "swiglu.metal", "moe_mm.metal")
+METAL_KERNELS = ("plan.metal", "gather.metal", "combine.metal", "swiglu.metal", "moe_mm.metal",
+                 "dequantize.metal", "moe_qmm.metal")
 GENERATED = os.path.join("build", "argon_generated")
 
 
