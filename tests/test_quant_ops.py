@@ -391,3 +391,28 @@ def test_dequantize_rejects_bad_arguments(backend):
         ns.dequantize_out(as_blocks, 8, 64, buf.view(2, 4, 64))
     with pytest.raises(ValueError, match="unknown quantized type 'Q9_K'"):
         backend.ops.dequantize(w_q, "Q9_K", 64)
+
+
+# ---------------------------------------------------------------- the Metal kernel's schedules
+
+@pytest.fixture(params=("forward", "reverse", "free"))
+def lane_schedule(request):
+    """The host runner's lane order (tests/test_metal_host.py): a missing barrier in moe_qmm
+    shows under forward or reverse."""
+    from torch_argon.testing import backends
+    if not backends.get("metal_host").available:
+        pytest.skip("metal_host: not built")
+    torch.ops.argon_host.set_lane_schedule(request.param)
+    yield request.param
+    torch.ops.argon_host.set_lane_schedule("")
+
+
+@pytest.mark.parametrize("name,tm", [("Q4_K", 32), ("IQ2_XS", 8), ("Q5_0", 64)])
+def test_moe_qmm_metal_every_lane_schedule(lane_schedule, ref, name, tm):
+    """Several reduction steps (n_in of 8 steps of 64), two column blocks (N = 72), segments of
+    one and of several experts per 32-row block."""
+    from torch_argon.testing import backends
+    n_blocks = 512 // FORMATS[name].block_elems
+    plan, xs, w_q, n_in = qmm_case(name, 30, 3, 5, tm, "neg_some", 72, n_blocks, torch.bfloat16,
+                                   seed=tm)
+    check_qmm(backends.get("metal_host"), ref, name, plan, xs, w_q, n_in, lane_schedule)

@@ -39,22 +39,24 @@ inline uint u32_at(device const uchar* p) {
   return uint(p[0]) | (uint(p[1]) << 8) | (uint(p[2]) << 16) | (uint(p[3]) << 24);
 }
 
-// An fp16 field as float32, exactly: finite values (subnormals included) by the conversion,
-// inf / NaN from the bits (sign, all-ones exponent, payload << 13), as numpy widens them.
+// An fp16 field as float32, exactly, from its bits (no half arithmetic: x86's baseline has no
+// half conversion instruction, and a library call per scale costs more than the block's math):
+// inf / NaN keep sign and payload (payload << 13, as numpy widens them), normals get their
+// exponent rebiased (15 -> 127), subnormals are mantissa * 2^-24 (both factors exact).
 inline float f16_at(device const uchar* p) {
   const uint h = u16_at(p);
-  if ((h & 0x7C00u) == 0x7C00u) {
-    return as_type<float>(((h & 0x8000u) << 16) | 0x7F800000u | ((h & 0x3FFu) << 13));
-  }
-  return float(as_type<half>(ushort(h)));
+  const uint sign = (h & 0x8000u) << 16, magnitude = h & 0x7FFFu;
+  if (magnitude >= 0x7C00u) return as_type<float>(sign | 0x7F800000u | ((h & 0x3FFu) << 13));
+  if (magnitude >= 0x0400u) return as_type<float>(sign | ((magnitude + 0x1C000u) << 13));
+  return as_type<float>(sign | as_type<uint>(float(magnitude) * 5.9604644775390625e-8f));
 }
 
-// 4-bit quant i (0..31) of a 32-value block: low nibbles of the 16 bytes, then high nibbles.
-inline uint nibble32(device const uchar* qs, uint i) { return (qs[i % 16] >> (4 * (i / 16))) & 15u; }
-
-// x * -1.0 where `negative`, x * 1.0 otherwise, written out: compilers rewrite a multiply by -1
-// as a negation, which flips a NaN's sign bit, where the multiply (the reference) keeps it.
-inline float times_sign(float x, uint negative) { return (negative != 0 && x == x) ? -x : x; }
+// x * -1.0 where `negative`, x * 1.0 otherwise: the sign bit flipped except on a NaN. Written
+// out because compilers rewrite a multiply by -1 as a negation, which flips a NaN's sign bit,
+// where the multiply (the reference) keeps it; as a bit flip it also vectorises.
+inline float times_sign(float x, uint negative) {
+  return as_type<float>(as_type<uint>(x) ^ (negative != 0 && x == x ? 0x80000000u : 0u));
+}
 
 // A byte read as a two's complement int8 (not through `char`, whose signedness C++ leaves open).
 inline int i8(uchar x) { return int(x) - int(uint(x & 0x80u) << 1); }
@@ -76,23 +78,31 @@ inline void dequant_q8_0(device const block_q8_0* b, uint c, thread float* v) {
 // x[i] = d * (q - 8)
 inline void dequant_q4_0(device const block_q4_0* b, uint c, thread float* v) {
   const float d = f16_at(b->d);
-  for (uint j = 0; j < 32; ++j) v[j] = d * float(int(nibble32(b->qs, j)) - 8);
+  for (uint j = 0; j < 16; ++j) {
+    v[j] = d * float(int(b->qs[j] & 15u) - 8);
+    v[j + 16] = d * float(int(b->qs[j] >> 4) - 8);
+  }
 }
 
 // x[i] = d * ((q | bit i of qh << 4) - 16)
 inline void dequant_q5_0(device const block_q5_0* b, uint c, thread float* v) {
   const float d = f16_at(b->d);
   const uint qh = u32_at(b->qh);
-  for (uint j = 0; j < 32; ++j) {
-    const uint q = nibble32(b->qs, j) | (((qh >> j) & 1u) << 4);
-    v[j] = d * float(int(q) - 16);
+  for (uint j = 0; j < 16; ++j) {
+    const uint lo = (b->qs[j] & 15u) | (((qh >> j) & 1u) << 4);
+    const uint hi = (b->qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4);
+    v[j] = d * float(int(lo) - 16);
+    v[j + 16] = d * float(int(hi) - 16);
   }
 }
 
 // x[i] = d * IQ4_NL_VALUES[q]
 inline void dequant_iq4_nl(device const block_iq4_nl* b, uint c, thread float* v) {
   const float d = f16_at(b->d);
-  for (uint j = 0; j < 32; ++j) v[j] = d * IQ4_NL_VALUES[nibble32(b->qs, j)];
+  for (uint j = 0; j < 16; ++j) {
+    v[j] = d * IQ4_NL_VALUES[b->qs[j] & 15u];
+    v[j + 16] = d * IQ4_NL_VALUES[b->qs[j] >> 4];
+  }
 }
 
 // x[i] = 2^(e-128) * MXFP4_VALUES_X2[q]; the power of two built exactly from bits (subnormal
@@ -100,7 +110,10 @@ inline void dequant_iq4_nl(device const block_iq4_nl* b, uint c, thread float* v
 inline void dequant_mxfp4(device const block_mxfp4* b, uint c, thread float* v) {
   const uint e = b->e;
   const float d = as_type<float>(e < 2 ? 0x00200000u << e : (e - 1) << 23);
-  for (uint j = 0; j < 32; ++j) v[j] = d * MXFP4_VALUES_X2[nibble32(b->qs, j)];
+  for (uint j = 0; j < 16; ++j) {
+    v[j] = d * MXFP4_VALUES_X2[b->qs[j] & 15u];
+    v[j + 16] = d * MXFP4_VALUES_X2[b->qs[j] >> 4];
+  }
 }
 
 // ---- 256-value super-blocks (chunk c = sub-block of 32 values) -----------------------------
@@ -121,7 +134,10 @@ inline void dequant_iq4_xs(device const block_iq4_xs* b, uint c, thread float* v
                   (((u16_at(b->scales_h) >> (2 * c)) & 3u) << 4);
   const float dl = f16_at(b->d) * float(int(ls) - 32);
   device const uchar* qs = b->qs + 16 * c;
-  for (uint j = 0; j < 32; ++j) v[j] = dl * IQ4_NL_VALUES[nibble32(qs, j)];
+  for (uint j = 0; j < 16; ++j) {
+    v[j] = dl * IQ4_NL_VALUES[qs[j] & 15u];
+    v[j + 16] = dl * IQ4_NL_VALUES[qs[j] >> 4];
+  }
 }
 
 // Q4_K / Q5_K: the 6-bit scale and min of sub-block s from the 12 packed bytes.
@@ -213,9 +229,10 @@ inline void dequant_iq2_xs(device const block_iq2_xs* b, uint c, thread float* v
     const float db = (d * (float(ls) + 0.5f)) * 0.25f;
     const ulong grid = IQ2XS_GRID[w & 511u];
     const uint signs = IQ2XS_SIGNS[w >> 9];
-    for (uint k = 0; k < 8; ++k) {
-      const float g = float(uint(grid >> (8 * k)) & 255u);
-      v[8 * g4 + k] = times_sign(db * g, (signs >> k) & 1u);
+    const uint grid_lo = uint(grid), grid_hi = uint(grid >> 32);  // 32-bit shifts vectorise
+    for (uint k = 0; k < 4; ++k) {
+      v[8 * g4 + k] = times_sign(db * float((grid_lo >> (8 * k)) & 255u), (signs >> k) & 1u);
+      v[8 * g4 + 4 + k] = times_sign(db * float((grid_hi >> (8 * k)) & 255u), (signs >> (4 + k)) & 1u);
     }
   }
 }
