@@ -84,6 +84,7 @@ def worker(args):
     before = rss_kb()
     out = call()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    out_mb = out.numel() * out.element_size() / 2**20
     del out
     def cpu_s():
         r = resource.getrusage(resource.RUSAGE_SELF)
@@ -98,6 +99,7 @@ def worker(args):
     print(json.dumps({"median_s": statistics.median(times), "times_s": times,
                       "cpu_median_s": statistics.median(cpu_times),
                       "peak_extra_mb": (peak - before) / 1024, "rss_before_mb": before / 1024,
+                      "out_mb": out_mb,
                       "peak_reset": reset, "rows": int(plan.sorted_token.shape[0])}))
 
 
@@ -160,6 +162,9 @@ def main():
                            baseline_peak_extra_mb=round(b["peak_extra_mb"], 1),
                            memory_ratio=round(q["peak_extra_mb"] / max(b["peak_extra_mb"], 1e-9),
                                               3),
+                           out_mb=round(q["out_mb"], 1),
+                           workspace_mb=round(q["peak_extra_mb"] - q["out_mb"], 1),
+                           baseline_workspace_mb=round(b["peak_extra_mb"] - b["out_mb"], 1),
                            peak_reset=q["peak_reset"] and b["peak_reset"],
                            repeats=args.repeats)
                 records.append(rec)
@@ -172,16 +177,18 @@ def main():
     print(f"moe_qmm vs dequantize+moe_mm on the CPU ({args.dtype} activations, E={args.E} "
           f"H={args.H} I={args.I} K={args.K}, tile_m 1, threads: {threads}; medians of "
           f"{args.repeats}: wall time, and CPU time (user + system, all threads); memory: peak "
-          "RSS above the RSS before the call)")
+          "RSS above the RSS before the call, output included; workspace: without the output)")
     print("| format | T | GEMM | qmm ms | base ms | speedup | qmm CPU ms | base CPU ms | "
-          "CPU speedup | qmm MB | base MB | memory ratio |")
-    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "CPU speedup | qmm MB | base MB | memory ratio | qmm workspace MB | "
+          "base workspace MB |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in records:
         print(f"| {r['quant']} | {r['T']} | {r['gemm']} | {r['median_us'] / 1e3:.0f} | "
               f"{r['baseline_median_us'] / 1e3:.0f} | {r['speedup']:.2f}x | "
               f"{r['cpu_median_us'] / 1e3:.0f} | {r['baseline_cpu_median_us'] / 1e3:.0f} | "
               f"{r['cpu_speedup']:.2f}x | {r['peak_extra_mb']:.1f} | "
-              f"{r['baseline_peak_extra_mb']:.1f} | {r['memory_ratio']:.2f} |")
+              f"{r['baseline_peak_extra_mb']:.1f} | {r['memory_ratio']:.2f} | "
+              f"{r['workspace_mb']:.1f} | {r['baseline_workspace_mb']:.1f} |")
 
 
 if __name__ == "__main__":

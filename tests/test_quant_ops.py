@@ -28,6 +28,7 @@ from torch_argon import _C
 from torch_argon.quant import (FORMATS, dequantize_reference, force_finite_scales,
                                random_quantized, row_bytes)
 from torch_argon.quant import tables
+from torch_argon.testing import backends
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUANTIZED = [n for n, f in FORMATS.items() if not f.is_float]
@@ -287,6 +288,14 @@ def test_moe_qmm_non_finite_weights_stay_in_their_expert(backend, ref):
     assert rel_err(got[others], want[others]) < tol
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_moe_qmm_cpu_many_rows_per_expert(ref, dtype):
+    """More rows on one expert than one CPU task takes (512): the rows split into chunks, each
+    with its own widened copy of xs."""
+    plan, xs, w_q, n_in = qmm_case("Q4_K", 400, 3, 4, 1, "one_expert", 40, 1, dtype)
+    check_qmm(backends.get("cpu"), ref, "Q4_K", plan, xs, w_q, n_in)
+
+
 def test_moe_qmm_cpu_deterministic_across_thread_counts():
     plan, xs, w_q, n_in = qmm_case("Q4_K", 120, 4, 8, 1, "zipf", 200, 2, torch.float32)
     before = torch.get_num_threads()
@@ -399,7 +408,6 @@ def test_dequantize_rejects_bad_arguments(backend):
 def lane_schedule(request):
     """The host runner's lane order (tests/test_metal_host.py): a missing barrier in moe_qmm
     shows under forward or reverse."""
-    from torch_argon.testing import backends
     if not backends.get("metal_host").available:
         pytest.skip("metal_host: not built")
     torch.ops.argon_host.set_lane_schedule(request.param)
@@ -411,7 +419,6 @@ def lane_schedule(request):
 def test_moe_qmm_metal_every_lane_schedule(lane_schedule, ref, name, tm):
     """Several reduction steps (n_in of 8 steps of 64), two column blocks (N = 72), segments of
     one and of several experts per 32-row block."""
-    from torch_argon.testing import backends
     n_blocks = 512 // FORMATS[name].block_elems
     plan, xs, w_q, n_in = qmm_case(name, 30, 3, 5, tm, "neg_some", 72, n_blocks, torch.bfloat16,
                                    seed=tm)
