@@ -117,11 +117,12 @@ kernel void moe_qmm(device const uchar* xs [[buffer(0)]],
       for (uint j = 0; j < 4; ++j)
         simdgroup_store(acc[i][j], &a_tile[(sr + 8 * i) * BN + sc + 8 * j], BN);
     threadgroup_barrier(mem_flags::mem_threadgroup);
+    // No barrier before the next segment: its staging writes, per thread, the very a_tile
+    // elements this loop read (same index walk, BK == BN), and w_tile is not read here.
     for (uint idx = tid; idx < BM * BN; idx += ARGON_QMM_THREADS) {
       const uint i = idx / BN, c = col0 + idx % BN;
       if (i >= seg0 && i < seg1 && c < p.n) store_f(out, p.dtype, ulong(row0 + i) * p.n + c, a_tile[idx]);
     }
-    threadgroup_barrier(mem_flags::mem_threadgroup);  // before the next segment restages a_tile
     seg0 = seg1;
   }
 }
@@ -134,6 +135,6 @@ typedef decltype(moe_qmm<argon_quant::block_q8_0, 32, argon_quant::dequant_q8_0>
 ARGON_QUANT_FORMATS(ARGON_MOE_QMM_KERNEL)
 #undef ARGON_MOE_QMM_KERNEL
 
-static_assert(ARGON_QMM_BK == ARGON_QMM_BN, "a_tile doubles as the output tile");
+static_assert(ARGON_QMM_BK == ARGON_QMM_BN, "a_tile doubles as the output tile, walked as staged");
 static_assert(ARGON_QMM_BN * (ARGON_QMM_BK / ARGON_QUANT_CHUNK) == ARGON_QMM_THREADS,
               "one chunk dequant per thread per step");
