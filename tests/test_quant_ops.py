@@ -319,6 +319,24 @@ def test_public_moe_qmm_takes_a_bare_tile_expert():
         torch_argon.moe_qmm(xs, w_q, "Q5_K", n_in, plan.tile_expert)
 
 
+def test_compile_fullgraph():
+    """torch.compile(fullgraph=True) traces plan -> gather -> moe_qmm -> combine and dequantize
+    (the qtype given by name) with no graph break, with the eager results."""
+    plan_args = make_ids(20, 2, 4, "uniform"), make_weights(20, 2)
+    x = torch.randn(20, 256, generator=gen(7))
+    w_q = random_quantized("Q4_K", 32, 256, leading=(4,), generator=gen(7))
+
+    def step(ids, w, x, w_q):
+        plan = torch_argon.moe_plan(ids, w, 4, 16)
+        y = torch_argon.moe_qmm(torch_argon.moe_gather(x, plan), w_q, "Q4_K", 256, plan)
+        return torch_argon.moe_combine(y, plan, w), torch_argon.dequantize(w_q, "Q4_K", 256)
+
+    torch._dynamo.reset()
+    got = torch.compile(step, fullgraph=True)(*plan_args, x, w_q)
+    for g, want in zip(got, step(*plan_args, x, w_q)):
+        assert_bits_equal(g, want, "compiled")
+
+
 # ---------------------------------------------------------------- bad input
 
 def bad_qmm_inputs(device):
