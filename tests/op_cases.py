@@ -5,8 +5,10 @@ import torch
 
 from routing_cases import make_ids, make_weights
 from torch_argon.ops import OP_NAMES as OPS  # noqa: F401 (the ops, in one list)
+from torch_argon.quant import FORMATS, random_quantized
 
 T, K, E, TM, H = 24, 3, 6, 8, 16
+Q8_0, KQ = FORMATS["Q8_0"].type_id, 64  # the quantized ops' format and input width
 
 
 def op_cases(backend):
@@ -21,6 +23,9 @@ def op_cases(backend):
     g = torch.randn(R, 2 * H, device=d, dtype=torch.bfloat16)
     empty = lambda *s, dt=torch.int32: torch.empty(*s, dtype=dt, device=d)  # noqa: E731
     plan_outs = [torch.empty_like(t) for t in plan.tensors()]
+    w_q = random_quantized("Q8_0", H, KQ, leading=(E,), generator=torch.Generator().manual_seed(0),
+                           device=d)
+    xq = torch.randn(R, KQ, device=d, dtype=torch.bfloat16)
     return {
         "moe_plan": (ns.moe_plan, (ids, w, E, TM)),
         "moe_plan_out": (ns.moe_plan_out, (ids, w, E, TM, *plan_outs)),
@@ -32,6 +37,11 @@ def op_cases(backend):
         "swiglu_out": (ns.swiglu_out, (g[:, :H], g[:, H:], "gelu", empty(R, H, dt=g.dtype))),
         "moe_mm": (ns.moe_mm, (y, W, plan.tile_expert, TM)),
         "moe_mm_out": (ns.moe_mm_out, (y, W, plan.tile_expert, TM, empty(R, 2 * H, dt=y.dtype))),
+        "dequantize": (ns.dequantize, (w_q, Q8_0, KQ)),
+        "dequantize_out": (ns.dequantize_out, (w_q, Q8_0, KQ, empty(E, H, KQ, dt=torch.float32))),
+        "moe_qmm": (ns.moe_qmm, (xq, w_q, Q8_0, KQ, plan.tile_expert, TM)),
+        "moe_qmm_out": (ns.moe_qmm_out, (xq, w_q, Q8_0, KQ, plan.tile_expert, TM,
+                                         empty(R, H, dt=xq.dtype))),
     }
 
 

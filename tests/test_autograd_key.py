@@ -19,6 +19,17 @@ def _out_args(op, args):
     return [args[i] for i, _ in written_args(op)]
 
 
+def _floating_inputs(args, outs):
+    return [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and
+            a.is_floating_point() and not any(a is o for o in outs)]
+
+
+def _skip_without_floating_input(args, outs, op_name):
+    """dequantize reads only bytes: no input can require grad or carry a tangent."""
+    if not _floating_inputs(args, outs):
+        pytest.skip(f"{op_name} has no floating input")
+
+
 def _with_grad(args, outs):
     """args with every floating input a fresh leaf that requires grad (outputs left alone)."""
     return [a.detach().clone().requires_grad_() if isinstance(a, torch.Tensor) and
@@ -50,6 +61,7 @@ def test_inputs_requiring_grad_get_the_fallbacks_behaviour(backend, op_name):
     lib = backend.ops.ns.name
     assert torch._C._dispatch_has_kernel_for_dispatch_key(f"{lib}::{op_name}", "Autograd")
     outs = _out_args(op, args)
+    _skip_without_floating_input(args, outs, op_name)
 
     plain_args, plain_outs = _garbage_outs(args, outs)
     plain = _results(op_name, op, plain_args, plain_outs)
@@ -81,6 +93,7 @@ def test_the_fallback_mode_is_followed(backend, op_name):
     """torch's fallback mode "nothing" gives no history, "warn" (the default) one: the kernel
     defers to the fallback whenever an input requires grad."""
     op, args = op_cases(backend)[op_name]
+    _skip_without_floating_input(args, [], op_name)
     grad_args = _with_grad(args, [])
     before = torch._C._get_autograd_fallback_mode()
     try:
@@ -97,8 +110,8 @@ def test_forward_ad_raises(backend, op_name):
     """A dual tensor: NotImplementedError naming the op, not a silently missing tangent."""
     op, args = op_cases(backend)[op_name]
     outs = _out_args(op, args)
-    i = next(i for i, a in enumerate(args) if isinstance(a, torch.Tensor)
-             and a.is_floating_point() and not any(a is o for o in outs))
+    _skip_without_floating_input(args, outs, op_name)
+    i = _floating_inputs(args, outs)[0]
     with fwAD.dual_level():
         dual = list(args)
         dual[i] = fwAD.make_dual(args[i], torch.ones_like(args[i]))

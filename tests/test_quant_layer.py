@@ -17,6 +17,14 @@ H, I = 256, 256
 # Relative Frobenius error of the layer against the fp64 reference on the dequantized weights,
 # by activation dtype: the kernels accumulate in fp32 and round x, h and the output to it.
 REL_TOL = {torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 3e-2}
+# The Metal kernels hold dequantized weight tiles as half (as the seed's kernels do): about 2.4e-4
+# per GEMM at fp32 (tests/test_quant_ops.py), two GEMMs in the layer.
+METAL_FP32_TOL = 1e-3
+
+
+def tolerance(backend, dtype):
+    metal = backend.name in ("metal_host", "metal_cuda", "mps")
+    return METAL_FP32_TOL if metal and dtype == torch.float32 else REL_TOL[dtype]
 
 
 def experts_of(formats, E, seed=0):
@@ -44,7 +52,7 @@ def check(backend, experts, dtype, T, K, dist, E):
     got = torch_argon.moe_experts(x.to(d), ids.to(d), w.to(d), experts.to(d), ops=backend.ops)
     assert got.dtype == dtype and got.shape == (T, H)
     assert torch.isfinite(got).all()
-    assert rel_err(got, want) < REL_TOL[dtype], rel_err(got, want)
+    assert rel_err(got, want) < tolerance(backend, dtype), rel_err(got, want)
 
 
 @pytest.mark.parametrize("down", FORMATS)
@@ -85,5 +93,5 @@ def test_nn_moe_with_quantized_experts(backend):
                                    renormalize=True)
     want = reference.moe_layer(x.reshape(-1, H).double(), None, experts, K, topk_ids=ids.cpu(),
                                topk_weights=w.cpu())
-    assert rel_err(got.reshape(-1, H), want) < REL_TOL[torch.float32]
+    assert rel_err(got.reshape(-1, H), want) < tolerance(backend, torch.float32)
     assert set(dict(moe.named_buffers())) == {"experts.gate_up_blocks", "experts.down_blocks"}

@@ -21,8 +21,10 @@ moe_gather = argon_ops.moe_gather
 moe_combine = argon_ops.moe_combine
 swiglu = argon_ops.swiglu
 moe_mm = argon_ops.moe_mm
-dequantize = quant.dequantize_reference
+dequantize = argon_ops.dequantize
+moe_qmm = argon_ops.moe_qmm
 
-__all__ = ["MoEPlan", "OpSet", "DenseExperts", "QuantizedExperts", "QuantizedWeight", "moe_plan", "moe_gather", "moe_combine", "swiglu",
-           "moe_mm", "moe_layer", "moe_experts", "route", "dequantize"]
+__all__ = ["MoEPlan", "OpSet", "DenseExperts", "QuantizedExperts", "QuantizedWeight", "moe_plan",
+           "moe_gather", "moe_combine", "swiglu", "moe_mm", "moe_qmm", "moe_layer", "moe_experts",
+           "route", "dequantize"]
 __version__ = "0.1.0"

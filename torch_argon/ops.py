@@ -11,6 +11,7 @@ import torch
 from . import _C
 from ._shapes import META_N_BAD_IDS, META_SIZE, plan_rows
 from .plan import MoEPlan
+from .quant import dequantize_reference, qformat
 
 LIBRARIES = ("argon", "argon_host")
 # The ops of the C++ op table (csrc/op_table.h): each functional form, then its _out form.
@@ -78,6 +79,14 @@ def _register_fakes(lib: str) -> None:
     @fake("moe_mm")
     def _(xs, w, tile_expert, tile_m):
         return xs.new_empty((xs.shape[0], w.shape[1]))
+
+    @fake("dequantize")
+    def _(w_q, qtype, n_in):
+        return w_q.new_empty((*w_q.shape[:-1], n_in), dtype=torch.float32)
+
+    @fake("moe_qmm")
+    def _(xs, w_q, qtype, n_in, tile_expert, tile_m):
+        return xs.new_empty((xs.shape[0], w_q.shape[1]))
 
     for name in (n for n in OP_NAMES if n.endswith("_out")):
         fake(name)(lambda *args, **kwargs: None)
@@ -221,6 +230,48 @@ class OpSet:
         if out is None:
             return self.op.moe_mm(xs, w, tile_expert, tile_m)
         self.op.moe_mm_out(xs, w, tile_expert, tile_m, out)
+        return out
+
+
+    def dequantize(self, w_q, qtype, n_in: int, *, out=None):
+        """float32 [..., N, n_in] from GGUF blocks w_q (uint8 [..., N, row_bytes]), bit for bit
+        as torch_argon.quant.dequantize_reference (and the gguf package's dequantize).
+
+        qtype: a GGUF type name ("Q4_K"), a gguf.GGMLQuantizationType or its int value. The
+        plain float types (F32, F16, BF16) are a reinterpretation of the bytes, done by the
+        reference, not a kernel. out: a contiguous float32 buffer of the result's shape.
+        """
+        fmt = qformat(qtype)
+        if fmt.is_float:
+            result = dequantize_reference(w_q, fmt, n_in)
+            return result if out is None else out.copy_(result)
+        if out is None:
+            return self.op.dequantize(w_q, fmt.type_id, n_in)
+        self.op.dequantize_out(w_q, fmt.type_id, n_in, out)
+        return out
+
+    def moe_qmm(self, xs, w_q, qtype, n_in: int, plan, tile_m: Optional[int] = None, *,
+                out=None):
+        """Grouped GEMM over the plan's tiles with quantized expert weights: out[rows of tile j]
+        = xs[rows] @ dequantize(w_q[e])^T with e = tile_expert[j], accumulated in fp32 and
+        rounded once to xs's dtype; rows of tiles whose expert is -1 are zero. The dequantized
+        weights never exist in memory: each kernel dequantizes a tile at a time.
+
+        xs: [R, n_in] float32 / float16 / bfloat16 (the plan's rows, e.g. moe_gather's output).
+        w_q: uint8 [E, N, row_bytes], the GGUF blocks of E experts (each row one output feature).
+        qtype: a GGUF type name ("Q4_K"), a gguf.GGMLQuantizationType or its int value.
+        plan: a MoEPlan, or its tile_expert together with tile_m.
+        """
+        fmt = qformat(qtype)
+        if isinstance(plan, MoEPlan):
+            tile_expert, tile_m = plan.tile_expert, plan.tile_m
+        else:
+            tile_expert = plan
+            if tile_m is None:
+                raise ValueError("moe_qmm: pass tile_m along with a bare tile_expert tensor")
+        if out is None:
+            return self.op.moe_qmm(xs, w_q, fmt.type_id, n_in, tile_expert, tile_m)
+        self.op.moe_qmm_out(xs, w_q, fmt.type_id, n_in, tile_expert, tile_m, out)
         return out
 
 

@@ -6,6 +6,7 @@ import torch.nn.functional as F
 
 from ._shapes import META_SIZE, plan_rows
 from .plan import MoEPlan
+from .quant import dequantize_reference
 
 def _check_ids(topk_ids, n_expert):
     bad = (topk_ids < -1) | (topk_ids >= n_expert)
@@ -99,6 +100,24 @@ def moe_mm(xs, w, tile_expert, tile_m):
             continue
         rows = row_expert == e
         out[rows] = (xs[rows].double() @ w[e].double().T).to(xs.dtype)
+    return out
+
+
+def dequantize(w_q, qtype, n_in):
+    return dequantize_reference(w_q, qtype, n_in)
+
+
+def moe_qmm(xs, w_q, qtype, n_in, tile_expert, tile_m):
+    """moe_mm with the weights dequantized (exactly, float32) first: the products and sums in
+    float64, rounded once to xs's dtype."""
+    out = torch.zeros(xs.shape[0], w_q.shape[1], dtype=xs.dtype, device=xs.device)
+    row_expert = tile_expert.long().repeat_interleave(tile_m)
+    for e in row_expert.unique().tolist():
+        if e < 0:
+            continue
+        rows = row_expert == e
+        w = dequantize_reference(w_q[e], qtype, n_in)
+        out[rows] = (xs[rows].double() @ w.double().T).to(xs.dtype)
     return out
 
 

@@ -3,8 +3,9 @@
 #include "swiglu_params.h"
 
 #include <algorithm>
-#include <string_view>
 #include <limits>
+#include <sstream>
+#include <string_view>
 
 namespace argon {
 namespace {
@@ -195,6 +196,93 @@ void check_moe_mm(const at::Tensor& xs, const at::Tensor& w, const at::Tensor& t
               xs.size(0));
   check_out(out, "out", {xs.size(0), w.size(1)}, xs.scalar_type(), xs.device());
   check_no_overlap({{"out", &out}}, {{"xs", &xs}, {"w", &w}, {"tile_expert", &tile_expert}});
+}
+
+// ---- the quantized op family -----------------------------------------------------------------
+
+namespace {
+
+std::string quant_kernel_formats() {
+  std::ostringstream names;
+  const char* sep = "";
+  for (const QuantFormat& f : kQuantFormats) {
+    if (!f.has_kernels) continue;
+    names << sep << f.name << " (" << f.type_id << ")";
+    sep = ", ";
+  }
+  return names.str();
+}
+
+void check_tile_plan(const at::Tensor& xs, const at::Tensor& tile_expert, int64_t tile_m) {
+  check_dim(tile_expert, "tile_expert", 1, "[R / tile_m]");
+  check_int32(tile_expert, "tile_expert");
+  check_device(tile_expert, "tile_expert", xs.device());
+  TORCH_CHECK_VALUE(tile_m >= 1 && (tile_m & (tile_m - 1)) == 0,
+                    "tile_m must be a power of two, got ", tile_m);
+  TORCH_CHECK_VALUE(xs.size(0) == tile_expert.size(0) * tile_m, "xs must have tile_expert.size(0) * ",
+                    "tile_m = ", tile_expert.size(0) * tile_m, " rows (the plan's R_max), got ",
+                    xs.size(0));
+}
+
+}  // namespace
+
+const QuantFormat& check_qtype(int64_t qtype) {
+  const QuantFormat* fmt = find_quant_format(qtype);
+  TORCH_CHECK_VALUE(fmt != nullptr, "qtype ", qtype, " is not a GGML type the quantized ops "
+                    "read; supported: ", quant_kernel_formats());
+  TORCH_CHECK_VALUE(fmt->has_kernels, "qtype ", qtype, " is ", fmt->name, ", a plain float type: "
+                    "the quantized ops take blocks of ", quant_kernel_formats(),
+                    " (use F32 / F16 / BF16 weights as a float tensor, with moe_mm)");
+  return *fmt;
+}
+
+void check_quantized_weight(const at::Tensor& w_q, const QuantFormat& fmt, int64_t n_in,
+                            int64_t dims, const char* shape) {
+  TORCH_CHECK_VALUE(n_in >= 0 && n_in % fmt.block_elems == 0, "w_q: ", fmt.name,
+                    " needs the input dim to be a multiple of ", fmt.block_elems, ", got n_in=",
+                    n_in);
+  TORCH_CHECK_VALUE(n_in <= std::numeric_limits<int32_t>::max(), "w_q: n_in=", n_in,
+                    " does not fit in int32");
+  TORCH_CHECK_VALUE(w_q.scalar_type() == at::kByte, "w_q must be uint8 (raw ", fmt.name,
+                    " blocks), got ", dtype_name(w_q.scalar_type()));
+  if (dims > 0) {
+    check_dim(w_q, "w_q", dims, shape);
+  } else {
+    TORCH_CHECK_VALUE(w_q.dim() >= 2, "w_q must have at least 2 dims ", shape, ", got shape ",
+                      w_q.sizes());
+  }
+  const int64_t expected = n_in / fmt.block_elems * fmt.block_bytes;
+  TORCH_CHECK_VALUE(w_q.size(-1) == expected, "w_q has ", w_q.size(-1), " bytes per row, but ",
+                    fmt.name, " rows of n_in=", n_in, " take ", expected, " (",
+                    n_in / fmt.block_elems, " blocks of ", fmt.block_bytes, " bytes); shape ",
+                    w_q.sizes());
+}
+
+const QuantFormat& check_dequantize(const at::Tensor& w_q, int64_t qtype, int64_t n_in,
+                                    const at::Tensor& out) {
+  const QuantFormat& fmt = check_qtype(qtype);
+  check_quantized_weight(w_q, fmt, n_in, 0, "[..., N, row_bytes]");
+  std::vector<int64_t> shape = w_q.sizes().vec();
+  shape.back() = n_in;
+  check_out(out, "out", shape, at::kFloat, w_q.device());
+  check_no_overlap({{"out", &out}}, {{"w_q", &w_q}});
+  return fmt;
+}
+
+const QuantFormat& check_moe_qmm(const at::Tensor& xs, const at::Tensor& w_q, int64_t qtype,
+                                 int64_t n_in, const at::Tensor& tile_expert, int64_t tile_m,
+                                 const at::Tensor& out) {
+  const QuantFormat& fmt = check_qtype(qtype);
+  check_quantized_weight(w_q, fmt, n_in, 3, "[E, N, row_bytes]");
+  check_dim(xs, "xs", 2, "[R, n_in]");
+  check_float(xs, "xs");
+  TORCH_CHECK_VALUE(xs.size(1) == n_in, "xs must be [R, n_in] with n_in = ", n_in, " (the "
+                    "weights' input dim), got shape ", xs.sizes());
+  check_device(w_q, "w_q", xs.device());
+  check_tile_plan(xs, tile_expert, tile_m);
+  check_out(out, "out", {xs.size(0), w_q.size(1)}, xs.scalar_type(), xs.device());
+  check_no_overlap({{"out", &out}}, {{"xs", &xs}, {"w_q", &w_q}, {"tile_expert", &tile_expert}});
+  return fmt;
 }
 
 // ---- overlap -------------------------------------------------------------------------------

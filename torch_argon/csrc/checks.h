@@ -9,6 +9,7 @@
 
 #include "op_signatures.h"
 #include "plan_params.h"
+#include "quant_formats.h"
 
 namespace argon {
 
@@ -56,6 +57,20 @@ int check_swiglu(const at::Tensor& gate, const std::optional<at::Tensor>& up,
 // moe_mm: xs [R,Kd], w [E,N,Kd] (any strides), tile_expert [R/tile_m] int32, out [R,N].
 void check_moe_mm(const at::Tensor& xs, const at::Tensor& w, const at::Tensor& tile_expert,
                   int64_t tile_m, const at::Tensor& out);
+
+// The quantized op family. qtype: a ggml type id with kernels (quant_formats.h); w_q: uint8
+// blocks [..., N, row_bytes] for rows of n_in values (n_in a multiple of the format's block).
+const QuantFormat& check_qtype(int64_t qtype);
+void check_quantized_weight(const at::Tensor& w_q, const QuantFormat& fmt, int64_t n_in,
+                            int64_t dims, const char* shape);
+// dequantize: w_q [..., N, row_bytes] (>= 2 dims), out float32 [..., N, n_in].
+const QuantFormat& check_dequantize(const at::Tensor& w_q, int64_t qtype, int64_t n_in,
+                                    const at::Tensor& out);
+// moe_qmm: xs [R, n_in] float, w_q [E, N, row_bytes], tile_expert [R/tile_m] int32, out [R, N]
+// of xs's dtype.
+const QuantFormat& check_moe_qmm(const at::Tensor& xs, const at::Tensor& w_q, int64_t qtype,
+                                 int64_t n_in, const at::Tensor& tile_expert, int64_t tile_m,
+                                 const at::Tensor& out);
 
 bool is_float_data(at::ScalarType t);  // fp32, fp16, bf16
 

@@ -73,6 +73,27 @@ struct Functional {
     return out;
   }
 
+  static Tensor dequantize(const Tensor& w_q, int64_t qtype, int64_t n_in) {
+    check_quantized_weight(w_q, check_qtype(qtype), n_in, 0, "[..., N, row_bytes]");
+    std::vector<int64_t> shape = w_q.sizes().vec();
+    shape.back() = n_in;
+    Tensor out = at::empty(shape, w_q.options().dtype(at::kFloat));
+    static auto op = find_op<DequantizeOutFn>(NS, "dequantize_out");
+    op.call(w_q, qtype, n_in, out);
+    return out;
+  }
+
+  static Tensor moe_qmm(const Tensor& xs, const Tensor& w_q, int64_t qtype, int64_t n_in,
+                        const Tensor& tile_expert, int64_t tile_m) {
+    TORCH_CHECK_VALUE(xs.dim() == 2, "xs must be 2-D [R, n_in], got shape ", xs.sizes());
+    TORCH_CHECK_VALUE(w_q.dim() == 3, "w_q must be 3-D [E, N, row_bytes], got shape ",
+                      w_q.sizes());
+    Tensor out = at::empty({xs.size(0), w_q.size(1)}, xs.options());
+    static auto op = find_op<MoeQmmOutFn>(NS, "moe_qmm_out");
+    op.call(xs, w_q, qtype, n_in, tile_expert, tile_m, out);
+    return out;
+  }
+
   static void register_impls(torch::Library& m) {
 #define ARGON_IMPL_FUNCTIONAL(name, schema, out_schema, Fn, OutFn) \
   m.impl(#name, TORCH_FN(name));

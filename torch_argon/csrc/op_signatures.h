@@ -25,6 +25,9 @@ using SwigluOutFn = void(const Tensor& gate, const OptTensor& up, c10::string_vi
                          const Tensor& out);
 using MoeMmOutFn = void(const Tensor& xs, const Tensor& w, const Tensor& tile_expert,
                         int64_t tile_m, const Tensor& out);
+using DequantizeOutFn = void(const Tensor& w_q, int64_t qtype, int64_t n_in, const Tensor& out);
+using MoeQmmOutFn = void(const Tensor& xs, const Tensor& w_q, int64_t qtype, int64_t n_in,
+                         const Tensor& tile_expert, int64_t tile_m, const Tensor& out);
 
 // moe_plan's seven outputs: counts, offsets, sorted_token, sorted_weight, pos, tile_expert, meta.
 using PlanOutputs = std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor>;
@@ -39,6 +42,9 @@ using SwigluFn = Tensor(const Tensor& gate, const OptTensor& up,
                         std::optional<at::ScalarType> out_dtype, c10::string_view activation);
 using MoeMmFn = Tensor(const Tensor& xs, const Tensor& w, const Tensor& tile_expert,
                        int64_t tile_m);
+using DequantizeFn = Tensor(const Tensor& w_q, int64_t qtype, int64_t n_in);
+using MoeQmmFn = Tensor(const Tensor& xs, const Tensor& w_q, int64_t qtype, int64_t n_in,
+                        const Tensor& tile_expert, int64_t tile_m);
 
 // The typed handle of op `name` of library `ns` (e.g. "argon", "moe_plan_out"); find it once
 // (a static) and call it for every call after.

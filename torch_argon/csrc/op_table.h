@@ -38,4 +38,13 @@
   X(moe_mm,                                                                                      \
     "(Tensor xs, Tensor w, Tensor tile_expert, int tile_m) -> Tensor",                           \
     "(Tensor xs, Tensor w, Tensor tile_expert, int tile_m, Tensor(a!) out) -> ()",               \
-    MoeMmFn, MoeMmOutFn)
+    MoeMmFn, MoeMmOutFn)                                                                         \
+  X(dequantize,                                                                                  \
+    "(Tensor w_q, int qtype, int n_in) -> Tensor",                                               \
+    "(Tensor w_q, int qtype, int n_in, Tensor(a!) out) -> ()",                                   \
+    DequantizeFn, DequantizeOutFn)                                                               \
+  X(moe_qmm,                                                                                     \
+    "(Tensor xs, Tensor w_q, int qtype, int n_in, Tensor tile_expert, int tile_m) -> Tensor",    \
+    "(Tensor xs, Tensor w_q, int qtype, int n_in, Tensor tile_expert, int tile_m, "              \
+    "Tensor(a!) out) -> ()",                                                                     \
+    MoeQmmFn, MoeQmmOutFn)

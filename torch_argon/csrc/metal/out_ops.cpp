@@ -124,4 +124,45 @@ void moe_mm_out(Target& target, const Tensor& xs, const Tensor& w, const Tensor&
   target.encode([&](Encoder& enc) { encode_moe_mm(enc, p, b); });
 }
 
+void dequantize_out(Target& target, const Tensor& w_q, int64_t qtype, int64_t n_in,
+                    const Tensor& out) {
+  check_dequantize(w_q, qtype, n_in, out);
+  if (out.numel() == 0) return;
+  const Tensor w = w_q.contiguous();
+  ArgonDequantParams p{};
+  p.rows = u32(w.numel() / w.size(-1), "rows of w_q");
+  p.n_in = u32(n_in, "n_in");
+  p.row_bytes = u32(w.size(-1), "row_bytes");
+  p.chunks_per_row = p.n_in / ARGON_QUANT_CHUNK;
+  TORCH_CHECK_VALUE(uint64_t(p.rows) * p.chunks_per_row / ARGON_DQ_THREADS < UINT32_MAX,
+                    "dequantize on Metal: ", p.rows, " rows of ", n_in, " values is more than "
+                    "one launch covers; dequantize a slice at a time");
+  const DequantizeBuffers b{target.bind(w), target.bind(out)};
+  target.encode([&](Encoder& enc) { encode_dequantize(enc, static_cast<uint32_t>(qtype), p, b); });
+}
+
+void moe_qmm_out(Target& target, const Tensor& xs, const Tensor& w_q_in, int64_t qtype,
+                 int64_t n_in, const Tensor& tile_expert_in, int64_t tile_m, const Tensor& out) {
+  check_moe_qmm(xs, w_q_in, qtype, n_in, tile_expert_in, tile_m, out);
+  const Tensor tile_expert = tile_expert_in.contiguous();
+  const Tensor w_q = w_q_in.stride(2) == 1 ? w_q_in : w_q_in.contiguous();
+  ArgonMoeQmmParams p{};
+  p.rows = u32(xs.size(0), "R");
+  p.n = u32(w_q.size(1), "N");
+  p.n_in = u32(n_in, "n_in");
+  p.tile_m = u32(tile_m, "tile_m");
+  p.n_expert = u32(w_q.size(0), "E");
+  p.dtype = argon_dtype(xs.scalar_type());
+  TORCH_CHECK_VALUE(xs.stride(0) >= 0 && xs.stride(1) >= 0 && w_q.stride(0) >= 0 &&
+                        w_q.stride(1) >= 0,
+                    "moe_qmm on Metal: xs and w_q need non-negative strides");
+  p.xs_row_stride = static_cast<uint64_t>(xs.stride(0));
+  p.xs_col_stride = static_cast<uint64_t>(xs.stride(1));
+  p.w_expert_stride = static_cast<uint64_t>(w_q.stride(0));
+  p.w_row_stride = static_cast<uint64_t>(w_q.stride(1));
+  const MoeQmmBuffers b{target.bind(xs), target.bind(w_q), target.bind(tile_expert),
+                        target.bind(out)};
+  target.encode([&](Encoder& enc) { encode_moe_qmm(enc, static_cast<uint32_t>(qtype), p, b); });
+}
+
 }  // namespace argon::metal

@@ -121,4 +121,54 @@ void encode_moe_mm(Encoder& enc, const ArgonMoeMmParams& p, const MoeMmBuffers& 
          simd ? Size3{ARGON_MM_THREADS, 1, 1} : Size3{ARGON_ELEMWISE_THREADS, 1, 1});
 }
 
+const char* dequantize_kernel(uint32_t qtype) {
+  switch (qtype) {
+#define ARGON_DEQUANTIZE_NAME(lower, UPPER, id, elems, bytes) \
+  case id: return "dequantize_" #lower;
+    ARGON_QUANT_FORMATS(ARGON_DEQUANTIZE_NAME)
+#undef ARGON_DEQUANTIZE_NAME
+    default: return nullptr;
+  }
+}
+
+const char* moe_qmm_kernel(uint32_t qtype) {
+  switch (qtype) {
+#define ARGON_MOE_QMM_NAME(lower, UPPER, id, elems, bytes) \
+  case id: return "moe_qmm_" #lower;
+    ARGON_QUANT_FORMATS(ARGON_MOE_QMM_NAME)
+#undef ARGON_MOE_QMM_NAME
+    default: return nullptr;
+  }
+}
+
+namespace {
+const char* quant_kernel_or_throw(const char* kernel, uint32_t qtype) {
+  if (kernel == nullptr) {
+    throw std::invalid_argument("no Metal kernel for GGML type " + std::to_string(qtype));
+  }
+  return kernel;
+}
+}  // namespace
+
+void encode_dequantize(Encoder& enc, uint32_t qtype, const ArgonDequantParams& p,
+                       const DequantizeBuffers& b) {
+  const char* kernel = quant_kernel_or_throw(dequantize_kernel(qtype), qtype);
+  const uint64_t chunks = uint64_t(p.rows) * p.chunks_per_row;
+  if (chunks == 0) return;
+  const uint64_t groups = (chunks + ARGON_DQ_THREADS - 1) / ARGON_DQ_THREADS;
+  if (groups > UINT32_MAX) throw std::invalid_argument("dequantize on Metal: too many blocks");
+  launch(enc, kernel, {{"w", b.w}, {"out", b.out}, {"p", p}},
+         {static_cast<uint32_t>(groups), 1, 1}, {ARGON_DQ_THREADS, 1, 1});
+}
+
+void encode_moe_qmm(Encoder& enc, uint32_t qtype, const ArgonMoeQmmParams& p,
+                    const MoeQmmBuffers& b) {
+  const char* kernel = quant_kernel_or_throw(moe_qmm_kernel(qtype), qtype);
+  if (p.rows == 0 || p.n == 0) return;
+  launch(enc, kernel,
+         {{"xs", b.xs}, {"w", b.w}, {"tile_expert", b.tile_expert}, {"out", b.out}, {"p", p}},
+         {ceil_div(p.rows, ARGON_QMM_BM), ceil_div(p.n, ARGON_QMM_BN), 1},
+         {ARGON_QMM_THREADS, 1, 1});
+}
+
 }  // namespace argon::metal

@@ -11,6 +11,7 @@
 #include "metal/encoder.h"
 #include "moe_mm_params.h"
 #include "plan_params.h"
+#include "quant_params.h"
 #include "swiglu_params.h"
 
 namespace argon::metal {
@@ -54,5 +55,21 @@ struct MoeMmBuffers {
 };
 const char* moe_mm_kernel(const ArgonMoeMmParams& p);
 void encode_moe_mm(Encoder& enc, const ArgonMoeMmParams& p, const MoeMmBuffers& b);
+
+// ---- dequantize, moe_qmm (quant_params.h; the kernels are per format) -----------------------
+// The kernel for ggml type `qtype`, or nullptr for a type without kernels.
+const char* dequantize_kernel(uint32_t qtype);
+const char* moe_qmm_kernel(uint32_t qtype);
+struct DequantizeBuffers {
+  BufArg w, out;
+};
+// Throws std::invalid_argument for a type without kernels or a grid beyond 2^32 threadgroups.
+void encode_dequantize(Encoder& enc, uint32_t qtype, const ArgonDequantParams& p,
+                       const DequantizeBuffers& b);
+struct MoeQmmBuffers {
+  BufArg xs, w, tile_expert, out;
+};
+void encode_moe_qmm(Encoder& enc, uint32_t qtype, const ArgonMoeQmmParams& p,
+                    const MoeQmmBuffers& b);
 
 }  // namespace argon::metal
