@@ -8,6 +8,7 @@ and the metal_cuda backend (the .metal kernels compiled by nvcc, for testing the
 import glob
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -24,6 +25,17 @@ def sources(*patterns):
     for pattern in patterns:
         found += sorted(glob.glob(os.path.join(CSRC, pattern)))
     return found
+
+
+def write_if_changed(path, text):
+    """Writes only new content: an unchanged file keeps its mtime, so nothing rebuilds."""
+    if os.path.exists(path):
+        with open(path) as f:
+            if f.read() == text:
+                return
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
 
 
 def want_cuda():
@@ -44,6 +56,11 @@ extra_link = []
 # -fno-trapping-math: lets GCC vectorise loops with selects (we never read FP exception flags).
 # -std=c++20 explicitly: the .metal files compiled as C++ need it, and torch < 2.13 defaults to C++17.
 cxx_flags = ["-std=c++20", "-O3", "-ffp-contract=off", "-fno-trapping-math", "-fvisibility=hidden"]
+# -g0: Python's own CFLAGS carry -g, and debug info for torch's templates tripled each unit's
+# compile time (autograd_skip.cpp: 69 s of CPU with it, 20 s without) and made a 25 MB library.
+# ARGON_DEBUG_INFO=1 keeps it.
+if os.environ.get("ARGON_DEBUG_INFO") != "1":
+    cxx_flags.append("-g0")
 nvcc_flags = ["-O3", "--fmad=false", "-lineinfo"]
 if platform.system() == "Linux":
     # at::parallel_for is inline OpenMP in torch's headers: without -fopenmp it runs serially.
@@ -82,11 +99,19 @@ if want_cuda():
     nvcc_flags += ["-diag-suppress=1098,326"]
 
 
-def build_metallib():
-    """torch_argon/metal/argon.metallib via xcrun, or None (the embedded source is the fallback)."""
+def metal_inputs():
+    """The files argon.metallib is made from: every kernel file and the shaders' headers."""
+    return list(metal_codegen.library_files()) + sorted(glob.glob(os.path.join(METAL_DIR, "*.h")))
+
+
+def build_metallib(inputs):
+    """torch_argon/metal/argon.metallib via xcrun (kept when newer than every input), or None
+    (the embedded source is the fallback)."""
     lib = os.path.join(METAL_DIR, "argon.metallib")
     if shutil.which("xcrun") is None:
         return None
+    if os.path.exists(lib) and os.path.getmtime(lib) >= max(map(os.path.getmtime, inputs)):
+        return lib
     try:
         airs = []
         for k in metal_codegen.library_files():
@@ -106,11 +131,74 @@ if want_mps():
     defines.append(("ARGON_WITH_MPS", "1"))
     cxx_flags += ["-fobjc-arc"]
     extra_link += ["-framework", "Metal", "-framework", "Foundation"]
-    print("argon: built", build_metallib() or "no metallib")
+    print("argon: built", build_metallib(metal_inputs()) or "no metallib")
+
+# ---- Unity build: each C++ unit that includes torch's headers spends 20-45 s of CPU parsing
+# them, and the units are small, so the ones of one csrc directory (csrc itself, cpu/, metal/
+# with metal/host/, cuda/ for its .cpp files) are compiled as ONE translation unit that
+# #includes them, generated here from the globs above: a new file joins its directory's unit by
+# itself. Units without torch's headers (the .metal kernels compiled as C++, the lane runner),
+# .cu and .mm files compile on their own. One translation unit means one anonymous namespace
+# per directory: two files of a directory may not define the same internal name (the compiler
+# names both files). ARGON_UNITY=0 compiles every file on its own (the same library).
+UNITY_DIR = os.path.join("build", "argon_unity")
+TORCH_HEADER = re.compile(r'^\s*#\s*include\s*<(torch/|ATen/|c10/|pybind11/|Python\.h)', re.M)
+LOCAL_HEADER = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
+HEADER_DIRS = (CSRC, METAL_DIR, os.path.join(CSRC, "metal", "host", "shim"))
+
+
+def includes_torch(path, seen):
+    """Whether the file, or a header of this repository it includes, includes torch's headers."""
+    if path in seen:
+        return False
+    seen.add(path)
+    with open(path) as f:
+        text = f.read()
+    if TORCH_HEADER.search(text):
+        return True
+    for name in LOCAL_HEADER.findall(text):
+        for d in (os.path.dirname(path),) + HEADER_DIRS:
+            found = os.path.normpath(os.path.join(d, name))
+            if os.path.isfile(found):
+                if includes_torch(found, seen):
+                    return True
+                break
+    return False
+
+
+def unity_sources(files):
+    groups, alone = {}, []
+    for src in files:
+        parts = os.path.relpath(src, CSRC).split(os.sep)
+        if parts[0] != ".." and src.endswith(".cpp") and includes_torch(src, set()):
+            groups.setdefault(parts[0] if len(parts) > 1 else "csrc", []).append(src)
+        else:  # generated units (build/), .cu, .mm, and units without torch's headers
+            alone.append(src)
+    units = []
+    # the largest first: ninja starts edges in order, and these are the build's longest
+    for group, members in sorted(groups.items(), key=lambda g: (-len(g[1]), g[0])):
+        if len(members) == 1:
+            alone += members
+            continue
+        unit = os.path.join(UNITY_DIR, f"{group}.cpp")
+        write_if_changed(unit, "// Generated by setup.py (unity build): do not edit.\n" + "".join(
+            f'#include "{os.path.join(ROOT, m)}"\n' for m in members))
+        units.append(unit)
+    return units + alone
+
+
+# Everything the library is built from: setuptools rebuilds only when one is newer than it
+# (the unity units' own mtimes change only when their member list does).
+depends = [f for ext in ("h", "cpp", "cuh", "cu", "mm", "metal", "inc")
+           for f in glob.glob(os.path.join("torch_argon", "**", f"*.{ext}"), recursive=True)]
+depends += glob.glob(os.path.join(CSRC, "metal", "host", "shim", "*"))
+if os.environ.get("ARGON_UNITY", "1") != "0":
+    srcs = unity_sources(srcs)
 
 ext = Extension(
     name="torch_argon._C",
     sources=srcs,
+    depends=sorted(set(depends)),
     include_dirs=[os.path.join(ROOT, CSRC), os.path.join(ROOT, "torch_argon", "metal"),
                   # <metal_stdlib> for the .metal files compiled as C++ (the host shim; under
                   # nvcc it forwards to the CUDA prelude of the metal_cuda backend)
@@ -122,6 +210,46 @@ ext = Extension(
     extra_link_args=extra_link,
 )
 
+
+class BuildExtension(cpp_extension.BuildExtension):
+    """torch's BuildExtension, which relinks the library on every call (it forces the build and
+    leaves it to ninja to skip compiling), made a no-op when nothing changed: no file the library
+    is built from is newer than it and the build's settings (sources, flags, torch, compilers and
+    the environment variables that change a build) are those it was built with."""
+
+    SIGNATURE = os.path.join("build", "argon_build_signature.json")
+
+    def signature(self, ext):
+        import json
+        import sys
+
+        import torch
+
+        env = {k: v for k, v in sorted(os.environ.items())
+               if k.startswith(("NVCC_", "TORCH_CUDA_", "CUDA_")) or k in (
+                   "CC", "CXX", "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS", "LDSHARED")}
+        return json.dumps(dict(sources=sorted(ext.sources), macros=ext.define_macros,
+                               compile=ext.extra_compile_args, link=ext.extra_link_args,
+                               include=ext.include_dirs, torch=torch.__version__,
+                               torch_path=os.path.dirname(torch.__file__), python=sys.version,
+                               env=env), indent=1, sort_keys=True)
+
+    def build_extension(self, ext):
+        path = self.get_ext_fullpath(ext.name)
+        wanted = self.signature(ext)
+        try:
+            with open(self.SIGNATURE) as f:
+                built_with = f.read()
+        except OSError:
+            built_with = None
+        if (built_with == wanted and os.path.exists(path) and os.path.getmtime(path) >=
+                max(os.path.getmtime(f) for f in ext.sources + ext.depends)):
+            print(f"argon: {ext.name} is up to date ({path})")
+            return
+        super().build_extension(ext)
+        write_if_changed(self.SIGNATURE, wanted)
+
+
 setup(
     name="torch_argon",
     version="0.1.0",
@@ -130,7 +258,7 @@ setup(
     package_data={"torch_argon": ["metal/*.metal", "metal/*.h", "metal/*.metallib",
                                "triton_ops/*.json"]},
     ext_modules=[ext],
-    cmdclass={"build_ext": cpp_extension.BuildExtension},
+    cmdclass={"build_ext": BuildExtension},
     python_requires=">=3.10",
     extras_require={"transformers": ["transformers>=5.0"]},
 )

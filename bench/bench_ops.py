@@ -1,8 +1,8 @@
 """pytest-benchmark suite: each argon op against the reference and the plain-torch baseline,
 on the CPU (and on CUDA / MPS where present).
 
-    python -m pytest bench/bench_ops.py --benchmark-json=bench/results/cpu_ops_raw.json
-    python bench/make_tables.py      # turns the JSON into bench/results/cpu.json and README tables
+    python -m pytest bench/bench_ops.py     # prints where its JSON went (outside the checkout)
+    python bench/make_tables.py --raw PATH  # that JSON into bench/results and the README tables
 
 Shape: E=512, K=10, T=2048 (the issue's CPU figures), H=2048 for gather and combine.
 """

@@ -1,10 +1,13 @@
 """Turn benchmark results into the README's tables.
 
-    python bench/make_tables.py [--raw bench/results/cpu_ops_raw.json]
+    python bench/make_tables.py --raw PATH    # PATH: the JSON a bench/bench_ops.py run wrote
+    python bench/make_tables.py               # the tables again from bench/results/*.json
 
-Reads the pytest-benchmark JSON of bench/bench_ops.py, writes bench/results/cpu.json (records
-{"op", "backend", "T", "E", "K", "tm", "dist", "median_us", "baseline", "baseline_median_us"}),
-then regenerates every table of README.md between its `<!-- table:NAME -->` markers from
+With --raw, reads the pytest-benchmark JSON of bench/bench_ops.py (its run prints where it
+went, by default outside the checkout: bench/conftest.py), keeps a copy as
+bench/results/cpu_ops_raw.json and writes bench/results/cpu.json (records {"op", "backend", "T",
+"E", "K", "tm", "dist", "median_us", "baseline", "baseline_median_us"}). Then, with or without
+it, regenerates every table of README.md between its `<!-- table:NAME -->` markers from
 bench/results/*.json. Tables are never typed by hand.
 """
 import argparse
@@ -134,15 +137,22 @@ def fill(readme, name, table):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--raw", default=str(RESULTS / "cpu_ops_raw.json"))
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--raw", type=Path, help="pytest-benchmark JSON of bench/bench_ops.py to "
+                   "publish (without it, the tables are regenerated from bench/results as is)")
     args = p.parse_args()
-    raw_path = Path(args.raw)
-    if raw_path.exists():
-        records = records_from_pytest_benchmark(json.loads(raw_path.read_text()))
-        machine = json.loads(raw_path.read_text()).get("machine_info", {})
+    if args.raw is not None:
+        if not args.raw.is_file():
+            p.error(f"--raw {args.raw}: no such file")
+        text = args.raw.read_text()
+        raw = json.loads(text)
+        records = records_from_pytest_benchmark(raw)
+        machine = raw.get("machine_info", {})
+        kept = RESULTS / "cpu_ops_raw.json"
+        if args.raw.resolve() != kept.resolve():
+            kept.write_text(text)
         (RESULTS / "cpu.json").write_text(json.dumps(records, indent=1) + "\n")
-        print(f"wrote {RESULTS / 'cpu.json'} ({len(records)} records) from {raw_path}"
+        print(f"wrote {RESULTS / 'cpu.json'} ({len(records)} records) and {kept} from {args.raw}"
               f" on {machine.get('cpu', {}).get('brand_raw', 'unknown cpu')}")
     readme_path = ROOT / "README.md"
     readme = readme_path.read_text()

@@ -333,21 +333,22 @@ def test_bench_layer_runs_on_cpu_and_merges_its_records(tmp_path):
     out = tmp_path / "results.json"
     foreign = {"op": "moe_plan", "backend": "cpu", "T": 8, "baseline": "x", "median_us": 1.0}
     stale = {"op": "moe_layer", "backend": "cpu", "T": 8, "baseline": "layer_per_expert_loop",
-             "dist": "uniform", "median_us": -1.0}
-    out.write_text(json.dumps([foreign, stale]))
+             "dist": "uniform", "E": 4, "K": 2, "H": 32, "I": 16, "median_us": -1.0}
+    other_shape = dict(stale, E=512, K=10, H=2048, I=512, median_us=-2.0)
+    out.write_text(json.dumps([foreign, stale, other_shape]))
     cmd = [sys.executable, str(script), "--device", "cpu", "--T", "8", "--E", "4", "--K", "2",
            "--hidden", "32", "--inter", "16", "--dtype", "fp32", "--samples", "2",
            "--loop-samples", "1", "--tile-m", "4,8", "--json", str(out)]
     subprocess.run(cmd, check=True, capture_output=True, timeout=300)
     records = json.loads(out.read_text())
-    assert foreign in records  # other records are kept
-    layer = [r for r in records if r["op"] == "moe_layer"]
+    assert foreign in records and other_shape in records  # other records are kept
+    layer = [r for r in records if r["op"] == "moe_layer" and r.get("E") == 4]
     assert {r["baseline"] for r in layer} >= {"layer_per_expert_loop"}
     assert all(r["median_us"] > 0 for r in layer)  # the stale record was replaced
     stages = {r["op"] for r in records if r["op"].startswith("moe_layer/")}
     assert stages == {f"moe_layer/{s}" for s in ("route", "plan", "gather", "gate_up_mm",
                                                   "swiglu", "down_mm", "combine")}
-    for r in records[1:]:
+    for r in [r for r in records if r not in (foreign, other_shape)]:
         assert {"op", "backend", "T", "E", "K", "tm", "dist", "median_us", "baseline",
                 "baseline_median_us"} <= set(r)
         assert r["tm"] in (4, 8)

@@ -4,22 +4,32 @@ reference, and time each stage against the plain-torch ways of doing it.
     python -m torch_argon                 # mps, then cuda, then cpu
     python -m torch_argon --device cpu --T 1024
 
-Prints a table, writes it as JSON (and a PNG where matplotlib is installed).
+Prints a table, writes it as JSON (and a PNG where matplotlib is installed). Every stage is
+timed once per round, the rounds one after another, so a burst of load elsewhere hits all stages
+alike; the table gives each stage's median over the rounds. When the rounds disagree by more than
+{spread:.0%}, a stage reads slower than the whole layer that contains it, or the load average says
+other work shares the CPU, the machine was busy while timing: a note above the table says so,
+and the figures are not to be trusted.
 """
 import argparse
 import json
+import math
 import os
 import platform
+import statistics
+import textwrap
+import time
 
 import torch
 
 from . import reference
 from . import triton_ops
+from .layer import moe_layer
 from .paths import choose_experts_path
-from .weights import DenseExperts
 from .routing import route
 from .testing import backends, baselines
 from .testing.timing import median_us
+from .weights import DenseExperts
 
 # Qwen3-Next-sized by default; the CPU default is smaller so it finishes in seconds.
 DEFAULTS = {
@@ -27,34 +37,95 @@ DEFAULTS = {
     "cpu": dict(T=512, E=128, K=8, hidden=1024, inter=256, dtype="float32"),
 }
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+TOLERANCE = {"float32": 1e-4, "float16": 5e-3, "bfloat16": 2e-2}  # layer rel. error vs float64
+SPREAD_LIMIT = 0.25  # (max - min) / median of a stage's round medians above this: a busy machine
+SPREAD_FLOOR_US = 20.0  # ... when the gap is also above this many microseconds
+__doc__ = __doc__.format(spread=SPREAD_LIMIT)
+
+ARGON, TORCH, LOOP = "argon", "argsort + grouped_mm", "per-expert loop"
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's, with its errors on one line (no usage block above them)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (--help lists the flags)\n")
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m torch_argon", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--device", default="auto", choices=["auto", "mps", "cuda", "cpu"])
-    p.add_argument("--T", type=int, help="tokens")
-    p.add_argument("--E", type=int, help="experts")
-    p.add_argument("--K", type=int, help="experts per token")
-    p.add_argument("--hidden", type=int)
-    p.add_argument("--inter", type=int, help="expert width (intermediate size)")
-    p.add_argument("--dtype", choices=list(DTYPES))
-    p.add_argument("--tile-m", type=int, help="rows per GEMM tile (default: what the layer picks: "
-                   "from T*K/E on the CUDA Triton path, else 16 on GPUs and 1 on the CPU)")
-    p.add_argument("--repeat", type=int, default=10, help="timed calls per stage (median)")
+    p = ArgumentParser(prog="python -m torch_argon", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+
+    def shape_default(key):
+        cpu, gpu = DEFAULTS["cpu"][key], DEFAULTS["gpu"][key]
+        return f"(default: {cpu} on the CPU, {gpu} on GPUs)"
+
+    p.add_argument("--device", default="auto", choices=["auto", "mps", "cuda", "cpu"],
+                   help="(default: auto: mps, then cuda, then cpu)")
+    p.add_argument("--T", type=int, help="tokens " + shape_default("T"))
+    p.add_argument("--E", type=int, help="experts " + shape_default("E"))
+    p.add_argument("--K", type=int, help="experts per token " + shape_default("K"))
+    p.add_argument("--hidden", type=int, help="model width " + shape_default("hidden"))
+    p.add_argument("--inter", type=int, help="expert width (intermediate size) "
+                   + shape_default("inter"))
+    p.add_argument("--dtype", choices=list(DTYPES), help=shape_default("dtype"))
+    p.add_argument("--tile-m", type=int, help="rows per GEMM tile, a power of two in [1, 4096] "
+                   "(default: what the layer picks: from T*K/E on the CUDA Triton path, else 16 "
+                   "on GPUs and 1 on the CPU)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="timing rounds, every stage once per round (default: %(default)s)")
+    p.add_argument("--repeat", type=int, default=3,
+                   help="timed calls per stage and round, their median kept (default: %(default)s)")
     p.add_argument("--no-loop", action="store_true", help="skip the slow per-expert loop")
-    p.add_argument("--json", default="argon_report.json")
-    p.add_argument("--plot", default="argon_report.png")
+    p.add_argument("--json", default="argon_report.json", help="(default: %(default)s)")
+    p.add_argument("--plot", default="argon_report.png",
+                   help="(default: %(default)s, written where matplotlib is installed)")
     args = p.parse_args(argv)
+    check_args(p, args)
     if args.device == "auto":
         args.device = backends.best_device()
     for key, value in DEFAULTS["cpu" if args.device == "cpu" else "gpu"].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
+    if not 1 <= args.K <= args.E:  # after the defaults: K and E may come one from each
+        p.error(f"K must be in [1, E]: got K={args.K}, E={args.E} (--K, --E: each token picks "
+                "K of the E experts)")
     return args
 
 
-def make_layer(args, device):
+def check_args(p, args):
+    """One argparse error line (and exit status 2) for a flag the job cannot run with."""
+    if args.device != "auto":
+        backend = backends.get(args.device)
+        if not backend.available:
+            p.error(f"--device {args.device}: {backend.reason}")
+    for flag, low in (("T", 0), ("E", 1), ("K", 1), ("hidden", 1), ("inter", 1)):
+        value = getattr(args, flag)
+        if value is not None and value < low:
+            p.error(f"--{flag} must be >= {low}, got {value}")
+    tm = args.tile_m
+    if tm is not None and not (1 <= tm <= 4096 and tm & (tm - 1) == 0):
+        p.error(f"--tile-m must be a power of two in [1, 4096], got {tm}")
+    for flag in ("rounds", "repeat"):
+        if getattr(args, flag) < 1:
+            p.error(f"--{flag} must be >= 1, got {getattr(args, flag)}")
+
+
+def say(*parts):
+    print(*parts, flush=True)
+
+
+def describe_device(device):
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    if device.type == "cpu":
+        return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+    return device.type
+
+
+def build_layer(args, device):
+    """The layer's inputs: x [T, H], router_weight [E, H], and the experts as an expert-weights
+    object (torch_argon.weights), seeded so every run times the same layer."""
     g = torch.Generator(device="cpu").manual_seed(0)
     dt = DTYPES[args.dtype]
     H, I, E = args.hidden, args.inter, args.E
@@ -62,8 +133,31 @@ def make_layer(args, device):
     def rand(*shape, scale=1.0):
         return (torch.randn(*shape, generator=g) * scale).to(device=device, dtype=dt)
 
-    return dict(x=rand(args.T, H), router_weight=rand(E, H, scale=H ** -0.5),
-                w_gate_up=rand(E, 2 * I, H, scale=H ** -0.5), w_down=rand(E, H, I, scale=I ** -0.5))
+    x, router_weight = rand(args.T, H), rand(E, H, scale=H ** -0.5)
+    experts = DenseExperts(rand(E, 2 * I, H, scale=H ** -0.5), rand(E, H, I, scale=I ** -0.5))
+    return dict(x=x, router_weight=router_weight, experts=experts)
+
+
+def pick_path(args, layer, ops):
+    """The path and tile_m the layer itself takes (paths.choose_experts_path), so the stages
+    timed below are the ones moe_layer runs. Returns (tile_m, path name)."""
+    chosen = choose_experts_path(layer["x"], layer["experts"], ops, n_entries=args.T * args.K,
+                                 tile_m=args.tile_m)
+    return chosen.tile_m, chosen.name
+
+
+def run_layer(args, layer, ops):
+    return moe_layer(layer["x"], layer["router_weight"], layer["experts"], args.K,
+                     tile_m=args.tile_m, ops=ops)
+
+
+def relative_error(out, ref):
+    """||out - ref|| / ||ref|| in float64; 0 where both are empty or zero (T = 0), not 0/0."""
+    diff = float((out.double() - ref.double()).norm())
+    norm = float(ref.double().norm())
+    if norm == 0:
+        return 0.0 if diff == 0 else math.inf
+    return diff / norm
 
 
 def check_parity(args, layer, ops, out):
@@ -72,121 +166,193 @@ def check_parity(args, layer, ops, out):
     got = ops.moe_plan(ids, w, args.E, args.tile_m)
     want = reference.moe_plan(ids.cpu(), w.cpu(), args.E, args.tile_m)
     plan_ok = all(torch.equal(a.cpu(), b) for a, b in zip(got.tensors(), want.tensors()))
-    ref = reference.moe_layer(layer["x"], layer["router_weight"],
-                              (layer["w_gate_up"], layer["w_down"]), args.K, topk_ids=ids,
-                              topk_weights=w)
-    rel = float((out.double() - ref.double()).norm() / ref.double().norm())
-    return plan_ok, rel
+    ref = reference.moe_layer(layer["x"], layer["router_weight"], layer["experts"], args.K,
+                              topk_ids=ids, topk_weights=w)
+    return plan_ok, relative_error(out, ref)
 
 
-def pick_path(args, layer, ops):
-    """The path and tile_m the layer itself takes (paths.choose_experts_path), so the stages
-    timed below are the ones moe_layer runs. Returns (tile_m, path name)."""
-    experts = DenseExperts(layer["w_gate_up"], layer["w_down"])
-    chosen = choose_experts_path(layer["x"], experts, ops, n_entries=args.T * args.K,
-                                 tile_m=args.tile_m)
-    return chosen.tile_m, chosen.name
-
-
-def time_stages(args, layer, ops, device):
-    """Median microseconds of each stage of the path moe_layer takes (args.path), and of the
-    argsort + grouped_mm path."""
-    x, rw, wgu, wd = (layer[k] for k in ("x", "router_weight", "w_gate_up", "w_down"))
+def stage_timers(args, layer, ops, device):
+    """Every call the job times, as (table, stage, fn): argon's stages on the path moe_layer
+    takes (args.path) and its whole layer, the argsort + grouped_mm path's, and the per-expert
+    loop. Also runs each stage once, in order, to make the inputs of the next."""
+    x, rw, experts = layer["x"], layer["router_weight"], layer["experts"]
+    dense = experts.to_dense()
+    wgu, wd = dense.gate_up, dense.down
     K, E, tm, T = args.K, args.E, args.tile_m, args.T
-    t = lambda fn: median_us(fn, device, repeat=args.repeat)  # noqa: E731
-
     ids, w = route(x, rw, K)
     plan = ops.moe_plan(ids, w, E, tm)
-    argon = {"route": t(lambda: route(x, rw, K)), "plan": t(lambda: ops.moe_plan(ids, w, E, tm))}
+    timers = [(ARGON, "route", lambda: route(x, rw, K)),
+              (ARGON, "plan", lambda: ops.moe_plan(ids, w, E, tm))]
     if args.path == "triton":  # the gather and SwiGLU run inside the gate/up GEMM
         gate_up = triton_ops.moe_gate_up_swiglu_triton
         h = gate_up(x, wgu, plan.tile_expert, plan.meta, tm, plan.sorted_token, zero_unused=False)
         y = triton_ops.moe_mm_triton(h, wd, plan.tile_expert, plan.meta, tm, zero_unused=False,
                                      row_token=plan.sorted_token)
-        argon["gather + gate/up GEMM + SwiGLU"] = t(lambda: gate_up(
-            x, wgu, plan.tile_expert, plan.meta, tm, plan.sorted_token, zero_unused=False))
-        argon["down GEMM"] = t(lambda: triton_ops.moe_mm_triton(
-            h, wd, plan.tile_expert, plan.meta, tm, zero_unused=False,
-            row_token=plan.sorted_token))
+        timers += [
+            (ARGON, "gather + gate/up GEMM + SwiGLU", lambda: gate_up(
+                x, wgu, plan.tile_expert, plan.meta, tm, plan.sorted_token, zero_unused=False)),
+            (ARGON, "down GEMM", lambda: triton_ops.moe_mm_triton(
+                h, wd, plan.tile_expert, plan.meta, tm, zero_unused=False,
+                row_token=plan.sorted_token))]
     else:
         xs = ops.moe_gather(x, plan)
         gu = ops.moe_mm(xs, wgu, plan)
         h = ops.swiglu(gu)
         y = ops.moe_mm(h, wd, plan)
-        argon["gather"] = t(lambda: ops.moe_gather(x, plan))
-        argon["gate/up GEMM"] = t(lambda: ops.moe_mm(xs, wgu, plan))
-        argon["SwiGLU"] = t(lambda: ops.swiglu(gu))
-        argon["down GEMM"] = t(lambda: ops.moe_mm(h, wd, plan))
-    argon["combine"] = t(lambda: ops.moe_combine(y, plan, w, out_dtype=x.dtype))
-    from .layer import moe_layer
-    argon["whole layer"] = t(lambda: moe_layer(x, rw, (wgu, wd), K, tile_m=tm, ops=ops))
+        timers += [(ARGON, "gather", lambda: ops.moe_gather(x, plan)),
+                   (ARGON, "gate/up GEMM", lambda: ops.moe_mm(xs, wgu, plan)),
+                   (ARGON, "SwiGLU", lambda: ops.swiglu(gu)),
+                   (ARGON, "down GEMM", lambda: ops.moe_mm(h, wd, plan))]
+    timers += [(ARGON, "combine", lambda: ops.moe_combine(y, plan, w, out_dtype=x.dtype)),
+               (ARGON, "whole layer", lambda: run_layer(args, layer, ops))]
 
-    torch_path = {"route": argon["route"]}
     order, ends = baselines.argsort_plan(ids, E)
-    torch_path["plan"] = t(lambda: baselines.argsort_plan(ids, E))
-    torch_path["gather"] = t(lambda: baselines.argsort_gather(x, order, K))
+    timers += [(TORCH, "plan", lambda: baselines.argsort_plan(ids, E)),
+               (TORCH, "gather", lambda: baselines.argsort_gather(x, order, K))]
     if baselines.has_grouped_mm(device, x.dtype):
         xs_u = baselines.argsort_gather(x, order, K)
         gu_u = baselines.grouped_mm(xs_u, wgu, ends)
         h_u = baselines.swiglu_torch(gu_u)
         y_u = baselines.grouped_mm(h_u, wd, ends)
-        torch_path["gate/up GEMM"] = t(lambda: baselines.grouped_mm(xs_u, wgu, ends))
-        torch_path["SwiGLU"] = t(lambda: baselines.swiglu_torch(gu_u))
-        torch_path["down GEMM"] = t(lambda: baselines.grouped_mm(h_u, wd, ends))
+        timers += [
+            (TORCH, "gate/up GEMM", lambda: baselines.grouped_mm(xs_u, wgu, ends)),
+            (TORCH, "SwiGLU", lambda: baselines.swiglu_torch(gu_u)),
+            (TORCH, "down GEMM", lambda: baselines.grouped_mm(h_u, wd, ends)),
+            (TORCH, "combine", lambda: baselines.argsort_combine(y_u, order, w, K, T)),
+            (TORCH, "whole layer", lambda: baselines.layer_argsort_grouped_mm(x, rw, wgu, wd, K))]
+    if not args.no_loop:
+        timers.append((LOOP, "whole layer",
+                       lambda: baselines.layer_per_expert_loop(x, rw, wgu, wd, K)))
+    return timers
+
+
+def measure(timers, device, rounds, repeat):
+    """{(table, stage): [median us of each round]}: every timer once per round, interleaved,
+    after one warm-up call in the first round (stage_timers has run each once already). The
+    per-expert loop, up to seconds a call, is called once a round."""
+    runs = {(table, stage): [] for table, stage, _ in timers}
+    say(f"timing {len(timers)} calls: {rounds} rounds, each call {repeat} times a round "
+        "(--rounds, --repeat)")
+    for r in range(rounds):
+        t0 = time.perf_counter()
+        print(f"  round {r + 1}/{rounds} ", end="", flush=True)
+        for table, stage, fn in timers:
+            n = 1 if table == LOOP else repeat
+            runs[(table, stage)].append(median_us(fn, device, warmup=int(r == 0), repeat=n))
+            print(".", end="", flush=True)
+        say(f" {time.perf_counter() - t0:.1f} s")
+    return runs
+
+
+def summarize(runs):
+    """(argon, torch_path, loop): each stage's median over the rounds (us) on the two paths, and
+    the per-expert loop's (None when skipped)."""
+    tables = {ARGON: {}, TORCH: {}, LOOP: {}}
+    for (table, stage), rounds in runs.items():
+        tables[table][stage] = statistics.median(rounds)
+    argon, torch_path = tables[ARGON], tables[TORCH]
+    torch_path = {"route": argon["route"], **torch_path}  # one router for both paths
+    if "gate/up GEMM" in torch_path and "gather + gate/up GEMM + SwiGLU" in argon:
         torch_path["gather + gate/up GEMM + SwiGLU"] = (
             torch_path["gather"] + torch_path["gate/up GEMM"] + torch_path["SwiGLU"])
-        torch_path["combine"] = t(lambda: baselines.argsort_combine(y_u, order, w, K, T))
-        torch_path["whole layer"] = t(lambda: baselines.layer_argsort_grouped_mm(x, rw, wgu, wd, K))
-    loop = None
-    if not args.no_loop:
-        loop = median_us(lambda: baselines.layer_per_expert_loop(x, rw, wgu, wd, K), device,
-                         warmup=1, repeat=3)
-    return argon, torch_path, loop
+    return argon, torch_path, tables[LOOP].get("whole layer")
 
 
-def render(args, device_name, argon, torch_path, loop, plan_ok, rel):
+def busy_notes(argon, torch_path, runs, *, load=None, cores=None, own_threads=1):
+    """Why the timings cannot be trusted (empty when nothing says so): a stage slower than the
+    whole layer that runs it; a stage whose round medians spread by more than SPREAD_LIMIT of
+    their median and more than SPREAD_FLOOR_US (timer jitter of a few-us stage is no sign); a
+    1-minute load average that, less this job's own threads, exceeds half the cores."""
+    notes = []
+    for name, times in ((ARGON, argon), (TORCH, torch_path)):
+        whole = times.get("whole layer")
+        slower = [s for s, us in times.items() if s != "whole layer" and whole and us > whole]
+        if slower:
+            notes.append(f"{name}: {', '.join(slower)} read slower than the whole layer "
+                         f"({whole:.1f} us), which runs {'it' if len(slower) == 1 else 'them'}")
+    wide = []
+    for (table, stage), rounds in runs.items():
+        mid, gap = statistics.median(rounds), max(rounds) - min(rounds)
+        if gap > SPREAD_FLOOR_US and gap > SPREAD_LIMIT * mid:
+            wide.append((gap / mid, f"{table} {stage} {gap / mid:.0%}"))
+    if wide:
+        wide = [text for _, text in sorted(wide, reverse=True)]
+        more = f" and {len(wide) - 3} more stages" if len(wide) > 3 else ""
+        notes.append(f"rounds disagree by more than {SPREAD_LIMIT:.0%}: "
+                     + ", ".join(wide[:3]) + more)
+    if load is None and hasattr(os, "getloadavg"):
+        load = os.getloadavg()[0]
+    cores = cores or os.cpu_count() or 1
+    if load is not None and load - own_threads > cores / 2:
+        notes.append(f"load average {load:.1f} on {cores} cores (this job's share is at most "
+                     f"{own_threads}): other work shares the CPU")
+    return notes
+
+
+def render(args, device_name, argon, torch_path, loop, plan_ok, rel, notes):
     lines = [
         f"torch_argon MoE prefill layer on {device_name}: T={args.T} E={args.E} K={args.K} "
         f"hidden={args.hidden} inter={args.inter} {args.dtype} tile_m={args.tile_m} "
         f"({args.path} path)",
         f"parity: plan bit-exact vs reference: {'yes' if plan_ok else 'NO'}; "
         f"layer rel. error vs float64 reference: {rel:.2e}",
-        "",
-        "| stage | argon (us) | argsort + grouped_mm (us) | speedup |",
-        "|---|---:|---:|---:|",
+        f"timing: each stage's median over {args.rounds} rounds of {args.repeat} calls",
     ]
+    if notes:
+        lines.append("BUSY MACHINE: the times below are not reliable (rerun on a quiet machine):")
+        lines += [f"  - {n}" for n in notes]
+    lines += ["", "| stage | argon (us) | argsort + grouped_mm (us) | speedup |",
+              "|---|---:|---:|---:|"]
     for stage, us in argon.items():
         base = torch_path.get(stage)
-        ratio = f"{base / us:.2f}x" if base else "-"
-        lines.append(f"| {stage} | {us:.1f} | {base:.1f} | {ratio} |" if base
+        lines.append(f"| {stage} | {us:.1f} | {base:.1f} | {ratio(base, us)} |" if base is not None
                      else f"| {stage} | {us:.1f} | - | - |")
     if loop is not None:
         lines.append(f"| whole layer vs per-expert Python loop | {argon['whole layer']:.1f} | "
-                     f"{loop:.1f} (loop) | {loop / argon['whole layer']:.1f}x |")
+                     f"{loop:.1f} (loop) | {ratio(loop, argon['whole layer'])} |")
     return "\n".join(lines)
 
 
-def plot(path, title, argon, torch_path):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
+def ratio(base, us):
+    return f"{base / us:.2f}x" if us > 0 else "-"
+
+
+def make_figure(title_lines, argon, torch_path, loop):
+    """Horizontal bars per stage (log scale): argon against the argsort + grouped_mm path, and
+    the per-expert loop beside the whole layer; the title wrapped to the figure's width."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     stages = list(argon)
-    fig, ax = plt.subplots(figsize=(8, 4))
+    title = "\n".join(textwrap.fill(line, 95) for line in title_lines)
+    fig, ax = plt.subplots(figsize=(9, 2 + 0.45 * len(stages) + 0.15 * title.count("\n")))
     ys = range(len(stages))
-    ax.barh([y + 0.2 for y in ys], [argon[s] for s in stages], height=0.4, label="argon")
-    ax.barh([y - 0.2 for y in ys], [torch_path.get(s, 0) for s in stages], height=0.4,
-            label="argsort + grouped_mm")
+    ax.barh([y - 0.27 for y in ys], [argon[s] for s in stages], height=0.27, label=ARGON)
+    ax.barh(list(ys), [torch_path.get(s, 0) for s in stages], height=0.27, label=TORCH)
+    if loop is not None:
+        ax.barh([stages.index("whole layer") + 0.27], [loop], height=0.27,
+                label="per-expert Python loop")
     ax.set_yticks(list(ys), stages)
     ax.invert_yaxis()
     ax.set_xscale("log")
     ax.set_xlabel("median time per call (us, log scale)")
-    ax.set_title(title, fontsize=9)
-    ax.legend()
+    ax.set_title(title, fontsize=8, loc="left")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3, frameon=False)
     fig.tight_layout()
+    return fig
+
+
+def plot(path, title_lines, argon, torch_path, loop):
+    """make_figure saved as a PNG; False where matplotlib is missing."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    fig = make_figure(title_lines, argon, torch_path, loop)
     fig.savefig(path, dpi=120)
+    import matplotlib.pyplot as plt
+    plt.close(fig)
     return True
 
 
@@ -194,32 +360,39 @@ def main(argv=None):
     args = parse_args(argv)
     device = torch.device(args.device)
     ops = backends.get(args.device).ops
+    device_name = describe_device(device)
     torch.manual_seed(0)
+    say(f"torch_argon main job on {device_name}")
     with torch.inference_mode():
-        layer = make_layer(args, device)
+        say(f"building the layer: T={args.T} E={args.E} K={args.K} hidden={args.hidden} "
+            f"inter={args.inter} {args.dtype}")
+        layer = build_layer(args, device)
         args.tile_m, args.path = pick_path(args, layer, ops)
-        from .layer import moe_layer
-        out = moe_layer(layer["x"], layer["router_weight"], (layer["w_gate_up"], layer["w_down"]),
-                        args.K, tile_m=args.tile_m, ops=ops)
+        say(f"running it ({args.path} path, tile_m={args.tile_m}) and checking it against "
+            "the reference")
+        out = run_layer(args, layer, ops)
         plan_ok, rel = check_parity(args, layer, ops, out)
-        argon, torch_path, loop = time_stages(args, layer, ops, device)
-    device_name = args.device
-    if device.type == "cuda":
-        device_name = torch.cuda.get_device_name(device)
-    elif device.type == "cpu":
-        device_name = f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
-    table = render(args, device_name, argon, torch_path, loop, plan_ok, rel)
-    print(table)
+        runs = measure(stage_timers(args, layer, ops, device), device, args.rounds, args.repeat)
+    argon, torch_path, loop = summarize(runs)
+    notes = busy_notes(argon, torch_path, runs,
+                       own_threads=torch.get_num_threads() if device.type == "cpu" else 1)
+    table = render(args, device_name, argon, torch_path, loop, plan_ok, rel, notes)
+    say("\n" + table)
     report = dict(device=device_name, config={k: getattr(args, k) for k in
                   ("T", "E", "K", "hidden", "inter", "dtype", "tile_m", "path")},
                   parity=dict(plan_bit_exact=plan_ok, layer_rel_error=rel),
-                  argon_us=argon, argsort_grouped_mm_us=torch_path, per_expert_loop_us=loop)
+                  argon_us=argon, argsort_grouped_mm_us=torch_path, per_expert_loop_us=loop,
+                  timing=dict(rounds=args.rounds, repeat=args.repeat, busy_notes=notes,
+                              round_medians_us={f"{t}/{s}": r for (t, s), r in runs.items()}))
     with open(args.json, "w") as f:
         json.dump(report, f, indent=1)
-    print(f"\nwrote {os.path.abspath(args.json)}")
-    if plot(args.plot, table.splitlines()[0], argon, torch_path):
-        print(f"wrote {os.path.abspath(args.plot)}")
-    tol = {"float32": 1e-4, "float16": 5e-3, "bfloat16": 2e-2}[args.dtype]
+    say(f"\nwrote {os.path.abspath(args.json)}")
+    title = table.splitlines()[:1] + (["BUSY MACHINE while timing: these times are not reliable "
+                                       f"({os.path.basename(args.json)}: timing.busy_notes)"]
+                                      if notes else [])
+    if plot(args.plot, title, argon, torch_path, loop):
+        say(f"wrote {os.path.abspath(args.plot)}")
+    tol = TOLERANCE[args.dtype]
     if not plan_ok or not rel < tol:
         raise SystemExit(f"parity FAILED (plan bit-exact: {plan_ok}, layer rel error {rel:.2e} "
                          f">= {tol:.0e})")

@@ -114,15 +114,11 @@ void register_skips(torch::Library& m) {
 #undef ARGON_SKIP_AUTOGRAD
 }
 
-constexpr char kArgon[] = "argon";
-constexpr char kArgonHost[] = "argon_host";
-
 }  // namespace
 
 TORCH_LIBRARY_IMPL(argon, Autograd, m) { register_skips<kArgon>(m); }
 TORCH_LIBRARY_IMPL(argon_host, Autograd, m) { register_skips<kArgonHost>(m); }
 #ifdef ARGON_WITH_CUDA
-constexpr char kArgonMetalCuda[] = "argon_metal_cuda";
 TORCH_LIBRARY_IMPL(argon_metal_cuda, Autograd, m) { register_skips<kArgonMetalCuda>(m); }
 #endif
 

@@ -102,8 +102,6 @@ struct Functional {
   }
 };
 
-constexpr char kArgon[] = "argon";
-constexpr char kArgonHost[] = "argon_host";
 
 }  // namespace
 
@@ -117,7 +115,6 @@ TORCH_LIBRARY_IMPL(argon_host, CompositeExplicitAutograd, m) {
 
 #ifdef ARGON_WITH_CUDA
 // The .metal kernels compiled for CUDA (csrc/metal/cuda): the metal_cuda test backend.
-constexpr char kArgonMetalCuda[] = "argon_metal_cuda";
 TORCH_LIBRARY(argon_metal_cuda, m) { define_schemas(m); }
 TORCH_LIBRARY_IMPL(argon_metal_cuda, CompositeExplicitAutograd, m) {
   Functional<kArgonMetalCuda>::register_impls(m);

@@ -48,3 +48,11 @@
     "(Tensor xs, Tensor w_q, int qtype, int n_in, Tensor tile_expert, int tile_m, "              \
     "Tensor(a!) out) -> ()",                                                                     \
     MoeQmmFn, MoeQmmOutFn)
+
+namespace argon {
+// The two op libraries (schemas.h), as template arguments of the per-library registrations
+// (functional.cpp, autograd_skip.cpp).
+inline constexpr char kArgon[] = "argon";
+inline constexpr char kArgonHost[] = "argon_host";
+inline constexpr char kArgonMetalCuda[] = "argon_metal_cuda";  // CUDA builds: csrc/metal/cuda
+}  // namespace argon
