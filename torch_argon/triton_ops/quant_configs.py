@@ -20,7 +20,7 @@ the reasoning below.
 - 2 stages at BLOCK_M 16-32 (weight-read bound: the dequant holds registers), 3 for the SwiGLU
   kernel at 64.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .configs import INF
 
@@ -57,11 +57,19 @@ def qmm_block_m(tile_m: int) -> int:
     return max(16, min(tile_m, QMAX_BLOCK_M))
 
 
+# Formats whose dequant gathers from a large grid table (IQ2_XS: 512 entries of 8 values):
+# the pipeliner stages each gathered value through shared memory with cp.async, which at
+# 2 stages takes 272-528 KiB (over the H200's 227 KiB: the launch fails). One stage keeps
+# the gather in registers.
+SINGLE_STAGE_FORMATS = frozenset({"IQ2_XS"})
+
+
 def qmm_config(fmt, swiglu: bool, block_m: int, rows_per_expert: float) -> QMMConfig:
-    """The config for a format (a QFormat; all formats share the table for now)."""
-    del fmt  # per-format entries go here once measured
+    """The config for a format (a QFormat): the shared table, one stage for the grid formats."""
     for bm, max_rows, cfg in QGATE_UP_CONFIGS if swiglu else QDOWN_CONFIGS:
         if bm == block_m and rows_per_expert <= max_rows:
+            if getattr(fmt, "name", fmt) in SINGLE_STAGE_FORMATS:
+                return replace(cfg, num_stages=1)
             return cfg
     raise AssertionError(f"no quantized GEMM config for block_m={block_m}")
 
