@@ -541,6 +541,132 @@ def plot(path, title_lines, argon, torch_path, loop):
     return True
 
 
+def expert_parts(experts):
+    """{part: QuantizedWeight} of quantized experts: gate_up (or gate and up) and down."""
+    return {part: getattr(experts, part) for part in ("gate_up", "gate", "up", "down")
+            if getattr(experts, part) is not None}
+
+
+def open_gguf(args, device):
+    """The file's config and {block: nn.MoE} of its first --layers MoE blocks (all without the
+    flag) on `device`; a file it cannot run (GGUFError: not GGUF, not an MoE architecture, a
+    missing or misshapen tensor; an expert format without kernels) is one error line."""
+    from .gguf import GGUFError, GGUFMoE
+    try:
+        moe_file = GGUFMoE(args.gguf)
+        blocks = moe_file.config.moe_blocks[:args.layers]  # [:None] is all
+        layers = moe_file.moe_layers(device=device, dtype=DTYPES[args.dtype], blocks=blocks,
+                                     tile_m=args.tile_m_flag)
+    except (GGUFError, ImportError) as e:
+        fail(str(e))
+    have = kernel_formats()
+    for block, moe in layers.items():
+        for part, w in expert_parts(moe.experts.expert_weights()).items():
+            if w.qtype.name not in have:
+                fail(f"{args.gguf}: blk.{block} {part} experts are stored as {w.qtype.name}, "
+                     f"which the quantized kernels do not take (formats with kernels: "
+                     f"{', '.join(have)})")
+    return moe_file.config, layers
+
+
+def describe_config(c):
+    shared = f"shared expert inter={c.shared_inter}" if c.shared_inter else "no shared expert"
+    return (f"{c.arch}: {c.n_blocks} blocks, {len(c.moe_blocks)} with experts; E={c.n_experts} "
+            f"top-{c.top_k} hidden={c.hidden} inter={c.inter}; {shared}; {c.scoring} routing"
+            f"{', top-k weights renormalized' if c.renormalize else ''}")
+
+
+def check_gguf_layer(moe, x):
+    """The relative error of MoE block `moe` on x against reference.moe_layer in float64 on its
+    dequantized experts, with the block's own routing, plus its shared expert (if any) in
+    float64 on the same dense weights."""
+    _, weights, ids = moe.gate(x)
+    act = reference.ACTIVATIONS[moe.activation]
+    shared = None
+    if moe.shared_expert is not None:
+        s, xd = moe.shared_expert, x.double()
+        h = act(xd @ s.gate_proj.weight.double().T) * (xd @ s.up_proj.weight.double().T)
+        shared = h @ s.down_proj.weight.double().T
+        if moe.shared_expert_gate is not None:
+            shared = torch.sigmoid(xd @ moe.shared_expert_gate.weight.double().T) * shared
+    ref = reference.moe_layer(x.double(), None, moe.experts.expert_weights(), ids.shape[1],
+                              topk_ids=ids, topk_weights=weights, shared=shared,
+                              activation=moe.activation)
+    return relative_error(moe(x), ref)
+
+
+def render_gguf(args, device_name, config, records, parity, notes):
+    lines = [f"torch_argon GGUF MoE blocks on {device_name}: {args.gguf}",
+             f"config: {describe_config(config)}",
+             f"run: T={args.T} random tokens (std 1) of width {config.hidden}; {args.dtype} "
+             "activations and dense weights (router, shared expert); experts in their GGUF "
+             "blocks",
+             f"parity: block {parity['block']} rel. error vs the float64 per-expert layer on its "
+             f"dequantized weights (same routing): {parity['rel_error']:.2e} "
+             f"({'<' if parity['ok'] else '>='} {parity['tolerance']:.0e})",
+             f"timing: each block's median over {args.rounds} rounds of {args.repeat} calls"]
+    if notes:
+        lines.append("BUSY MACHINE: the times below are not reliable (rerun on a quiet machine):")
+        lines += [f"  - {n}" for n in notes]
+    lines += ["", f"| block | experts | path | whole layer (us) | expert weights | weights vs "
+              f"dense {args.dtype} |", "|---:|---|---|---:|---:|---:|"]
+    for r in records:
+        formats = ", ".join(f"{part.replace('_', '/')} {name}"
+                            for part, name in r["formats"].items())
+        lines.append(f"| {r['block']} | {formats} | {r['path']} | {r['median_us']:.1f} | "
+                     f"{mib(r['weight_bytes'])} | "
+                     f"{r['weight_bytes'] / r['dense_weight_bytes']:.3f}x |")
+    return "\n".join(lines)
+
+
+def run_gguf(args, device, ops, device_name):
+    """--gguf: the file's MoE blocks on T random tokens: parity of the first, each one timed."""
+    import dataclasses
+    with torch.inference_mode():
+        say(f"reading {args.gguf}")
+        config, layers = open_gguf(args, device)
+        args.E, args.K, args.hidden, args.inter = (config.n_experts, config.top_k,
+                                                   config.hidden, config.inter)
+        say(f"config: {describe_config(config)}")
+        g = torch.Generator(device="cpu").manual_seed(0)
+        x = torch.randn(args.T, config.hidden, generator=g).to(device=device,
+                                                               dtype=DTYPES[args.dtype])
+        first = next(iter(layers))
+        say(f"running block {first} and checking it against the float64 layer on its "
+            "dequantized weights")
+        rel, tol = check_gguf_layer(layers[first], x), quant_tolerance(args)
+        parity = dict(block=first, rel_error=rel, tolerance=tol, ok=rel < tol,
+                      compared_to="float64 per-expert layer on the dequantized weights")
+        timers = [(GGUF, str(b), (lambda moe: lambda: moe(x))(moe)) for b, moe in layers.items()]
+        runs = measure(timers, device, args.rounds, args.repeat)
+    times = medians(runs, GGUF)
+    records = []
+    dense_per_expert = 3 * config.hidden * config.inter * DTYPES[args.dtype].itemsize
+    for b, moe in layers.items():
+        experts = moe.experts.expert_weights()
+        chosen = choose_experts_path(x, experts, ops, n_entries=args.T * config.top_k,
+                                     tile_m=args.tile_m_flag)
+        records.append(dict(op="moe_layer_gguf", block=b, path=chosen.name,
+                            tile_m=chosen.tile_m, median_us=times[str(b)],
+                            formats={p: w.qtype.name for p, w in expert_parts(experts).items()},
+                            weight_bytes=experts.nbytes,
+                            dense_weight_bytes=config.n_experts * dense_per_expert))
+    notes = busy_notes({}, {}, runs,
+                       own_threads=torch.get_num_threads() if device.type == "cpu" else 1)
+    say("\n" + render_gguf(args, device_name, config, records, parity, notes))
+    report = dict(device=device_name, gguf=os.path.abspath(args.gguf),
+                  config=dataclasses.asdict(config),
+                  run=dict(T=args.T, dtype=args.dtype, tile_m=args.tile_m_flag),
+                  parity=parity, layers=records,
+                  timing=dict(rounds=args.rounds, repeat=args.repeat, busy_notes=notes,
+                              round_medians_us={f"{t}/{s}": r for (t, s), r in runs.items()}))
+    with open(args.json, "w") as f:
+        json.dump(report, f, indent=1)
+    say(f"\nwrote {os.path.abspath(args.json)} (no plot with --gguf)")
+    if not parity["ok"]:
+        raise SystemExit(f"parity FAILED (block {first} rel error {rel:.2e} >= {tol:.0e})")
+
+
 def fail(message):
     """One error line, as argparse's, and exit status 2: for what only shows once the job reads
     its input (a GGUF file it cannot run)."""
