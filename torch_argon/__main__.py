@@ -232,6 +232,7 @@ def build_quantized(args, layer, device):
         down = random_quantized(name, H, I, leading=(E,), std=I ** -0.5, generator=g)
         made[name] = QuantizedExperts(down=QuantizedWeight(down, name, I),
                                       gate_up=QuantizedWeight(gate_up, name, H)).to(device)
+        say(f"  {name}: {mib(made[name].nbytes)} of blocks")
     return made
 
 
