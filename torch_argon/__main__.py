@@ -105,7 +105,7 @@ def parse_args(argv=None):
     p.add_argument("--gguf", metavar="FILE",
                    help="run the MoE blocks of this GGUF file instead of the synthetic layer "
                    "(E, K, hidden and inter come from the file)")
-    p.add_argument("--layers", type=int,
+    p.add_argument("--layers", type=int, metavar="N",
                    help="with --gguf: run only the first N MoE blocks (default: all)")
     p.add_argument("--json", default="argon_report.json", help="(default: %(default)s)")
     p.add_argument("--plot", default="argon_report.png",
