@@ -146,9 +146,12 @@ def gguf_config(f: GGUFMoE):
 
 
 def _dense(f, name, t, shape, dtype, device, llama_heads):
-    """GGUF tensor `t` dequantized (gguf.quants.dequantize: every ggml type) as `shape`."""
+    """GGUF tensor `t` dequantized (gguf.quants.dequantize: every ggml type) as `shape`; its
+    bytes read from the file, not through the memory map (see GGUFMoE._read_bytes)."""
     import gguf
-    values = gguf.quants.dequantize(t.data, t.tensor_type)
+    n_rows = int(np.prod(t.shape[1:])) if len(t.shape) > 1 else 1  # t.shape is ggml's, reversed
+    raw = f._read_bytes(name, t).numpy().reshape(n_rows, -1)
+    values = gguf.quants.dequantize(raw, t.tensor_type)
     if llama_heads is not None:  # undo llama.cpp's rotary row permutation of q / k
         from transformers.modeling_gguf_pytorch_utils import LlamaTensorProcessor
         values = LlamaTensorProcessor(config=llama_heads).process(values, name).weights
@@ -156,8 +159,6 @@ def _dense(f, name, t, shape, dtype, device, llama_heads):
         raise GGUFError(f"{f.path}: tensor {name!r} has shape {list(values.shape)}, expected "
                         f"{list(shape)} from the file's metadata")
     values = np.ascontiguousarray(values).reshape(shape)
-    if not values.flags.writeable:  # F32 tensors come back as views of the read-only mapping
-        values = values.copy()
     return torch.from_numpy(values).to(device=device, dtype=dtype)
 
 
