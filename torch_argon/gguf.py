@@ -11,8 +11,9 @@ Each MoE block becomes a `torch_argon.nn.MoE` whose experts are `nn.QuantExperts
 one format per tensor, copied to the device once and never dequantized; gate and up of one format
 are concatenated (one GEMM), of two formats kept apart. The router (`ffn_gate_inp`) and the shared
 expert (`ffn_*_shexp`, Qwen2-MoE / Qwen3-Next) are small and stay dense: dequantized if stored
-quantized. The file is read memory-mapped (the `gguf` package's reader); nothing but the tensors
-asked for is read.
+quantized. The file's metadata is read memory-mapped (the `gguf` package's reader); the expert
+bytes are read from the file straight into their tensors; nothing but the tensors asked for is
+read.
 
 Routing rules per architecture (the file's `{arch}.expert_gating_func` and
 `{arch}.expert_weights_norm` override them where present): qwen3moe and qwen3next softmax then
@@ -158,9 +159,21 @@ class GGUFMoE:
         if logical != tuple(shape):
             raise GGUFError(f"{self.path}: tensor {name!r} has shape {list(logical)}, expected "
                             f"{list(shape)} from the file's metadata")
-        data = np.ascontiguousarray(t.data).view(np.uint8).reshape(shape[0], shape[1], -1)
-        blocks = torch.from_numpy(data.copy()).to(device)
+        blocks = self._read_bytes(name, t).reshape(shape[0], shape[1], -1).to(device)
         return QuantizedWeight(blocks, fmt, shape[2])
+
+    def _read_bytes(self, name, t) -> torch.Tensor:
+        """Tensor `t`'s bytes read from the file into a new uint8 tensor: a read, not a copy out
+        of the memory map, whose touched pages would stay in the process's RSS (as much again as
+        the experts) for as long as the file is open."""
+        out = torch.empty(int(t.n_bytes), dtype=torch.uint8)
+        with open(self.path, "rb") as fh:
+            fh.seek(int(t.data_offset))
+            got = fh.readinto(out.numpy())
+        if got != out.numel():
+            raise GGUFError(f"{self.path}: tensor {name!r} is cut short ({got} of {out.numel()} "
+                            f"bytes)")
+        return out
 
     def dense(self, name, shape, dtype, device) -> torch.Tensor:
         """Tensor `name` as floats of logical shape `shape` (dequantized if stored quantized)."""
