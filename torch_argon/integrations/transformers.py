@@ -66,7 +66,6 @@ BLOCKS = {
 PATCH_VERSIONS = ((5, 0), (6, 0))  # [low, high)
 EXPERTS_HOOK_MIN_VERSION = (5, 7)
 
-_ORIGINALS = "_argon_original_blocks"  # model attribute: {qualified name: block's own class}
 _SHARDED = "_argon_experts_sharded"  # model attribute: the experts were cut to a rank's share
 _MOE = "_argon_moe"  # patched block attribute (outside _modules): its torch_argon.nn.MoE
 _SETTINGS = "_argon_settings"  # patched block attribute: the MoE's settings (to rebuild it)
@@ -344,7 +343,6 @@ def patch(model, *, tile_m=None, ops=None, strict=True, on_grad="fallback", proc
     if on_grad not in ON_GRAD:
         raise ValueError(f"patch: on_grad must be one of {ON_GRAD}, got {on_grad!r}")
     classes = block_classes()
-    originals = model.__dict__.setdefault(_ORIGINALS, {})
     report = PatchReport()
     for name, module in list(model.named_modules()):
         if not isinstance(module, classes) or isinstance(module, ArgonBlock):
@@ -364,7 +362,6 @@ def patch(model, *, tile_m=None, ops=None, strict=True, on_grad="fallback", proc
             activation=moe.activation, tile_m=tile_m, ops=ops, process_group=process_group,
             ep_mode=ep_mode, ep_tokens=ep_tokens, n_experts=moe.n_experts)
         module.__dict__[_ON_GRAD] = on_grad
-        originals[name] = type(module)
         module.__class__ = patched_class(type(module))
         if process_group is not None:
             model.__dict__[_SHARDED] = True
@@ -381,7 +378,6 @@ def unpatch(model):
         raise ValueError("unpatch: this model's experts were cut down to one rank's share by "
                          "patch(process_group=...); the original blocks cannot run them (reload "
                          "the model)")
-    model.__dict__.pop(_ORIGINALS, None)
     restored = []
     for name, module in model.named_modules():
         if isinstance(module, ArgonBlock):
