@@ -260,5 +260,5 @@ setup(
     ext_modules=[ext],
     cmdclass={"build_ext": BuildExtension},
     python_requires=">=3.10",
-    extras_require={"transformers": ["transformers>=5.0"]},
+    extras_require={"transformers": ["transformers>=5.0,<6"]},
 )
