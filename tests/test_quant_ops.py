@@ -34,7 +34,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUANTIZED = [n for n, f in FORMATS.items() if not f.is_float]
 REL_TOL = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 8e-3}
 HALF_WEIGHT_TOL = 1e-3
-HALF_WEIGHT_BACKENDS = ("metal_host", "mps")  # the Metal kernel's weight tiles are half
+HALF_WEIGHT_BACKENDS = ("metal_host", "mps", "metal_cuda")  # the Metal kernel's weight tiles are half
 SPECIAL_HALVES = (0x0000, 0x8000, 0x0001, 0x8001, 0x03FF, 0x0400, 0x3C00, 0xC000, 0x7BFF,
                   0xFBFF, 0x7C00, 0xFC00, 0x7E00, 0x7C01, 0x7D55, 0xFE00, 0xFC01, 0xFFFF)
 

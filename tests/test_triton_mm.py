@@ -288,6 +288,16 @@ def test_config_table_file_round_trip(tmp_path, monkeypatch):
                                 512.0).block_n == 256
 
 
+def test_config_lookup_traces_under_fullgraph_compile():
+    """The layer looks its configs up while torch.compile traces it: no file access there."""
+    def tile_m(x):
+        return x + configs.layer_tile_m(8192 * 8, 128, hidden=2048, inter=768,
+                                        dtype=torch.bfloat16, device_name="NVIDIA H200")
+
+    x = torch.zeros(2)
+    assert torch.equal(torch.compile(tile_m, fullgraph=True, backend="eager")(x), tile_m(x))
+
+
 def test_mm_config_refuses_tma_options_on_classic():
     with pytest.raises(ValueError, match="need kernel='tma'"):
         MMConfig(128, 64, 4, 3, skip_padding=True)

@@ -3,8 +3,9 @@
 //   ARGON_ACT_SILU       silu(g) = g / (1 + exp(-g))                         (SwiGLU)
 //   ARGON_ACT_GELU       gelu(g) = 0.5 g (1 + erf(g / sqrt 2))                (GeGLU, erf form)
 //   ARGON_ACT_GELU_TANH  0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3)))      (tanh approximation)
-// Written as torch writes them (csrc/cpu and the reference use the same formulas), so results
-// agree within a few ulps. Metal has no erf: argon_erf is our own, within 3 ulp of erf in fp32.
+// Computed as g * (0.5 (1 + erf)) (the same product as torch's 0.5 g (1 + erf), rounded once):
+// the factor in [0, 1] keeps g near FLT_MAX finite whatever order a compiler multiplies in (an
+// nvcc build gave inf for g >= 2^127). csrc/cpu, csrc/cuda and the Triton epilogue do the same. Metal has no erf: argon_erf is our own, within 3 ulp of erf in fp32.
 // The codes live in swiglu_params.h (shared with the host C++); this header is for kernels.
 #pragma once
 #include <metal_stdlib>
@@ -48,11 +49,11 @@ inline float argon_erf(float x) {
 // The activation of g in fp32.
 inline float argon_activation(float g, unsigned act) {
   if (act == ARGON_ACT_GELU) {
-    return 0.5f * g * (1.0f + argon_erf(g * 0.7071067811865476f));
+    return g * (0.5f * (1.0f + argon_erf(g * 0.7071067811865476f)));
   }
   if (act == ARGON_ACT_GELU_TANH) {
     const float inner = 0.7978845608028654f * (g + 0.044715f * g * g * g);
-    return 0.5f * g * (1.0f + tanh(inner));
+    return g * (0.5f * (1.0f + tanh(inner)));
   }
   return g / (1.0f + exp(-g));
 }

@@ -25,6 +25,8 @@ import os
 from dataclasses import asdict, dataclass, fields
 from typing import Optional
 
+import torch
+
 KERNELS = ("classic", "tma")
 
 
@@ -147,10 +149,21 @@ def _load_table(path: str) -> dict:
     return {"gemm": table.get("gemm", {}), "tile_m": table.get("tile_m", {})}
 
 
+def _table_path() -> str:
+    return os.environ.get("ARGON_TRITON_CONFIGS") or TABLE_FILE
+
+
+# The table as the process started with it: what a torch.compile'd layer reads, since dynamo
+# cannot trace the file's stat and read (a graph break, an error under fullgraph=True).
+_STARTUP_TABLE = _load_table(_table_path())
+
+
 def table() -> dict:
     if _table_override is not None:
         return _table_override
-    return _load_table(os.environ.get("ARGON_TRITON_CONFIGS") or TABLE_FILE)
+    if torch.compiler.is_compiling():
+        return _STARTUP_TABLE
+    return _load_table(_table_path())
 
 
 def set_table(new: Optional[dict]) -> None:

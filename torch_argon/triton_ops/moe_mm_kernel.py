@@ -110,9 +110,9 @@ def gated_activation(g, ACTIVATION: tl.constexpr):
     """act(g) in fp32 for the gated epilogue: silu, gelu (erf) or gelu (tanh form), as torch
     writes them; tanh as 1 - 2 / (1 + exp(2z)), which Triton's interpreter also runs."""
     if ACTIVATION == 1:
-        return 0.5 * g * (1.0 + tl.math.erf(g * 0.7071067811865476))
+        return g * (0.5 * (1.0 + tl.math.erf(g * 0.7071067811865476)))
     elif ACTIVATION == 2:
         z = 0.7978845608028654 * (g + 0.044715 * g * g * g)
-        return 0.5 * g * (2.0 - 2.0 / (1.0 + tl.exp(2.0 * z)))
+        return g * (0.5 * (2.0 - 2.0 / (1.0 + tl.exp(2.0 * z))))
     else:
         return g / (1.0 + tl.exp(-g))

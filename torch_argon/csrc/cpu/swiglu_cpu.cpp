@@ -64,11 +64,11 @@ struct Silu {
   static float apply(float x) { return x / (1.f + exp_f32(-x)); }
 };
 struct Gelu {
-  static float apply(float x) { return 0.5f * x * (1.f + std::erf(x * 0.7071067811865476f)); }
+  static float apply(float x) { return x * (0.5f * (1.f + std::erf(x * 0.7071067811865476f))); }
 };
 struct GeluTanh {
   static float apply(float x) {
-    return 0.5f * x * (1.f + std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+    return x * (0.5f * (1.f + std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x))));
   }
 };
 

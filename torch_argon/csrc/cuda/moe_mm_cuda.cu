@@ -159,13 +159,17 @@ void launch_tiles(const MmParams<T>& p) {
   ARGON_CUDA_CHECK_LAUNCH();
 }
 
+// torch._grouped_mm refuses more groups than this ("Can't process more than 1024 groups"):
+// stacks of more experts take the tile kernel.
+constexpr int64_t kGroupedMmMaxGroups = 1024;
+
 bool grouped_mm_applies(const Tensor& xs, const Tensor& w, const Tensor& out) {
   if (xs.scalar_type() != at::kBFloat16) return false;
   const int major = at::cuda::getCurrentDeviceProperties()->major;
   if (major != 9 && major != 10) return false;
   const int64_t R = xs.size(0), Kd = xs.size(1), N = w.size(1), E = w.size(0);
   auto aligned = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.const_data_ptr()) % 16 == 0; };
-  return R > 0 && Kd > 0 && N > 0 && Kd % 8 == 0 && N % 8 == 0 && E * sizeof(int) <= 48 * 1024 &&
+  return R > 0 && Kd > 0 && N > 0 && Kd % 8 == 0 && N % 8 == 0 && E <= kGroupedMmMaxGroups &&
          xs.stride(1) == 1 && xs.stride(0) % 8 == 0 && aligned(xs) &&
          w.stride(2) == 1 && w.stride(1) % 8 == 0 && w.stride(0) % 8 == 0 && aligned(w) &&
          (!out.defined() || out.stride(0) % 8 == 0);

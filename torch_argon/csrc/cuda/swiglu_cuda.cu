@@ -18,9 +18,9 @@ namespace argon::cuda {
 namespace {
 
 __device__ __forceinline__ float activation(float g, int act) {
-  if (act == ARGON_ACT_GELU) return 0.5f * g * (1.f + erff(g * 0.7071067811865476f));
+  if (act == ARGON_ACT_GELU) return g * (0.5f * (1.f + erff(g * 0.7071067811865476f)));
   if (act == ARGON_ACT_GELU_TANH) {
-    return 0.5f * g * (1.f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g)));
+    return g * (0.5f * (1.f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g))));
   }
   return g / (1.f + expf(-g));
 }
