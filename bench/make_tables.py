@@ -1,4 +1,4 @@
-"""Turn benchmark results into the README's tables.
+"""Turn benchmark results into the tables of README.md and bench/README.md.
 
     python bench/make_tables.py --raw PATH    # PATH: the JSON a bench/bench_ops.py run wrote
     python bench/make_tables.py               # the tables again from bench/results/*.json
@@ -7,8 +7,10 @@ With --raw, reads the pytest-benchmark JSON of bench/bench_ops.py (its run print
 went, by default outside the checkout: bench/conftest.py), keeps a copy as
 bench/results/cpu_ops_raw.json and writes bench/results/cpu.json (records {"op", "backend", "T",
 "E", "K", "tm", "dist", "median_us", "baseline", "baseline_median_us"}). Then, with or without
-it, regenerates every table of README.md between its `<!-- table:NAME -->` markers from
-bench/results/*.json. Tables are never typed by hand.
+it, fills every `<!-- table:NAME -->` ... `<!-- /table:NAME -->` block of the documents in
+DOCS from bench/results/*.json (TABLES says which results and which function make each one).
+Tables are never typed by hand: a marker of an unknown name, or a table missing its marker, is
+an error; a table whose results are not there yet says so in its block.
 """
 import argparse
 import json
@@ -84,13 +86,17 @@ def shape_label(shape):
     return "E={} K={} H={} I={}".format(*shape)
 
 
+def _x(base, ours):
+    """A baseline's time with how many times ours it is: '1581 (2.2x)'."""
+    return f"{base:.0f} ({base / ours:.1f}x)"
+
+
 def layer_table(records):
     """The whole layer (bench/bench_layer.py) against each baseline and the floors, per layer
     config and T."""
-    rows = ["| config | T | argon layer (us) | vs argon ops path (us) | "
-            "vs argsort + grouped_mm (us) | vs per-expert loop (us) | weight-read floor (us) | "
-            "matrix floor (us) | layer / larger floor |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    rows = ["| config | T | argon layer (us) | argsort + grouped_mm (us) | argon ops path (us) | "
+            "per-expert loop (us) | floors: weights / matrix (us) | layer / larger floor |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|"]
     layer = {}
     for r in records:
         if r["op"] == "moe_layer":
@@ -98,16 +104,16 @@ def layer_table(records):
     for (shape, T), by_base in sorted(layer.items()):
         any_r = next(iter(by_base.values()))
         cells = []
-        for name in ("layer_argon_ops_path", "layer_argsort_grouped_mm", "layer_per_expert_loop"):
+        for name in ("layer_argsort_grouped_mm", "layer_argon_ops_path", "layer_per_expert_loop"):
             b = by_base.get(name)
-            cells.append(f"{b['baseline_median_us']:.0f} ({b['baseline_median_us'] / b['median_us']:.1f}x)"
-                         if b else "-")
+            cells.append(_x(b["baseline_median_us"], b["median_us"]) if b else "-")
         floor = any_r.get("weight_read_floor_us")
         matrix = any_r.get("matrix_floor_us")
         larger = max(floor or 0, matrix or 0)
+        floors = " / ".join(f"{f:.0f}" if f else "-" for f in (floor, matrix))
+        ratio = f"{any_r['median_us'] / larger:.2f}" if larger else "-"
         rows.append(f"| {shape_label(shape)} | {T} | {any_r['median_us']:.0f} | "
-                    f"{' | '.join(cells)} | {floor:.0f} | {f'{matrix:.0f}' if matrix else '-'} | "
-                    f"{any_r['median_us'] / larger:.2f} |")
+                    f"{' | '.join(cells)} | {floors} | {ratio} |")
     return "\n".join(rows)
 
 
@@ -116,7 +122,7 @@ def stage_table(records):
     stages = [r for r in records if r["op"].startswith("moe_layer/")]
     names = list(dict.fromkeys(r["op"].split("/", 1)[1] for r in stages))
     points = sorted({(layer_shape(r), r["T"]) for r in stages})
-    rows = ["| config | T | " + " | ".join(f"{n}: us (share) / baseline us" for n in names) + " |",
+    rows = ["| config | T | " + " | ".join(f"{n}: us (share) / torch" for n in names) + " |",
             "|---|---:|" + "---:|" * len(names)]
     for shape, T in points:
         cells = []
@@ -129,11 +135,146 @@ def stage_table(records):
     return "\n".join(rows)
 
 
-def fill(readme, name, table):
-    pattern = re.compile(rf"(<!-- table:{name} -->\n).*?(<!-- /table:{name} -->)", re.S)
-    if not pattern.search(readme):
-        return readme
-    return pattern.sub(lambda m: m.group(1) + table + "\n" + m.group(2), readme)
+def gemm_sweep_table(sweep):
+    """bench/h200_gemm_sweep.py's experts records: the experts path (gate/up GEMM with gather and
+    SwiGLU, down GEMM) with the configs before the sweep and the tuned ones, against
+    torch._grouped_mm, the floors and the sweep's target."""
+    rows = ["| config | T | tile_m old > new | old configs (us) | tuned (us) | "
+            "torch._grouped_mm (us) | floors: weights / matrix (us) | target (us) |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in sorted(sweep["experts"], key=lambda r: (-r["E"], r["T"])):
+        target = r.get("target_us")
+        met = "-" if target is None else f"{target} ({'met' if r['new_us'] <= target else 'not met'})"
+        rows.append(f"| {shape_label(layer_shape(r))} | {r['T']} | {r['tile_m_old']} > "
+                    f"{r['tile_m_new']} | {r['old_us']:.0f} | {r['new_us']:.0f} | "
+                    f"{_x(r['torch_grouped_mm_us'], r['new_us'])} | "
+                    f"{r['weight_read_floor_us']:.0f} / {r['matrix_floor_us']:.0f} | {met} |")
+    return "\n".join(rows)
+
+
+def _span(values, fmt="{:.1f}"):
+    lo, hi = min(values), max(values)
+    return fmt.format(lo) if fmt.format(lo) == fmt.format(hi) else f"{fmt.format(lo)}-{fmt.format(hi)}"
+
+
+def quant_table(records, main_job):
+    """bench/bench_quant.py's experts records (quantized Triton experts on the GPU against the
+    same experts in bf16 and against dequantize-then-bf16), then a line of the main job's whole
+    layer with quantized experts (python -m torch_argon --quant)."""
+    rows = ["| format | config | T | quantized (us) | bf16 (us) | quantized / bf16 | "
+            "dequantize + bf16 (us) | weights: quantized / bf16 (MB) |",
+            "|---|---|---:|---:|---:|---:|---:|---:|"]
+    exp = [r for r in records if r["op"] == "moe_experts"]
+    for r in exp:
+        bf16_bytes = r["E"] * 3 * r["H"] * r["I"] * 2
+        base = r.get("baseline_median_us")
+        deq = r.get("dequant_bf16_us")
+        ratio = f"{r['median_us'] / base:.2f}x" if base else "-"
+        rows.append(f"| {r['quant']} | {shape_label(layer_shape(r))} | {r['T']} | "
+                    f"{r['median_us']:.0f} | {f'{base:.0f}' if base else '-'} | "
+                    f"{ratio} | "
+                    f"{f'{deq:.0f}' if deq else '-'} | {r['weight_bytes'] / 1e6:.0f} / "
+                    f"{bf16_bytes / 1e6:.0f} |")
+    ratios = [r["median_us"] / r["baseline_median_us"] for r in exp if r.get("baseline_median_us")]
+    dense = next(q for q in main_job["quantized"] if q["op"] == "moe_layer")
+    layers = ", ".join(f"{q['format']} {q['median_us']:.0f} us ({q['median_us'] / dense['median_us']:.1f}x, "
+                       f"{dense['weight_bytes'] / q['weight_bytes']:.1f}x fewer weight bytes)"
+                       for q in main_job["quantized"] if q["op"] == "moe_layer_quant")
+    c = main_job["config"]
+    rows += ["", f"Quantized / bf16: {_span(ratios)}x. Main job (`--quant`, whole layer, T={c['T']} "
+             f"E={c['E']} K={c['K']}): bf16 {dense['median_us']:.0f} us, {layers}."]
+    return "\n".join(rows)
+
+
+def gguf_table(*runs):
+    """bench/bench_gguf.py: prefill of a GGUF model through from_gguf against transformers' GGUF
+    loader, time and peak memory, one row per device and T."""
+    rows = ["| device | dtype | T | argon (ms) | transformers (ms) | speed | argon peak (MB) | "
+            "transformers peak (MB) | memory |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    notes = []
+    for run in runs:
+        for r in run:
+            rows.append(f"| {r['device']} | {r['dtype']} | {r['T']} | {r['argon_ms']:.1f} | "
+                        f"{r['transformers_ms']:.1f} | {r['transformers_ms'] / r['argon_ms']:.2f}x | "
+                        f"{r['argon_peak_mb']:.0f} | {r['transformers_peak_mb']:.0f} | "
+                        f"{r['argon_peak_mb'] / r['transformers_peak_mb']:.2f}x |")
+            if r.get("note"):
+                notes.append(f"{r['device']}: {r['note']}")
+    notes = list(dict.fromkeys(notes))
+    return "\n".join(rows + ([""] + [f"({n})" for n in notes] if notes else []))
+
+
+def cpu_quant_table(records):
+    """bench/bench_quant_cpu.py: the CPU quantized GEMM against dequantize-then-moe_mm, time and
+    peak memory above the RSS before the call."""
+    rows = ["| format | GEMM | T | threads | moe_qmm (us) | dequantize + moe_mm (us) | speed-up | "
+            "peak memory ratio |",
+            "|---|---|---:|---|---:|---:|---:|---:|"]
+    for r in records:
+        rows.append(f"| {r['quant']} | {r['gemm']} | {r['T']} | {r.get('threads') or 'all'} | "
+                    f"{r['median_us']:.0f} | {r['baseline_median_us']:.0f} | "
+                    f"{r['baseline_median_us'] / r['median_us']:.1f}x | {r['memory_ratio']:.2f} |")
+    return "\n".join(rows)
+
+
+def cpu_line(ops, quant):
+    """One line of CPU figures for the README: the plan and combine against plain torch, the
+    grouped GEMM against the per-expert loop, moe_qmm against dequantize-then-moe_mm."""
+    def vs(op, baseline):
+        r = next(r for r in ops if r["op"] == op and r["baseline"] == baseline)
+        return f"{r['baseline_median_us'] / r['median_us']:.1f}x"
+    plan = next(r for r in ops if r["op"] == "moe_plan")
+    mm = next(r for r in ops if r["op"] == "moe_mm")
+    return (f"CPU (T={plan['T']} E={plan['E']} K={plan['K']}; 2 shared cores of a loaded VM): "
+            f"`moe_plan` {vs('moe_plan', 'torch_argsort')} a torch argsort plan, `moe_combine` "
+            f"{vs('moe_combine', 'torch_gather_sum')} torch's gather + sum, `moe_mm` (E={mm['E']}) "
+            f"{vs('moe_mm', 'torch_per_expert_loop')} a per-expert loop; quantized `moe_qmm` "
+            f"{_span([r['speedup'] for r in quant])}x faster than dequantize-then-`moe_mm` at "
+            f"{_span([r['memory_ratio'] for r in quant], '{:.2f}')}x its peak memory "
+            f"([all CPU tables](bench/README.md#cpu)).")
+
+
+# name: (the document holding its marker, its results files in bench/results, the function
+# making it from their parsed JSON, in that order).
+TABLES = {
+    "h200-layer": ("README.md", ("h200.json",), layer_table),
+    "h200-stages": ("README.md", ("h200.json",), stage_table),
+    "cpu-line": ("README.md", ("cpu.json", "cpu_quant.json"), cpu_line),
+    "h200-gemm-sweep": ("README.md", ("h200_gemm_sweep.json",), gemm_sweep_table),
+    "h200-quant": ("README.md", ("h200_quant.json", "main_quant_h200.json"), quant_table),
+    "gguf": ("README.md", ("cpu_gguf.json", "h200_gguf.json"), gguf_table),
+    "cpu_distributed": ("README.md", ("cpu_distributed.json",), distributed_table),
+    "cpu": ("bench/README.md", ("cpu.json",), ops_table),
+    "cpu-quant": ("bench/README.md", ("cpu_quant.json",), cpu_quant_table),
+    "h200": ("bench/README.md", ("h200.json",), cuda_ops_table),
+    "h200x2": ("bench/README.md", ("h200x2.json",), distributed_table),
+}
+DOCS = tuple(dict.fromkeys(doc for doc, _, _ in TABLES.values()))
+MARKER = re.compile(r"<!-- table:([\w-]+) -->\n(.*?)<!-- /table:\1 -->", re.S)
+
+
+def make_table(name, results=RESULTS):
+    """The text of table `name` from the results files, or a line saying which are missing."""
+    _, files, make = TABLES[name]
+    missing = [f for f in files if not (results / f).is_file()]
+    if missing:
+        return "_No results yet: " + ", ".join(f"`bench/results/{f}`" for f in missing) + "._"
+    return make(*(json.loads((results / f).read_text()) for f in files))
+
+
+def render(doc, text, results=RESULTS):
+    """`text` (the document `doc`, a path relative to the checkout) with every table block
+    filled. Raises on a marker of an unknown name or of another document's table, and on a table
+    of this document whose marker is missing."""
+    found = [m.group(1) for m in MARKER.finditer(text)]
+    wrong = [n for n in found if TABLES.get(n, (None,))[0] != doc]
+    missing = [n for n, (d, _, _) in TABLES.items() if d == doc and n not in found]
+    if wrong or missing:
+        raise ValueError(f"{doc}: markers of unknown or other documents' tables {wrong}; "
+                         f"tables without a marker {missing} (TABLES in bench/make_tables.py)")
+    return MARKER.sub(lambda m: f"<!-- table:{m.group(1)} -->\n{make_table(m.group(1), results)}"
+                      f"\n<!-- /table:{m.group(1)} -->", text)
 
 
 def main():
@@ -154,19 +295,13 @@ def main():
         (RESULTS / "cpu.json").write_text(json.dumps(records, indent=1) + "\n")
         print(f"wrote {RESULTS / 'cpu.json'} ({len(records)} records) and {kept} from {args.raw}"
               f" on {machine.get('cpu', {}).get('brand_raw', 'unknown cpu')}")
-    readme_path = ROOT / "README.md"
-    readme = readme_path.read_text()
-    sources = {"cpu": (RESULTS / "cpu.json", ops_table),
-               "h200": (RESULTS / "h200.json", cuda_ops_table),
-               "h200-layer": (RESULTS / "h200.json", layer_table),
-               "h200-stages": (RESULTS / "h200.json", stage_table),
-               "cpu_distributed": (RESULTS / "cpu_distributed.json", distributed_table),
-               "h200x2": (RESULTS / "h200x2.json", distributed_table)}
-    for name, (path, make) in sources.items():
-        if path.exists():
-            readme = fill(readme, name, make(json.loads(path.read_text())))
-    readme_path.write_text(readme)
-    print(f"updated {readme_path}")
+    for doc in DOCS:
+        path = ROOT / doc
+        text = path.read_text()
+        new = render(doc, text)
+        if new != text:
+            path.write_text(new)
+        print(f"{doc}: {'updated' if new != text else 'unchanged'}, {len(new.encode())} bytes")
 
 
 if __name__ == "__main__":
