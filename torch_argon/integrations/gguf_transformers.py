@@ -243,9 +243,11 @@ class ArgonGgufExperts(torch.nn.Module):
 
     def __init__(self, gguf_experts):
         super().__init__()
-        from .transformers import _is_silu
-        if not _is_silu(gguf_experts.act_fn):
-            raise ValueError("ArgonGgufExperts: the experts' activation is not SiLU (SwiGLU)")
+        from .transformers import activation_of
+        self.activation = activation_of(gguf_experts.act_fn)
+        if self.activation is None:
+            raise ValueError("ArgonGgufExperts: the experts' activation is none of SiLU, GELU "
+                             "(erf) and GELU (tanh)")
         self.num_experts = gguf_experts.num_experts
         self.hidden_dim = gguf_experts.hidden_dim
         self.intermediate_dim = gguf_experts.intermediate_dim
@@ -264,7 +266,8 @@ class ArgonGgufExperts(torch.nn.Module):
 
     def forward(self, hidden_states, top_k_index, top_k_weights):
         from ..layer import moe_experts
-        return moe_experts(hidden_states, top_k_index, top_k_weights, self.expert_weights())
+        return moe_experts(hidden_states, top_k_index, top_k_weights, self.expert_weights(),
+                           activation=self.activation)
 
     def extra_repr(self):
         return (f"num_experts={self.num_experts}, hidden_dim={self.hidden_dim}, "
