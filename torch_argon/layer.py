@@ -73,8 +73,9 @@ class _CpuWorkspace(threading.local):
 
     Why: at T*K = 16384 rows each of them is 8 to 64 MB, above glibc's largest mmap threshold
     (32 MB), so a fresh tensor is fresh pages on every call: the kernel zeroes and maps them
-    (page faults) before our kernels write a byte, about a third of the gather's time (measured
-    in bench/cpu_experts_notes.md). A per-expert loop allocates a few small tensors per expert
+    (page faults) before our kernels write a byte. Measured (bench/cpu_experts_notes.md): the
+    gather into a fresh tensor takes 4-5x as long as into a reused one, and the layer at
+    T = 2048 about 1.2x as long. A per-expert loop allocates a few small tensors per expert
     that malloc recycles, so it never pays this. None of these buffers leaves the layer (the
     combine writes a fresh output), so reusing them is invisible to the caller; they hold the
     largest shapes seen until clear_cpu_workspace()."""
