@@ -412,28 +412,39 @@ def shape_of(r):
     return tuple(r.get(k, d) for k, d in (("E", 512), ("K", 10), ("H", 2048), ("I", 512)))
 
 
-def key(r):
-    return (r["op"], r["backend"], r["T"], shape_of(r), r["baseline"], r.get("dist"))
+def key(r, with_dtype=True):
+    return ((r["op"], r["backend"], r["T"], shape_of(r), r["baseline"], r.get("dist"))
+            + ((r.get("dtype"),) if with_dtype else ()))
 
 
-def group(r):
-    return ((r["backend"], r["T"], shape_of(r), r.get("dist")) if r["op"].startswith("moe_layer")
+def group(r, with_dtype=True):
+    return ((r["backend"], r["T"], shape_of(r), r.get("dist"))
+            + ((r.get("dtype"),) if with_dtype else ()) if r["op"].startswith("moe_layer")
             else None)
 
 
 def merge_into(path, records):
     """Replace the records with the same key, and every moe_layer record of a (backend, T,
-    dist) this run measured (stages renamed or dropped since leave none behind); keep every
-    other one. A JSON list, or a dict holding one under "records"."""
+    dist, dtype) this run measured (stages renamed or dropped since leave none behind); keep
+    every other one (so fp32 and bf16 runs of one shape sit side by side). A record written
+    before records carried their dtype matches any dtype. A JSON list, or a dict holding one
+    under "records"."""
     data = []
     if os.path.exists(path):
         with open(path) as f:
             data = json.load(f)
     old = data["records"] if isinstance(data, dict) else data
-    new_keys = {key(r) for r in records}
-    new_groups = {group(r) for r in records} - {None}
-    merged = [r for r in old if not (isinstance(r, dict) and "op" in r and "backend" in r
-                                     and (key(r) in new_keys or group(r) in new_groups))]
+
+    new_keys = {typed: {key(n, typed) for n in records} for typed in (True, False)}
+    new_groups = {typed: {group(n, typed) for n in records} - {None} for typed in (True, False)}
+
+    def replaced(r):
+        if not (isinstance(r, dict) and "op" in r and "backend" in r):
+            return False
+        typed = "dtype" in r
+        return key(r, typed) in new_keys[typed] or group(r, typed) in new_groups[typed]
+
+    merged = [r for r in old if not replaced(r)]
     merged += records
     if isinstance(data, dict):
         data["records"] = merged
