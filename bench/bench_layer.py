@@ -168,15 +168,72 @@ def time_layer(timer, run, tile_ms):
     return (tm,) + layer_us[tm]
 
 
+def time_cpu_interleaved(args, x, router, w_gate_up, w_down, K, ops, timed, tile_ms,
+                         layer_baselines):
+    """On the CPU: every path at every tile_m and every layer baseline called in turn in each of
+    args.rounds rounds, medians per call. A machine shared with other jobs then loads them
+    alike (timing one after the other lets the load of one minute decide the ratio). Fills
+    timed[path] = (best tm, us, "wall-interleaved"); returns {baseline: (us, how)}."""
+    calls = {}
+    for path in args.paths:
+        run = layer_fn(x, router, w_gate_up, w_down, K, ops, path)
+        for tm in tile_ms:
+            calls[(path, tm)] = (lambda run=run, tm=tm: run(tm))
+    for name, fn, _ in layer_baselines:
+        calls[name] = (lambda fn=fn: fn(x, router, w_gate_up, w_down, K))
+    us = time_rounds(calls, args.rounds)
+    for path in args.paths:
+        by_tm = {tm: us[(path, tm)] for tm in tile_ms if (path, tm) in us}
+        if not by_tm:
+            raise SystemExit(f"the argon layer ({path} path) failed at every tile_m in {tile_ms}")
+        tm = min(by_tm, key=by_tm.get)
+        timed[path] = (tm, by_tm[tm], "wall-interleaved")
+    return {name: (us[name], "wall-interleaved") for name, _, _ in layer_baselines if name in us}
+
+
 def touched_weight_bytes(plan, w):
     """Bytes of the experts' weight stack that a GEMM over this plan must read."""
     return int((plan.counts > 0).sum()) * w[0].numel() * w.element_size()
 
 
-def stage_records(timer, stages, common, layer_us, op_prefix):
+def time_rounds(calls, rounds):
+    """{key: median wall us} of calls {key: fn}, each called in turn in every one of `rounds`
+    rounds after a warm-up call; a call that raises is reported and left out."""
+    calls = dict(calls)
+    for key_, call in list(calls.items()):
+        try:
+            call()
+        except (RuntimeError, ValueError) as e:
+            print(f"  {key_} failed: {str(e).splitlines()[0]}")
+            del calls[key_]
+    samples = {key_: [] for key_ in calls}
+    for _ in range(rounds):
+        for key_, call in calls.items():
+            start = time.perf_counter()
+            call()
+            samples[key_].append((time.perf_counter() - start) * 1e6)
+    return {key_: statistics.median(v) for key_, v in samples.items()}
+
+
+def stage_records(timer, stages, common, layer_us, op_prefix, rounds=0):
+    """One record per stage, with its baseline's time. rounds > 0 (the CPU): every stage and
+    baseline called in turn in each round, as the layer is."""
     records = []
+    if rounds:
+        calls = {stage: argon_call for stage, (argon_call, _, _) in stages.items()}
+        calls.update({(stage, "baseline"): base[1] for stage, (_, base, _) in stages.items()
+                      if base is not None})
+        us = time_rounds(calls, rounds)
+
+        def timed(key_, call, capturable=True):
+            if key_ not in us:
+                raise RuntimeError(f"{key_} failed")
+            return us[key_], "wall-interleaved"
+    else:
+        def timed(key_, call, capturable=True):
+            return timer(call, capturable)
     for stage, (argon_call, base, nbytes) in stages.items():
-        stage_us, stage_how = timer(argon_call)
+        stage_us, stage_how = timed(stage, argon_call)
         rec = dict(op=f"{op_prefix}/{stage}", **common, median_us=stage_us, timing=stage_how,
                    share_of_layer=stage_us / layer_us, baseline=None, baseline_median_us=None)
         if nbytes:
@@ -184,7 +241,8 @@ def stage_records(timer, stages, common, layer_us, op_prefix):
         if base is not None:
             name, call, capturable = base
             try:
-                rec["baseline_median_us"], rec["baseline_timing"] = timer(call, capturable)
+                rec["baseline_median_us"], rec["baseline_timing"] = timed((stage, "baseline"),
+                                                                          call, capturable)
                 rec["baseline"] = name
             except RuntimeError as e:
                 print(f"  baseline {name} for {stage} failed: {str(e).splitlines()[0]}")
@@ -200,6 +258,11 @@ def ops_stages(x, router, w_gate_up, w_down, K, E, tm, ops):
     gu = ops.moe_mm(xs, w_gate_up, plan)
     h = ops.swiglu(gu)
     y = ops.moe_mm(h, w_down, plan)
+    # On the CPU the layer writes these stages into buffers it keeps across calls (layer.py,
+    # _CpuWorkspace); their stages here do the same, so the stages add up to the layer.
+    out = (dict(gather=xs.clone(), gate_up_mm=gu.clone(), swiglu=h.clone(), down_mm=y.clone())
+           if x.device.type == "cpu" else dict.fromkeys(("gather", "gate_up_mm", "swiglu",
+                                                         "down_mm")))
     ends = plan.offsets[1:]  # padded group ends: grouped_mm over the same padded rows
 
     def grouped_mm(a, w):
@@ -211,15 +274,15 @@ def ops_stages(x, router, w_gate_up, w_down, K, E, tm, ops):
         "plan": (lambda: ops.moe_plan(ids, weights, E, tm),
                  ("torch_argsort", lambda: baselines.plan_argsort(ids, weights, E, tm), False),
                  0),
-        "gather": (lambda: ops.moe_gather(x, plan),
+        "gather": (lambda: ops.moe_gather(x, plan, out=out["gather"]),
                    ("torch_index_select",
                     lambda: baselines.gather_index_select(x, plan.sorted_token), True), 0),
-        "gate_up_mm": (lambda: ops.moe_mm(xs, w_gate_up, plan),
+        "gate_up_mm": (lambda: ops.moe_mm(xs, w_gate_up, plan, out=out["gate_up_mm"]),
                        ("torch_grouped_mm", lambda: grouped_mm(xs, w_gate_up), True)
                        if has_grouped_mm else None, touched_weight_bytes(plan, w_gate_up)),
-        "swiglu": (lambda: ops.swiglu(gu), ("torch_silu_mul", lambda: baselines.swiglu_torch(gu),
-                                            True), 0),
-        "down_mm": (lambda: ops.moe_mm(h, w_down, plan),
+        "swiglu": (lambda: ops.swiglu(gu, out=out["swiglu"]),
+                   ("torch_silu_mul", lambda: baselines.swiglu_torch(gu), True), 0),
+        "down_mm": (lambda: ops.moe_mm(h, w_down, plan, out=out["down_mm"]),
                     ("torch_grouped_mm", lambda: grouped_mm(h, w_down), True)
                     if has_grouped_mm else None, touched_weight_bytes(plan, w_down)),
         "combine": (lambda: ops.moe_combine(y, plan, weights, out_dtype=x.dtype),
@@ -274,7 +337,18 @@ def bench_one(args, timer, ops, T, dist, tile_ms, model):
     common = dict(backend=args.backend, T=T, E=E, K=K, dist=dist, dtype=args.dtype, H=H, I=I)
 
     timed = {}  # path: (tm, us, how)
+    layer_baselines = [("layer_per_expert_loop", baselines.layer_per_expert_loop,
+                        args.loop_samples)]
+    if hasattr(torch, "_grouped_mm"):
+        layer_baselines.append(("layer_argsort_grouped_mm", baselines.layer_argsort_grouped_mm,
+                                None))
+    interleaved = {}  # baseline name: (us, how), when timed in the layer's rounds
+    if args.device.type == "cpu" and args.rounds:
+        interleaved = time_cpu_interleaved(args, x, router, w_gate_up, w_down, K, ops, timed,
+                                           tile_ms, layer_baselines)
     for path in args.paths:
+        if path in timed:
+            continue
         run = layer_fn(x, router, w_gate_up, w_down, K, ops, path)
         if path == "triton":  # the layer picks its tile_m from shapes (and the config table)
             _, us, how = time_layer(timer, run, [None])
@@ -290,15 +364,11 @@ def bench_one(args, timer, ops, T, dist, tile_ms, model):
         None if main_path == "triton" else tm)
 
     records = []
-    layer_baselines = [("layer_per_expert_loop", baselines.layer_per_expert_loop,
-                        args.loop_samples)]
-    if hasattr(torch, "_grouped_mm"):
-        layer_baselines.append(("layer_argsort_grouped_mm", baselines.layer_argsort_grouped_mm,
-                                None))
     for name, fn, samples in layer_baselines:
         call = lambda: fn(x, router, w_gate_up, w_down, K)  # noqa: E731
         try:
-            base_us, base_how = timer(call, capturable=False, samples=samples)
+            base_us, base_how = (interleaved[name] if name in interleaved else
+                                 timer(call, capturable=False, samples=samples))
             err = rel_err(out, call())
         except RuntimeError as e:  # e.g. _grouped_mm without kernels for this device / dtype
             print(f"  baseline {name} failed: {str(e).splitlines()[0]}")
@@ -329,7 +399,8 @@ def bench_one(args, timer, ops, T, dist, tile_ms, model):
         make = triton_stages if path == "triton" else ops_stages
         stages = make(x, router, w_gate_up, w_down, K, E, ptm, ops)
         prefix = "moe_layer" if path == main_path else f"moe_layer_{path}"
-        records += stage_records(timer, stages, dict(common, tm=ptm), pus, prefix)
+        records += stage_records(timer, stages, dict(common, tm=ptm), pus, prefix,
+                                 rounds=args.rounds if args.device.type == "cpu" else 0)
     return records
 
 
@@ -341,28 +412,39 @@ def shape_of(r):
     return tuple(r.get(k, d) for k, d in (("E", 512), ("K", 10), ("H", 2048), ("I", 512)))
 
 
-def key(r):
-    return (r["op"], r["backend"], r["T"], shape_of(r), r["baseline"], r.get("dist"))
+def key(r, with_dtype=True):
+    return ((r["op"], r["backend"], r["T"], shape_of(r), r["baseline"], r.get("dist"))
+            + ((r.get("dtype"),) if with_dtype else ()))
 
 
-def group(r):
-    return ((r["backend"], r["T"], shape_of(r), r.get("dist")) if r["op"].startswith("moe_layer")
+def group(r, with_dtype=True):
+    return ((r["backend"], r["T"], shape_of(r), r.get("dist"))
+            + ((r.get("dtype"),) if with_dtype else ()) if r["op"].startswith("moe_layer")
             else None)
 
 
 def merge_into(path, records):
     """Replace the records with the same key, and every moe_layer record of a (backend, T,
-    dist) this run measured (stages renamed or dropped since leave none behind); keep every
-    other one. A JSON list, or a dict holding one under "records"."""
+    dist, dtype) this run measured (stages renamed or dropped since leave none behind); keep
+    every other one (so fp32 and bf16 runs of one shape sit side by side). A record written
+    before records carried their dtype matches any dtype. A JSON list, or a dict holding one
+    under "records"."""
     data = []
     if os.path.exists(path):
         with open(path) as f:
             data = json.load(f)
     old = data["records"] if isinstance(data, dict) else data
-    new_keys = {key(r) for r in records}
-    new_groups = {group(r) for r in records} - {None}
-    merged = [r for r in old if not (isinstance(r, dict) and "op" in r and "backend" in r
-                                     and (key(r) in new_keys or group(r) in new_groups))]
+
+    new_keys = {typed: {key(n, typed) for n in records} for typed in (True, False)}
+    new_groups = {typed: {group(n, typed) for n in records} - {None} for typed in (True, False)}
+
+    def replaced(r):
+        if not (isinstance(r, dict) and "op" in r and "backend" in r):
+            return False
+        typed = "dtype" in r
+        return key(r, typed) in new_keys[typed] or group(r, typed) in new_groups[typed]
+
+    merged = [r for r in old if not replaced(r)]
     merged += records
     if isinstance(data, dict):
         data["records"] = merged
@@ -418,9 +500,10 @@ def main():
     p.add_argument("--hidden", type=int, default=None)
     p.add_argument("--inter", type=int, default=None, help="expert width I")
     p.add_argument("--dtype", default="bf16", choices=DTYPES)
-    p.add_argument("--tile-m", default="16,32,64,128",
+    p.add_argument("--tile-m", default=None,
                    help="tile_m values, comma separated: the layer is timed at each, and the "
-                        "fastest is recorded (with its stages)")
+                        "fastest is recorded (with its stages) (default: 16,32,64,128 on GPUs; "
+                        "on the CPU 1, the tile_m the layer takes there)")
     p.add_argument("--dist", default="uniform", help="uniform and/or skewed, comma separated")
     p.add_argument("--paths", default=None,
                    help="layer paths, comma separated, the first recorded as the layer: triton "
@@ -428,6 +511,10 @@ def main():
     p.add_argument("--samples", type=int, default=20, help="timing samples per measurement")
     p.add_argument("--loop-samples", type=int, default=3,
                    help="samples for the (slow) per-expert loop baseline")
+    p.add_argument("--rounds", type=int, default=7,
+                   help="CPU: the layer and its layer baselines are called in turn in this many "
+                        "rounds and each gets its median (0: time them one after the other, "
+                        "--samples / --loop-samples each)")
     p.add_argument("--hbm-tbps", type=float, default=4.3,
                    help="memory bandwidth for the weight-read floor (H200: 4.3 TB/s)")
     p.add_argument("--matrix-tflops", type=float, default=790.0,
@@ -459,6 +546,8 @@ def main():
                       else "ops")
     args.paths = args.paths.split(",")
     timer = Timer(args.device, args.samples)
+    if args.tile_m is None:
+        args.tile_m = "1" if args.device.type == "cpu" else "16,32,64,128"
     tile_ms = [int(t) for t in args.tile_m.split(",")]
     records = []
     with torch.inference_mode():

@@ -8,6 +8,9 @@ or as the pair (w_gate_up, w_down) of float stacks in transformers' layout: w_ga
 (each expert's gate rows, then its up rows) and w_down [E, H, I], any strides. Which kernels run
 them, and with what tile_m, is paths.choose_experts_path's decision.
 """
+import math
+import threading
+
 import torch
 import torch.nn.functional as F
 
@@ -47,15 +50,77 @@ def moe_experts(x, topk_ids, topk_weights, experts, *, tile_m=None, shared=None,
         return triton_ops.moe_experts_triton(x, topk_ids, topk_weights, experts.gate_up,
                                              experts.down, **kw)
     plan = ops.moe_plan(topk_ids, topk_weights, experts.n_experts, chosen.tile_m)
-    xs = ops.moe_gather(x, plan)
+    if experts.kind == "dense" and _cpu_workspace_applies(x, experts, ops):
+        xs = ops.moe_gather(x, plan, out=_CPU_WORKSPACE.buffer("xs", (plan.sorted_token.shape[0],
+                                                                      x.shape[1]), x.dtype))
+    else:
+        xs = ops.moe_gather(x, plan)
     if experts.kind == "quantized":
         h = _quantized_gate_up(ops, xs, experts, plan, activation)
         y = ops.moe_qmm(h, experts.down.data, experts.down.qtype, experts.down.n_in, plan)
+    elif _cpu_workspace_applies(x, experts, ops):
+        y = _dense_experts_cpu(ops, x, xs, experts, plan, activation)
     else:
         h = ops.swiglu(ops.moe_mm(xs, experts.gate_up, plan), activation=activation)
         y = ops.moe_mm(h, experts.down, plan)
     return ops.moe_combine(y, plan, topk_weights, shared=shared, residual=residual,
                            out_dtype=out_dtype or x.dtype)
+
+
+class _CpuWorkspace(threading.local):
+    """The CPU experts path's intermediates (gathered rows, gate/up, SwiGLU, down outputs), kept
+    from one layer call to the next, one set per Python thread.
+
+    Why: at T*K = 16384 rows each of them is 8 to 64 MB, above glibc's largest mmap threshold
+    (32 MB), so a fresh tensor is fresh pages on every call: the kernel zeroes and maps them
+    (page faults) before our kernels write a byte. Measured (bench/cpu_experts_notes.md): the
+    gather into a fresh tensor takes 4-5x as long as into a reused one, and the layer at
+    T = 2048 about 1.2x as long. A per-expert loop allocates a few small tensors per expert
+    that malloc recycles, so it never pays this. None of these buffers leaves the layer (the
+    combine writes a fresh output), so reusing them is invisible to the caller; they hold the
+    largest shapes seen until clear_cpu_workspace()."""
+
+    def __init__(self):
+        self.buffers = {}
+
+    def buffer(self, role, shape, dtype):
+        numel = math.prod(shape)
+        key = (role, dtype, torch.is_inference_mode_enabled())  # inference tensors stay inside
+        buf = self.buffers.get(key)
+        if buf is None or buf.numel() < numel:
+            self.buffers[key] = None  # free the old one before taking the new
+            buf = self.buffers[key] = torch.empty(numel, dtype=dtype)
+        return buf[:numel].view(shape)
+
+
+_CPU_WORKSPACE = _CpuWorkspace()
+
+
+def clear_cpu_workspace():
+    """Free the calling thread's CPU layer buffers (they are taken again on the next call)."""
+    _CPU_WORKSPACE.buffers.clear()
+
+
+def _cpu_workspace_applies(x, experts, ops):
+    """Whether this call's intermediates may live in _CPU_WORKSPACE: dense experts on the CPU,
+    through the argon op library (other OpSets get fresh tensors), eagerly (never while
+    torch.compile traces), and with no autograd graph to record."""
+    return (x.device.type == "cpu" and experts.kind == "dense"
+            and getattr(ops, "ns", None) is torch.ops.argon
+            and not torch.compiler.is_compiling()
+            and not (torch.is_grad_enabled() and (
+                x.requires_grad or experts.gate_up.requires_grad or experts.down.requires_grad)))
+
+
+def _dense_experts_cpu(ops, x, xs, experts, plan, activation):
+    """Gate/up moe_mm, SwiGLU and down moe_mm into _CPU_WORKSPACE's buffers; returns y."""
+    rows, inter = xs.shape[0], experts.inter
+    ws = _CPU_WORKSPACE
+    gate_up = ops.moe_mm(xs, experts.gate_up, plan,
+                         out=ws.buffer("gate_up", (rows, 2 * inter), xs.dtype))
+    h = ops.swiglu(gate_up, activation=activation, out=ws.buffer("h", (rows, inter), xs.dtype))
+    return ops.moe_mm(h, experts.down, plan,
+                      out=ws.buffer("y", (rows, experts.down.shape[1]), xs.dtype))
 
 
 def _quantized_gate_up(ops, xs, experts, plan, activation):

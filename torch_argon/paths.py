@@ -6,8 +6,9 @@ Paths:
             Triton grouped GEMMs with the gather and the SwiGLU fused in (two GEMM launches),
             tile_m from the mean rows per expert.
   "ops"     any device: the argon ops one per stage (plan, gather, moe_mm, swiglu, moe_mm,
-            combine); tile_m 16 on GPUs (the grouped GEMMs' M tile) and 1 on the CPU, where each
-            expert's rows go to one matmul whole and padding would be wasted work.
+            combine); tile_m 16 on GPUs (the grouped GEMMs' M tile) and 1 on the CPU, where the
+            GEMMs take each expert's rows in blocks of their own (csrc/cpu/moe_mm_cpu.cpp) and
+            padding would be wasted work.
 The choice depends on shapes, dtypes and devices only, never on data (no host sync).
 """
 from dataclasses import dataclass
