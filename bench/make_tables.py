@@ -225,11 +225,20 @@ def cpu_line(ops, quant):
         r = next(r for r in ops if r["op"] == op and r["baseline"] == baseline)
         return f"{r['baseline_median_us'] / r['median_us']:.1f}x"
     plan = next(r for r in ops if r["op"] == "moe_plan")
-    mm = next(r for r in ops if r["op"] == "moe_mm")
+    layer = [r for r in ops if r["op"] == "moe_layer" and r["baseline"] == "layer_per_expert_loop"]
+    if layer:  # the whole layer (bench_layer.py) against the per-expert loop
+        first = layer[0]
+        experts = (f"the whole layer (E={first['E']} K={first['K']} H={first['H']} I={first['I']}, "
+                   f"{'/'.join(dict.fromkeys(r['dtype'] for r in layer))}, T "
+                   f"{'/'.join(str(t) for t in dict.fromkeys(r['T'] for r in layer))}) "
+                   f"{_span([r['baseline_median_us'] / r['median_us'] for r in layer])}x faster "
+                   f"than a per-expert loop")
+    else:
+        mm = next(r for r in ops if r["op"] == "moe_mm")
+        experts = f"`moe_mm` (E={mm['E']}) {vs('moe_mm', 'torch_per_expert_loop')} a per-expert loop"
     return (f"CPU (T={plan['T']} E={plan['E']} K={plan['K']}; 2 shared cores of a loaded VM): "
             f"`moe_plan` {vs('moe_plan', 'torch_argsort')} a torch argsort plan, `moe_combine` "
-            f"{vs('moe_combine', 'torch_gather_sum')} torch's gather + sum, `moe_mm` (E={mm['E']}) "
-            f"{vs('moe_mm', 'torch_per_expert_loop')} a per-expert loop; quantized `moe_qmm` "
+            f"{vs('moe_combine', 'torch_gather_sum')} torch's gather + sum; {experts}; quantized `moe_qmm` "
             f"{_span([r['speedup'] for r in quant])}x faster than dequantize-then-`moe_mm` at "
             f"{_span([r['memory_ratio'] for r in quant], '{:.2f}')}x its peak memory "
             f"([all CPU tables](bench/README.md#cpu)).")
