@@ -236,6 +236,16 @@ def tiny_config(family, **overrides):
             getattr(transformers, model_cls))
 
 
+def assert_same_logits(model, reference, argon_calls):
+    """The patched model's logits equal the reference model's, with both blocks run on argon."""
+    ids, mask = inputs()
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask).logits
+        ref = reference(input_ids=ids, attention_mask=mask).logits
+    assert len(argon_calls) == 2
+    assert rel_err(out, ref) <= TOL[torch.float32]
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_patch_under_a_meta_device_context_keeps_the_meta_weights(family, argon_calls):
     """Item 7: a model built under torch.device("meta") (transformers' empty init) is patched
@@ -255,12 +265,7 @@ def test_patch_under_a_meta_device_context_keeps_the_meta_weights(family, argon_
         for name, buffer in reference.named_buffers():
             model.get_buffer(name).copy_(buffer)
     model.eval()
-    ids, mask = inputs()
-    with torch.no_grad():
-        out = model(input_ids=ids, attention_mask=mask).logits
-        ref = reference(input_ids=ids, attention_mask=mask).logits
-    assert len(argon_calls) == 2
-    assert rel_err(out, ref) <= TOL[torch.float32]
+    assert_same_logits(model, reference, argon_calls)
 
 
 @pytest.fixture
@@ -287,12 +292,7 @@ def test_from_pretrained_of_a_model_patched_at_init(tmp_path, patch_every_model,
     reference.save_pretrained(tmp_path)
     model = model_cls.from_pretrained(tmp_path).eval()
     assert argon_hf.patched_blocks(model) == [f"model.layers.{i}.mlp" for i in range(2)]
-    ids, mask = inputs()
-    with torch.no_grad():
-        out = model(input_ids=ids, attention_mask=mask).logits
-        ref = reference(input_ids=ids, attention_mask=mask).logits
-    assert len(argon_calls) == 2
-    assert rel_err(out, ref) <= TOL[torch.float32]
+    assert_same_logits(model, reference, argon_calls)
 
 
 def test_qwen3_next_router_is_initialised_by_init_weights_after_patching(patch_every_model):
