@@ -392,18 +392,24 @@ def wall_us(fn, samples=2):
     return statistics.median(times)
 
 
-def graph_us(fn, samples=15, target_ms=2.0):
-    """fn captured into one CUDA graph (`inner` calls, about target_ms of work), replayed
-    `samples` times: the median GPU microseconds per call."""
+def warm_on_side_stream(fn):
+    """One call of fn on a side stream, as CUDA graph capture wants before capturing it."""
     import torch
-    if DRY_RUN:
-        return wall_us(fn)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         fn()
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
+
+
+def graph_us(fn, samples=15, target_ms=2.0):
+    """fn captured into one CUDA graph (`inner` calls, about target_ms of work), replayed
+    `samples` times: the median GPU microseconds per call."""
+    import torch
+    if DRY_RUN:
+        return wall_us(fn)
+    warm_on_side_stream(fn)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     fn()
@@ -436,12 +442,7 @@ def interleaved_us(fns, rounds=3, samples=7, target_ms=3.0):
         return {name: wall_us(fn) for name, fn in fns.items()}
     graphs = {}
     for name, fn in fns.items():
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            fn()
-        torch.cuda.current_stream().wait_stream(side)
-        torch.cuda.synchronize()
+        warm_on_side_stream(fn)
         t0 = time.perf_counter()
         fn()
         torch.cuda.synchronize()

@@ -125,6 +125,16 @@ def _plan_buffers(out):
     return buffers
 
 
+def _tiles_of(plan, tile_m, op_name):
+    """(tile_expert, tile_m) of a grouped GEMM's `plan` argument: a MoEPlan, or a bare
+    tile_expert tensor passed with tile_m."""
+    if isinstance(plan, MoEPlan):
+        return plan.tile_expert, plan.tile_m
+    if tile_m is None:
+        raise ValueError(f"{op_name}: pass tile_m along with a bare tile_expert tensor")
+    return plan, tile_m
+
+
 class OpSet:
     """The public functions, bound to one op library (a `torch.ops` namespace)."""
 
@@ -221,12 +231,7 @@ class OpSet:
         w: [E, N, Kd], any strides (a [E, Kd, N] stack can be passed as w.transpose(1, 2)).
         plan: a MoEPlan, or its tile_expert together with tile_m.
         """
-        if isinstance(plan, MoEPlan):
-            tile_expert, tile_m = plan.tile_expert, plan.tile_m
-        else:
-            tile_expert = plan
-            if tile_m is None:
-                raise ValueError("moe_mm: pass tile_m along with a bare tile_expert tensor")
+        tile_expert, tile_m = _tiles_of(plan, tile_m, "moe_mm")
         if out is None:
             return self.op.moe_mm(xs, w, tile_expert, tile_m)
         self.op.moe_mm_out(xs, w, tile_expert, tile_m, out)
@@ -263,12 +268,7 @@ class OpSet:
         plan: a MoEPlan, or its tile_expert together with tile_m.
         """
         fmt = qformat(qtype)
-        if isinstance(plan, MoEPlan):
-            tile_expert, tile_m = plan.tile_expert, plan.tile_m
-        else:
-            tile_expert = plan
-            if tile_m is None:
-                raise ValueError("moe_qmm: pass tile_m along with a bare tile_expert tensor")
+        tile_expert, tile_m = _tiles_of(plan, tile_m, "moe_qmm")
         if out is None:
             return self.op.moe_qmm(xs, w_q, fmt.type_id, n_in, tile_expert, tile_m)
         self.op.moe_qmm_out(xs, w_q, fmt.type_id, n_in, tile_expert, tile_m, out)
