@@ -56,3 +56,17 @@ def test_moe_mm_empty(backend, ref):
     plan, xs, w = setup(0, 4, 8, 16, "uniform", 32, 16, torch.float32)
     got = backend.ops.moe_mm(xs.to(backend.device), w.to(backend.device), plan.to(backend.device))
     assert got.shape == (0, 16)
+
+
+@pytest.mark.parametrize("op", ["moe_mm", "moe_qmm"])
+def test_bare_tile_expert_needs_tile_m(op):
+    """A bare tile_expert tensor says nothing of the tile: the caller must pass tile_m."""
+    import torch_argon as argon_ops
+    te = torch.zeros(2, dtype=torch.int32)
+    if op == "moe_mm":
+        call = lambda: argon_ops.moe_mm(torch.zeros(8, 4), torch.zeros(1, 3, 4), te)  # noqa: E731
+    else:
+        call = lambda: argon_ops.moe_qmm(torch.zeros(8, 32), torch.zeros(1, 3, 34, dtype=torch.uint8),  # noqa: E731
+                                         "Q8_0", 32, te)
+    with pytest.raises(ValueError, match=f"{op}: pass tile_m along with a bare tile_expert"):
+        call()
