@@ -80,7 +80,14 @@ def moe_combine(y, pos, topk_weights, shared=None, residual=None, out_dtype=None
     return acc.to(out_dtype or y.dtype)
 
 
-ACTIVATIONS = {"silu": F.silu, "gelu": F.gelu,
+def _gelu_erf(g):
+    """g * Phi(g) in float64, rounded once: F.gelu overflows to inf for g >= 2^127, where the
+    true value (g itself) is finite and every backend returns it."""
+    g64 = g.double()
+    return (g64 * (0.5 * (1.0 + torch.erf(g64 * 0.7071067811865476)))).to(g.dtype)
+
+
+ACTIVATIONS = {"silu": F.silu, "gelu": _gelu_erf,
                "gelu_tanh": lambda g: F.gelu(g, approximate="tanh")}
 
 
