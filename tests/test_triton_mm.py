@@ -16,7 +16,8 @@ from torch_argon.testing import backends
 from torch_argon.triton_ops import configs
 from torch_argon.triton_ops.configs import MMConfig
 from triton_cases import (CASES, REL_TOL, VARIANT_CASES, run_case, run_corrupt_tokens_case,
-                          run_topk_case, variant_configs, variant_table)
+                          run_shipped_case, run_topk_case, shipped_case_name,
+                          shipped_config_pairs, variant_configs, variant_table)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CUDA_REASON = (triton_ops.REASON or
@@ -53,38 +54,14 @@ def test_triton_tma_variants_cuda(variant, case, dtype):
     assert run_case(case, "cuda", dtype, backends.get("cuda").ops, variant=variant) == []
 
 
-# A case of each tile_m, for the shipped table's configs (their block shapes, meant for real
-# layers, run on these small stacks as on large ones: tails masked, K clamped).
-CASE_OF_TILE_M = {16: "neg_some", 32: "empty_experts", 64: "tile64", 128: "tile128"}
-
-
-def _shipped_configs():
-    """(tile_m, gate_up config, down config) for every config of the shipped table on this GPU,
-    each paired with the default rule's config for the other GEMM."""
-    if _sm90_reason():
-        return []
-    name = torch.cuda.get_device_name()
-    pairs = set()
-    for key, entries in configs.table()["gemm"].items():
-        if not key.startswith(name + "|"):
-            continue
-        for e in entries:
-            tm, cfg = e["tile_m"], MMConfig.from_dict(e["config"])
-            bm = min(tm, 128)
-            if "|gate_up|" in key:  # the other GEMM runs the default rule's config
-                pairs.add((tm, cfg, configs.config_for(False, bm, 1.0)))
-            elif "|down|" in key:
-                pairs.add((tm, configs.config_for(True, bm, 1.0), cfg))
-    return sorted(pairs, key=str)
-
-
 @needs_sm90
-@pytest.mark.parametrize("tile_m,gate_up_cfg,down_cfg", _shipped_configs() or
-                         [pytest.param(0, None, None, marks=pytest.mark.skip(
+@pytest.mark.parametrize("tile_m,gate_up_cfg,down_cfg",
+                         (not _sm90_reason() and shipped_config_pairs(torch.cuda.get_device_name()))
+                         or [pytest.param(0, None, None, marks=pytest.mark.skip(
                              reason="the shipped table holds no config for this GPU"))])
 def test_triton_shipped_table_configs_cuda(tile_m, gate_up_cfg, down_cfg):
-    assert run_case(CASE_OF_TILE_M[tile_m], "cuda", torch.bfloat16, backends.get("cuda").ops,
-                    variant="table", configs_pair=(gate_up_cfg, down_cfg)) == []
+    assert run_shipped_case(tile_m, gate_up_cfg, down_cfg, "cuda", torch.bfloat16,
+                            backends.get("cuda").ops) == []
 
 
 def _table_for_layer_problem(tile_m=32):
@@ -109,7 +86,7 @@ def test_layer_tma_kernel_compiles_and_graphs_cuda():
                                     device_name=torch.cuda.get_device_name()) == 32
         eager = torch_argon.moe_layer(x, rw, (wgu, wd), K, path="triton")
         torch._dynamo.reset()
-        compiled = torch.compile(torch_argon.moe_layer, fullgraph=True)(x, rw, wgu, wd, K,
+        compiled = torch.compile(torch_argon.moe_layer, fullgraph=True)(x, rw, (wgu, wd), K,
                                                                         path="triton")
         static_out = torch_argon.moe_layer(x, rw, (wgu, wd), K, path="triton")
         graph = torch.cuda.CUDAGraph()
@@ -230,7 +207,8 @@ def interpreter_results():
 
 
 @pytest.mark.parametrize("case", list(CASES) + ["topk", "corrupt_tokens"] +
-                         [f"{v}:{c}" for v, c in VARIANT_CASES])
+                         [f"{v}:{c}" for v, c in VARIANT_CASES] +
+                         [shipped_case_name(*p) for p in shipped_config_pairs()])
 def test_triton_interpreter_cpu(interpreter_results, case):
     assert interpreter_results[case] == []
 

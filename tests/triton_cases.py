@@ -49,6 +49,38 @@ def variant_configs(variant, tile_m):
             MMConfig(block_n=32, block_k=32, num_warps=4, num_stages=2, **opts))
 
 
+# A case of each tile_m, for the shipped table's configs (their block shapes, meant for real
+# layers, run on these small stacks as on large ones: tails masked, K clamped).
+CASE_OF_TILE_M = {16: "neg_some", 32: "empty_experts", 64: "tile64", 128: "tile128"}
+
+
+def shipped_config_pairs(device_name=None):
+    """(tile_m, gate_up config, down config) for every config of the shipped table (only
+    device_name's, when given), each paired with the default rule's config for the other GEMM."""
+    pairs = set()
+    for key, entries in configs.table()["gemm"].items():
+        if device_name is not None and not key.startswith(device_name + "|"):
+            continue
+        for e in entries:
+            tm, cfg = e["tile_m"], MMConfig.from_dict(e["config"])
+            bm = min(tm, 128)
+            if "|gate_up|" in key:
+                pairs.add((tm, cfg, configs.config_for(False, bm, 1.0)))
+            elif "|down|" in key:
+                pairs.add((tm, configs.config_for(True, bm, 1.0), cfg))
+    return sorted(pairs, key=str)
+
+
+def shipped_case_name(tile_m, gate_up_cfg, down_cfg):
+    return f"shipped:{tile_m} {gate_up_cfg.label()} / {down_cfg.label()}"
+
+
+def run_shipped_case(tile_m, gate_up_cfg, down_cfg, device, dtype, ops):
+    """One shipped config pair on the case of its tile_m (run_variant with these configs)."""
+    return run_case(CASE_OF_TILE_M[tile_m], device, dtype, ops, variant="table",
+                    configs_pair=(gate_up_cfg, down_cfg))
+
+
 # Loads (mean rows per expert) 4x apart, so every load is within the lookup's 4x of one.
 EVERY_LOAD = [4.0 ** k for k in range(-4, 8)]
 
@@ -89,11 +121,12 @@ def poison_allocator(device):
         del junk
 
 
-def run_case(name, device, dtype, ops, variant=None):
+def run_case(name, device, dtype, ops, variant=None, configs_pair=None):
     """ops: the OpSet for plan and combine on `device` (reference ops on the CPU). variant: a
-    TMA_VARIANTS name, run instead of the default choice (see run_variant)."""
+    TMA_VARIANTS name, run instead of the default choice, or with configs_pair (gate_up, down)
+    a name for those configs (see run_variant)."""
     if variant is not None:
-        return run_variant(name, variant, device, dtype, ops)
+        return run_variant(name, variant, device, dtype, ops, configs_pair)
     T, H, E, I, K, tm, dist, transposed = CASES[name]
     x, wgu, wd, ids, w = _case_data(name, dtype)
     plan = reference.moe_plan(ids, w, E, tm)
