@@ -2,8 +2,8 @@
 # The .metal kernels as SIMT code on the H200 (issue 33 item 4), in one call of under 8 minutes:
 #   1. build (the CUDA extension carries the metal_cuda backend: the unmodified .metal files
 #      compiled by nvcc through csrc/metal/cuda/prelude and generated __global__ wrappers);
-#   2. the Metal parity suite on backend metal_cuda (plan, gather, combine, swiglu, moe_mm, bad
-#      input, aliasing, opcheck: -k metal_cuda);
+#   2. the Metal parity suite on backend metal_cuda (plan, gather, combine, swiglu, moe_mm, the
+#      quantized dequantize and moe_qmm, bad input, aliasing, opcheck: -k metal_cuda);
 #   3. compute-sanitizer racecheck, synccheck, memcheck and initcheck over every Metal kernel
 #      (tools/metal_cuda_sanitize.py ops: each kernel once, results checked), which must report
 #      nothing, and over each tool's deliberately wrong control kernel
@@ -43,7 +43,8 @@ if [ "${1:-}" != "--skip-build" ]; then
 fi
 
 PARITY="tests/test_plan.py tests/test_gather.py tests/test_combine.py tests/test_swiglu.py
-        tests/test_moe_mm.py tests/test_bad_input.py tests/test_aliasing.py tests/test_opcheck.py"
+        tests/test_moe_mm.py tests/test_quant_ops.py tests/test_bad_input.py tests/test_aliasing.py
+        tests/test_opcheck.py"
 XDIST=$("$PY" -c 'import xdist' 2>/dev/null && echo "-n 8")
 # shellcheck disable=SC2086
 run parity 150 "$PY" -m pytest -q -p no:cacheprovider $XDIST $PARITY -k metal_cuda
@@ -57,13 +58,20 @@ FILTER=(--kernel-name kns=argon_metal__)
 export PYTORCH_NO_CUDA_MEMORY_CACHING=1
 declare -A CONTROL=([racecheck]=sanitizer_race [synccheck]=sanitizer_divergent_barrier
                     [memcheck]=sanitizer_out_of_bounds [initcheck]=sanitizer_uninitialised_read)
+# memcheck knows allocations, not which one a pointer came from: padding after each allocation
+# makes a write just past one buffer an error even where another buffer follows it.
+PAD=()
+"$SAN" --help 2>&1 | grep -q -- "--padding" && PAD=(--padding 4096)
 for tool in racecheck synccheck memcheck initcheck; do
-  run "sanitize_ops_$tool" 75 "$SAN" --tool "$tool" --error-exitcode 99 "${FILTER[@]}" \
+  EXTRA=()
+  [ "$tool" = memcheck ] && EXTRA=("${PAD[@]}")
+  run "sanitize_ops_$tool" 75 "$SAN" --tool "$tool" --error-exitcode 99 "${EXTRA[@]}" "${FILTER[@]}" \
       "$PY" tools/metal_cuda_sanitize.py ops
   if [ $RC -ne 0 ] && [ ${#FILTER[@]} -gt 0 ] && grep -qiE "invalid|unrecognized|unknown" "$OUT/sanitize_ops_$tool.log" &&
       ! grep -q "metal_cuda ops" "$OUT/sanitize_ops_$tool.log"; then
     FILTER=()  # this sanitizer spells the kernel filter otherwise: check every kernel
-    run "sanitize_ops_$tool" 75 "$SAN" --tool "$tool" --error-exitcode 99 "$PY" tools/metal_cuda_sanitize.py ops
+    run "sanitize_ops_$tool" 75 "$SAN" --tool "$tool" --error-exitcode 99 "${EXTRA[@]}" \
+        "$PY" tools/metal_cuda_sanitize.py ops
   fi
   errors=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitize_ops_$tool.log" | tail -1 | sed 's/^=* *//')
   if [ $RC -eq 0 ] && grep -q "all results match" "$OUT/sanitize_ops_$tool.log"; then
@@ -71,7 +79,7 @@ for tool in racecheck synccheck memcheck initcheck; do
   else
     row "$tool: every Metal kernel" "clean" "FAILED rc=$RC: ${errors:-see log}" $SECS
   fi
-  run "sanitize_control_$tool" 60 "$SAN" --tool "$tool" --error-exitcode 99 "${FILTER[@]}" \
+  run "sanitize_control_$tool" 60 "$SAN" --tool "$tool" --error-exitcode 99 "${EXTRA[@]}" "${FILTER[@]}" \
       "$PY" tools/metal_cuda_sanitize.py control "${CONTROL[$tool]}"
   errors=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitize_control_$tool.log" | tail -1 | sed 's/^=* *//')
   if [ $RC -eq 99 ]; then

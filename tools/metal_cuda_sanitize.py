@@ -64,8 +64,9 @@ def ops():
     tw = torch.rand(96, 2, generator=g)
     shared, res = torch.randn(96, 64, generator=g), torch.randn(96, 64, generator=g)
     check("combine + shared + residual",
-          be.ops.moe_combine(y.cuda(), plan.pos.cuda(), tw.cuda(), shared.cuda(), res.cuda()),
-          ref.moe_combine(y, plan.pos, tw, shared, res))
+          be.ops.moe_combine(y.cuda(), plan.pos.cuda(), tw.cuda(), shared=shared.cuda(),
+                             residual=res.cuda()),
+          ref.moe_combine(y, plan.pos, tw, shared=shared, residual=res))
     # the quantized family (issue 31), once merged: dequantize_<format> and moe_qmm_<format>
     if hasattr(be.ops, "moe_qmm"):
         from torch_argon.quant import FORMATS, random_quantized
@@ -79,10 +80,11 @@ def ops():
             check(f"moe_qmm {fmt.name}", be.ops.moe_qmm(xs.cuda(), w_q.cuda(), fmt.name, 256,
                                                         p.tile_expert.cuda(), 32),
                   ref.moe_qmm(xs, w_q, fmt.name, 256, p.tile_expert, 32), exact=False, tol=2e-2)
-    # the negative control: right, so clean under every tool
+    # the negative control: right, so clean under every tool. Its input is copied from the host:
+    # initcheck, filtered to our kernels, does not see torch's kernels write memory.
     out = torch.zeros(256, dtype=torch.int32, device="cuda")
     torch.ops.argon_metal_cuda.sanitizer_selftest("sanitizer_ok", out,
-                                                  torch.arange(256, dtype=torch.int32, device="cuda"), 256)
+                                                  torch.arange(256, dtype=torch.int32).cuda(), 256)
     check("sanitizer_ok", out, (torch.arange(256, dtype=torch.int32) + 1) % 256 + 1)
     torch.cuda.synchronize()
     print(f"metal_cuda ops: {'all results match' if not bad else f'{len(bad)} MISMATCHES'}")
@@ -93,10 +95,12 @@ def control(kernel):
     import torch_argon  # noqa: F401  (registers argon_metal_cuda)
 
     n = 256
-    out = torch.zeros(n, dtype=torch.int32, device="cuda")
     # the uninitialised-read control reads fresh, never written memory
     inp = (torch.empty(n, dtype=torch.int32, device="cuda") if kernel == "sanitizer_uninitialised_read"
-           else torch.arange(n, dtype=torch.int32, device="cuda"))
+           else torch.arange(n, dtype=torch.int32).cuda())
+    # out last: memcheck knows allocations, not which one a pointer came from, so a write past
+    # out must not land in inp (the script also pads every allocation where it can)
+    out = torch.zeros(n, dtype=torch.int32, device="cuda")
     torch.ops.argon_metal_cuda.sanitizer_selftest(kernel, out, inp, n)
     torch.cuda.synchronize()
     print(f"control {kernel}: ran")
