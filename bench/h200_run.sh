@@ -23,7 +23,9 @@ for what in "$@"; do
       nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
       ARGON_CUDA_ARCH=90 MAX_JOBS=16 step build python3 setup.py build_ext --inplace ;;
     tests)
-      TAIL=3 step tests python3 -m pytest -q -n 8 -p no:cacheprovider tests ;;
+      # -v: a worker that crashes is reported with the test it was running
+      TAIL=3 step tests python3 -m pytest -v -n 16 -rf -p no:cacheprovider tests
+      grep -E "node down|crashed|^FAILED|^ERROR" "$OUT/tests.log" | head -40 ;;
     main)
       TAIL=16 step main python3 -m torch_argon --device cuda --json "$OUT/main_cuda.json" \
         --plot "$OUT/main_cuda.png" ;;
