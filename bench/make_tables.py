@@ -248,7 +248,7 @@ def cpu_line(ops, quant):
 # making it from their parsed JSON, in that order).
 TABLES = {
     "h200-layer": ("README.md", ("h200.json",), layer_table),
-    "h200-stages": ("README.md", ("h200.json",), stage_table),
+    "h200-stages": ("bench/README.md", ("h200.json",), stage_table),
     "cpu-line": ("README.md", ("cpu.json", "cpu_quant.json"), cpu_line),
     "h200-gemm-sweep": ("README.md", ("h200_gemm_sweep.json",), gemm_sweep_table),
     "h200-quant": ("README.md", ("h200_quant.json", "main_quant_h200.json"), quant_table),
