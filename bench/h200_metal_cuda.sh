@@ -29,6 +29,10 @@ row() {  # row STEP EXPECTED RESULT SECONDS
   case "$3" in ok*|flagged*) ;; *) FAILED=1 ;; esac
 }
 
+error_count() {  # error_count LOG: the sanitizer's last error count line in LOG
+  grep -E "ERROR SUMMARY: [0-9]+ errors?$|RACECHECK SUMMARY" "$1" | tail -1 | sed 's/^=* *//'
+}
+
 run() {  # run NAME TIMEOUT COMMAND...: log to $OUT/NAME.log; sets RC and SECS
   local name=$1 limit=$2; shift 2
   local t=$(date +%s)
@@ -73,7 +77,7 @@ for tool in racecheck synccheck memcheck initcheck; do
     run "sanitize_ops_$tool" 75 "$SAN" --tool "$tool" --error-exitcode 99 "${EXTRA[@]}" \
         "$PY" tools/metal_cuda_sanitize.py ops
   fi
-  errors=$(grep -E "ERROR SUMMARY: [0-9]+ errors?$|RACECHECK SUMMARY" "$OUT/sanitize_ops_$tool.log" | tail -1 | sed 's/^=* *//')
+  errors=$(error_count "$OUT/sanitize_ops_$tool.log")
   if [ $RC -eq 0 ] && grep -q "all results match" "$OUT/sanitize_ops_$tool.log"; then
     row "$tool: every Metal kernel" "clean" "ok: ${errors:-no summary}" $SECS
   else
@@ -81,7 +85,7 @@ for tool in racecheck synccheck memcheck initcheck; do
   fi
   run "sanitize_control_$tool" 60 "$SAN" --tool "$tool" --error-exitcode 99 "${EXTRA[@]}" "${FILTER[@]}" \
       "$PY" tools/metal_cuda_sanitize.py control "${CONTROL[$tool]}"
-  errors=$(grep -E "ERROR SUMMARY: [0-9]+ errors?$|RACECHECK SUMMARY" "$OUT/sanitize_control_$tool.log" | tail -1 | sed 's/^=* *//')
+  errors=$(error_count "$OUT/sanitize_control_$tool.log")
   if [ $RC -eq 99 ]; then
     row "$tool: control ${CONTROL[$tool]}" "flagged" "flagged: ${errors}" $SECS
   else

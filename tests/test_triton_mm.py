@@ -54,10 +54,13 @@ def test_triton_tma_variants_cuda(variant, case, dtype):
     assert run_case(case, "cuda", dtype, backends.get("cuda").ops, variant=variant) == []
 
 
+def _shipped_pairs_on_this_gpu():
+    return [] if _sm90_reason() else shipped_config_pairs(torch.cuda.get_device_name())
+
+
 @needs_sm90
-@pytest.mark.parametrize("tile_m,gate_up_cfg,down_cfg",
-                         (not _sm90_reason() and shipped_config_pairs(torch.cuda.get_device_name()))
-                         or [pytest.param(0, None, None, marks=pytest.mark.skip(
+@pytest.mark.parametrize("tile_m,gate_up_cfg,down_cfg", _shipped_pairs_on_this_gpu() or
+                         [pytest.param(0, None, None, marks=pytest.mark.skip(
                              reason="the shipped table holds no config for this GPU"))])
 def test_triton_shipped_table_configs_cuda(tile_m, gate_up_cfg, down_cfg):
     assert run_shipped_case(tile_m, gate_up_cfg, down_cfg, "cuda", torch.bfloat16,

@@ -67,19 +67,18 @@ def ops():
           be.ops.moe_combine(y.cuda(), plan.pos.cuda(), tw.cuda(), shared=shared.cuda(),
                              residual=res.cuda()),
           ref.moe_combine(y, plan.pos, tw, shared=shared, residual=res))
-    # the quantized family (issue 31), once merged: dequantize_<format> and moe_qmm_<format>
-    if hasattr(be.ops, "moe_qmm"):
-        from torch_argon.quant import FORMATS, random_quantized
+    # the quantized family: dequantize_<format> and moe_qmm_<format>
+    from torch_argon.quant import FORMATS, random_quantized
 
-        p = ref.moe_plan(ids, torch.rand(96, 2, generator=g), 8, 32)
-        xs = torch.randn(p.sorted_token.shape[0], 256, generator=g)
-        for fmt in (f for f in FORMATS.values() if not f.is_float):
-            w_q = random_quantized(fmt.name, 40, 256, leading=(8,), generator=g)
-            check(f"dequantize {fmt.name}", be.ops.dequantize(w_q.cuda(), fmt.name, 256),
-                  ref.dequantize(w_q, fmt.name, 256))
-            check(f"moe_qmm {fmt.name}", be.ops.moe_qmm(xs.cuda(), w_q.cuda(), fmt.name, 256,
-                                                        p.tile_expert.cuda(), 32),
-                  ref.moe_qmm(xs, w_q, fmt.name, 256, p.tile_expert, 32), exact=False, tol=2e-2)
+    p = ref.moe_plan(ids, torch.rand(96, 2, generator=g), 8, 32)
+    xs = torch.randn(p.sorted_token.shape[0], 256, generator=g)
+    for fmt in (f for f in FORMATS.values() if not f.is_float):
+        w_q = random_quantized(fmt.name, 40, 256, leading=(8,), generator=g)
+        check(f"dequantize {fmt.name}", be.ops.dequantize(w_q.cuda(), fmt.name, 256),
+              ref.dequantize(w_q, fmt.name, 256))
+        check(f"moe_qmm {fmt.name}", be.ops.moe_qmm(xs.cuda(), w_q.cuda(), fmt.name, 256,
+                                                    p.tile_expert.cuda(), 32),
+              ref.moe_qmm(xs, w_q, fmt.name, 256, p.tile_expert, 32), exact=False, tol=2e-2)
     # the negative control: right, so clean under every tool. Its input is copied from the host:
     # initcheck, filtered to our kernels, does not see torch's kernels write memory.
     out = torch.zeros(256, dtype=torch.int32, device="cuda")
