@@ -88,7 +88,7 @@ for name, match, change, n_expert, tile_m in [
         ("no_expert", "n_expert must be >= 1", lambda i, w: (i, w), 0, TM),
         ("negative_experts", "n_expert must be >= 1", lambda i, w: (i, w), -3, TM),
         ("too_many_experts", "n_expert must be at most 16777216", lambda i, w: (i, w),
-         2**31 - 1, TM),
+         2**24 + 1, TM),
         ("n_expert_beyond_int64", "n_expert must fit in int64", lambda i, w: (i, w), 2**70, TM),
         ("n_expert_float", "n_expert must be an int, got float", lambda i, w: (i, w), 3.0, TM),
         ("tile_m_12", "tile_m must be a power of two", lambda i, w: (i, w), E, 12),
