@@ -64,6 +64,25 @@ def _check_float_dequantize_out(w_q: torch.Tensor, n_in: int, out: torch.Tensor)
 _check_float_dequantize_out.register_fake(_C.checks.dequantize_buffer)
 
 
+def refuse_gradients(op):
+    """Gives an op defined with torch.library.custom_op (the Triton GEMMs) the autograd of every
+    argon op (csrc/autograd_skip.cpp): in grad mode, an argument that requires grad raises the
+    same NotImplementedError, instead of an output whose backward fails later. custom_op's
+    autograd offers no hook before its kernel runs: setup_context, the first, raises."""
+    schema = op._opoverload._schema
+    names = [arg.name for arg in schema.arguments]
+
+    def setup_context(ctx, inputs, output):
+        for name, value in zip(names, inputs):
+            if isinstance(value, torch.Tensor) and value.requires_grad:
+                _C.refuse_gradient(schema.name, name)
+
+    def backward(ctx, *grads):
+        raise AssertionError("unreachable: setup_context refuses every call that records a graph")
+
+    op.register_autograd(backward, setup_context=setup_context)
+
+
 def _as_int(value, name):
     """An integer argument of the Python API as a Python int: any integer type (numpy.int64 and
     other types with __index__) is taken; a bool, a float or a value beyond int64 (which the

@@ -4,13 +4,16 @@
 //       torch.compile's FakeTensors): the functional forms of functional.h with the checks in
 //       place of the kernels, and the _out forms' checks; same arguments as the ops' schemas;
 //   _C.checks.tile_plan, _C.checks.dequantize_buffer  checks the Python kernels share (the
-//       Triton GEMMs' plan arguments, the out= of a float-format dequantize).
-// Errors surface as the C++ ones do from the ops (ValueError).
+//       Triton GEMMs' plan arguments, the out= of a float-format dequantize);
+//   _C.refuse_gradient(op, argument)  the autograd refusal of every argon op (autograd_skip.cpp),
+//       for the ops defined in Python (the Triton GEMMs).
+// Errors surface as the C++ ones do from the ops (ValueError, NotImplementedError).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include "autograd_refusal.h"
 #include "functional.h"
 #include "op_table.h"
 #include "python_checks.h"
@@ -41,6 +44,12 @@ void add_functions(PyObject* module) {
              "tile_plan(rows, rows_name, tile_expert, tile_m): the grouped GEMMs' plan check.");
   checks.def("dequantize_buffer", torch::wrap_pybind_function(&check_dequantize_buffer),
              "dequantize_buffer(w_q, n_in, out): the out= of a dequantize of w_q's rows.");
+  m.def("refuse_gradient",
+        torch::wrap_pybind_function([](const std::string& op, const std::string& argument) {
+          refuse_gradient(op, argument);
+        }),
+        "refuse_gradient(op, argument): raises the argon ops' NotImplementedError for an "
+        "argument that requires grad.");
 }
 
 }  // namespace

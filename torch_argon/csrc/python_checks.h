@@ -5,7 +5,7 @@
 
 namespace argon {
 
-// Adds _C.meta and _C.checks to `module`: 0, or -1 with a Python error set.
+// Adds _C.meta, _C.checks and _C.refuse_gradient to `module`: 0, or -1 with a Python error set.
 int add_python_checks(PyObject* module);
 
 }  // namespace argon

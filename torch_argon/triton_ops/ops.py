@@ -37,6 +37,7 @@ import triton
 
 from .. import _C
 from .._shapes import META_N_TILES, META_SIZE
+from ..ops import refuse_gradients
 from . import configs
 from .configs import MMConfig, block_m_for, config_for, mean_rows_per_expert
 from .moe_mm_kernel import moe_mm_kernel
@@ -304,3 +305,6 @@ def topk_triton(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tenso
             LET_NEXT_START=lets_next_kernel_start(scores.device), num_warps=4)
     return values, indices
 
+
+for _op in (moe_mm_triton, moe_gate_up_swiglu_triton, topk_triton):
+    refuse_gradients(_op)

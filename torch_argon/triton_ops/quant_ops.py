@@ -33,6 +33,7 @@ from torch.library import triton_op, wrap_triton
 
 from .. import _C
 from .._shapes import META_N_TILES
+from ..ops import refuse_gradients
 from ..quant.formats import check_quantized, qformat
 from .configs import mean_rows_per_expert
 from .ops import check_plan_arguments
@@ -268,3 +269,6 @@ __all__ = ["moe_qmm_triton", "moe_gate_up_swiglu_qmm_triton", "moe_qmm_triton_op
            "moe_gate_up_swiglu_qmm_triton_op", "launch_moe_qmm", "launch_dequantize",
            "register_cuda_kernels", "device_tables"]
 
+
+for _op in (moe_qmm_triton_op, moe_gate_up_swiglu_qmm_triton_op):
+    refuse_gradients(_op)
