@@ -90,12 +90,9 @@ def _as_int(value, name):
     checks."""
     if isinstance(value, torch.SymInt):
         return value
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        value = operator.index(value)
-    except TypeError:
-        raise ValueError(f"{name} must be an int, got {type(value).__name__}") from None
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        raise ValueError(f"{name} must be an int, got {type(value).__name__}")
+    value = operator.index(value)
     if not -2**63 <= value < 2**63:
         raise ValueError(f"{name} must fit in int64, got {value}")
     return value
