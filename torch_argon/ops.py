@@ -88,6 +88,8 @@ def _as_int(value, name):
     other types with __index__) is taken; a bool, a float or a value beyond int64 (which the
     ops' int arguments cannot carry) is a ValueError naming the argument. Ranges are the ops'
     checks."""
+    if type(value) is int and -2**63 <= value < 2**63:  # the common case, first (host time)
+        return value
     if isinstance(value, torch.SymInt):
         return value
     if isinstance(value, bool) or not hasattr(type(value), "__index__"):

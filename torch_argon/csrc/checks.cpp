@@ -395,19 +395,34 @@ namespace {
 // The elements [begin, end) of its storage a tensor's elements can touch, counted in its own
 // elements from the storage's start (conservative for strided tensors: the hull from the lowest
 // to the highest element). No data pointer is read: the two tensors compared share a storage,
-// so offsets within it are enough, and meta and fake tensors (no data) answer the same.
-std::pair<c10::SymInt, c10::SymInt> element_hull(const at::Tensor& t) {
-  c10::SymInt lo = 0, hi = 0;
-  for (int64_t d = 0; d < t.dim(); ++d) {
-    const c10::SymInt reach = (t.sym_size(d) - 1) * t.sym_stride(d);
+// so offsets within it are enough, and meta and fake tensors (no data) answer the same. `Int` is
+// int64_t for plain tensors and c10::SymInt for symbolic ones, whose arithmetic is out of line:
+// eager calls, which check many aliasing pairs (a fresh plan's seven views of one buffer), keep
+// to plain integers.
+template <typename Int, typename Dims>
+std::pair<Int, Int> element_hull(Dims sizes, Dims strides, const Int& offset) {
+  Int lo = 0, hi = 0;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    const Int reach = (sizes[d] - 1) * strides[d];
     if (reach < 0) {
       lo = lo + reach;
     } else {
       hi = hi + reach;
     }
   }
-  const c10::SymInt start = t.sym_storage_offset();
-  return {start + lo, start + hi + 1};
+  return {offset + lo, offset + hi + 1};
+}
+
+// Whether two element hulls overlap in bytes (the tensors may view the storage with different
+// element types).
+template <typename Int>
+bool hulls_overlap(const std::pair<Int, Int>& a, int64_t a_item, const std::pair<Int, Int>& b,
+                   int64_t b_item) {
+  return a.first * a_item < b.second * b_item && b.first * b_item < a.second * a_item;
+}
+
+bool has_symbolic_sizes(const at::Tensor& t) {
+  return t.unsafeGetTensorImpl()->has_symbolic_sizes_strides();
 }
 
 bool same_view(const at::Tensor& a, const at::Tensor& b) {
@@ -421,12 +436,16 @@ bool same_view(const at::Tensor& a, const at::Tensor& b) {
 bool may_overlap(const at::Tensor& a, const at::Tensor& b) {
   if (!a.defined() || !b.defined() || !a.has_storage() || !b.has_storage()) return false;
   if (a.device() != b.device() || !a.storage().is_alias_of(b.storage())) return false;
-  if (a.sym_numel() == 0 || b.sym_numel() == 0) return false;
-  // In bytes: the two may view the storage with different element types.
-  const auto [a0, a1] = element_hull(a);
-  const auto [b0, b1] = element_hull(b);
   const int64_t ia = a.element_size(), ib = b.element_size();
-  return a0 * ia < b1 * ib && b0 * ib < a1 * ia;
+  if (!has_symbolic_sizes(a) && !has_symbolic_sizes(b)) {
+    if (a.numel() == 0 || b.numel() == 0) return false;
+    return hulls_overlap(element_hull<int64_t>(a.sizes(), a.strides(), a.storage_offset()), ia,
+                         element_hull<int64_t>(b.sizes(), b.strides(), b.storage_offset()), ib);
+  }
+  if (a.sym_numel() == 0 || b.sym_numel() == 0) return false;
+  return hulls_overlap(
+      element_hull<c10::SymInt>(a.sym_sizes(), a.sym_strides(), a.sym_storage_offset()), ia,
+      element_hull<c10::SymInt>(b.sym_sizes(), b.sym_strides(), b.sym_storage_offset()), ib);
 }
 
 void check_no_overlap(std::initializer_list<NamedTensor> outputs,
