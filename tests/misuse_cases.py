@@ -361,11 +361,15 @@ for name, match, qtype, n_in, change in [
         ("w_q_1d", "w_q must have at least 2 dims", Q8_0, 64, lambda w: w[0, 0]),
         ("w_q_int8", r"w_q must be uint8 \(raw Q8_0 blocks\)", Q8_0, 64,
          lambda w: w.view(torch.int8)),
-        # the issue's case: Q4_K rows of 512 values take 288 bytes
-        ("q4_k_rows", "w_q has 68 bytes per row, but Q4_K rows of n_in=512 take 288", Q4_K, 512,
-         lambda w: w),
 ]:
     misuse(match, name=f"dequantize_{name}", quantized=True)(dequantize_call(qtype, n_in, change))
+
+@misuse("w_q has 144 bytes per row, but Q4_K rows of n_in=512 take 288", quantized=True)
+def dequantize_q4_k_rows_of_256_as_512(ops, d):
+    """The issue's case: Q4_K blocks of 256-value rows (144 bytes) read as rows of 512."""
+    w_q = random_quantized("Q4_K", 4, 256, generator=torch.Generator().manual_seed(0), device=d)
+    return (lambda w: ops.dequantize(w, "Q4_K", 512)), (w_q,)
+
 
 for name, match, qtype, out_of in [
         ("out_shape", "out must have shape", Q8_0,
