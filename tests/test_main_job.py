@@ -10,6 +10,7 @@ import torch
 from gguf_files import write_moe_file
 from torch_argon import __main__ as job
 from torch_argon.__main__ import main
+from torch_argon.testing.timing import busy_notes
 
 TINY = ["--device", "cpu", "--T", "32", "--E", "8", "--K", "2", "--hidden", "64", "--inter", "32",
         "--rounds", "2", "--repeat", "1"]
@@ -141,22 +142,25 @@ def test_spread_rounds_are_reported_as_a_busy_machine(tmp_path, capsys, quiet_ma
 def test_busy_notes():
     argon = {"route": 10.0, "gate/up GEMM": 500.0, "whole layer": 400.0}
     torch_path = {"route": 10.0, "whole layer": 900.0}
+
+    def notes(argon, runs, **kw):
+        return busy_notes({"argon": argon, "argsort + grouped_mm": torch_path}, runs, **kw)
+
     steady = {("argon", "route"): [10.0, 10.0], ("argon", "whole layer"): [400.0, 410.0]}
-    notes = job.busy_notes(argon, torch_path, steady, load=0.0, cores=2)
-    assert notes == ["argon: gate/up GEMM read slower than the whole layer (400.0 us), "
-                     "which runs it"]
+    assert notes(argon, steady, load=0.0, cores=2) == [
+        "argon: gate/up GEMM read slower than the whole layer (400.0 us), which runs it"]
     fine = dict(argon, **{"gate/up GEMM": 300.0})
-    assert job.busy_notes(fine, torch_path, steady, load=0.0, cores=2) == []
+    assert notes(fine, steady, load=0.0, cores=2) == []
     # a tiny stage's jitter is no sign; a 50% gap of hundreds of microseconds is
     jitter = {("argon", "plan"): [4.0, 9.0]}
-    assert job.busy_notes(fine, torch_path, jitter, load=0.0, cores=2) == []
+    assert notes(fine, jitter, load=0.0, cores=2) == []
     spread = {("argon", "whole layer"): [400.0, 600.0, 420.0]}
-    assert job.busy_notes(fine, torch_path, spread, load=0.0, cores=2) == [
+    assert notes(fine, spread, load=0.0, cores=2) == [
         "rounds disagree by more than 25%: argon whole layer 48%"]
     # the load average, less this job's own threads, above half the cores
-    assert job.busy_notes(fine, torch_path, steady, load=3.0, cores=2, own_threads=2) == []
-    assert "load average 3.5 on 2 cores" in job.busy_notes(fine, torch_path, steady, load=3.5,
-                                                           cores=2, own_threads=2)[0]
+    assert notes(fine, steady, load=3.0, cores=2, own_threads=2) == []
+    assert "load average 3.5 on 2 cores" in notes(fine, steady, load=3.5, cores=2,
+                                                  own_threads=2)[0]
 
 
 def test_plot_title_fits_and_shows_the_loop():
