@@ -1,3 +1,5 @@
+import importlib.util
+
 import pytest
 import torch
 
@@ -13,6 +15,14 @@ def backend_params(names):
         marks = [] if be.available else [pytest.mark.skip(reason=f"{name}: {be.reason}")]
         out.append(pytest.param(name, marks=marks, id=name))
     return out
+
+
+def needs(package, what):
+    """A skip mark for a test that needs an optional package (not a requirement of
+    torch_argon: the GPU machine's image, a user's environment may lack it): the reason names
+    the package and what the test uses it for."""
+    return pytest.mark.skipif(importlib.util.find_spec(package) is None,
+                              reason=f"needs the {package} package ({what}): pip install {package}")
 
 
 # The kernels under test: every backend but the reference itself.

@@ -1,17 +1,20 @@
 """The main job (python -m torch_argon) on the CPU at small sizes: parity and the stages of the
 path the layer took, its flags and their errors, T = 0, progress while it measures, the busy
 machine note, and the plot; --quant (the layer with quantized experts beside the dense one) and
---gguf (the MoE blocks of a tiny GGUF file written by tests/gguf_files.py)."""
+--gguf (the MoE blocks of a tiny GGUF file written by tests/gguf_files.py; those tests need the
+gguf package, and skip naming it where it is not installed)."""
 import json
 
 import pytest
 import torch
 
+from conftest import needs
 from gguf_files import write_moe_file
 from torch_argon import __main__ as job
 from torch_argon.__main__ import main
 from torch_argon.testing.timing import busy_notes
 
+needs_gguf = needs("gguf", "writes the tiny GGUF files these tests read")
 TINY = ["--device", "cpu", "--T", "32", "--E", "8", "--K", "2", "--hidden", "64", "--inter", "32",
         "--rounds", "2", "--repeat", "1"]
 
@@ -231,6 +234,7 @@ def run_gguf(tmp_path, path, *extra):
     return json.loads(report.read_text())
 
 
+@needs_gguf
 def test_gguf_runs_the_first_blocks_of_a_file(tmp_path, capsys):
     path = tmp_path / "tiny.gguf"
     written = write_moe_file(path, n_blocks=3, E=4, K=2, H=256, I=256)
@@ -251,6 +255,7 @@ def test_gguf_runs_the_first_blocks_of_a_file(tmp_path, capsys):
     assert got["config"]["n_experts"] == 4 and got["config"]["top_k"] == 2
 
 
+@needs_gguf
 def test_gguf_with_a_shared_expert_and_two_gate_up_formats(tmp_path, capsys):
     path = tmp_path / "shared.gguf"
     write_moe_file(path, "qwen2moe", n_blocks=1, E=4, K=2, H=256, I=256,
@@ -261,6 +266,7 @@ def test_gguf_with_a_shared_expert_and_two_gate_up_formats(tmp_path, capsys):
     assert 0 < got["parity"]["rel_error"] < job.QUANT_TOLERANCE["bfloat16"]
 
 
+@needs_gguf
 def test_gguf_parity_failure_fails_the_job(tmp_path, monkeypatch):
     path = tmp_path / "tiny.gguf"
     write_moe_file(path, n_blocks=1, E=4, K=2, H=256, I=256)
@@ -283,6 +289,7 @@ def bad_file(tmp_path, kind):
     return path
 
 
+@needs_gguf
 @pytest.mark.parametrize("kind,message", [
     ("not_gguf", "not a readable GGUF file"),
     ("q4_1", "tensor 'blk.0.ffn_gate_exps.weight' is stored as Q4_1, which torch_argon does "

@@ -47,13 +47,15 @@ def cuda_events_us(fn, *, inner=1, samples=20):
     return statistics.median(times)
 
 
-def median_us(fn, device, *, warmup=3, repeat=20):
+def median_us(fn, device, *, warmup=3, repeat=20, inner=1):
+    """inner: on CUDA, calls back to back between the events of one sample (the per-call
+    figure is their mean), so a short call's launch gaps count as they do in a model."""
     device = torch.device(device)
     for _ in range(warmup):
         fn()
     synchronize(device)
     if device.type == "cuda":
-        return cuda_events_us(fn, samples=repeat)
+        return cuda_events_us(fn, inner=inner, samples=repeat)
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
