@@ -305,3 +305,85 @@ def test_a_gguf_file_the_job_cannot_run_is_one_error_line(tmp_path, capsys, kind
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"python -m torch_argon: error: {path}: "), err
     assert message in err
+
+
+# ---- output paths, Ctrl-C, --layers beyond the file ----------------------------------------
+
+@pytest.mark.parametrize("flag", ["--json", "--plot"])
+@pytest.mark.parametrize("where", ["no_folder", "under_a_file", "a_folder"])
+def test_an_unwritable_output_is_one_error_line_before_the_job(tmp_path, capsys, monkeypatch,
+                                                              flag, where):
+    (tmp_path / "a_file").write_text("")
+    path = {"no_folder": tmp_path / "missing" / "out", "under_a_file": tmp_path / "a_file" / "out",
+            "a_folder": tmp_path}[where]
+    monkeypatch.setattr(job, "run_dense", lambda *a: pytest.fail("the job ran"))
+    with pytest.raises(SystemExit) as exit_:
+        main([*TINY, flag, str(path)])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"python -m torch_argon: error: {flag} "
+                                                   f"{path}: cannot write it ("), err
+
+
+def test_checking_the_outputs_leaves_them_as_they_were(tmp_path):
+    kept, fresh = tmp_path / "kept.json", tmp_path / "fresh.png"
+    kept.write_text("earlier report")
+    job.parse_args(["--device", "cpu", "--json", str(kept), "--plot", str(fresh)])
+    assert kept.read_text() == "earlier report" and not fresh.exists()
+
+
+def test_ctrl_c_is_one_line_and_status_130(tmp_path):
+    """SIGINT in the middle of the job (as Ctrl-C sends it): no traceback, status 130."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    cmd = [sys.executable, "-m", "torch_argon", "--device", "cpu", "--T", "2048", "--E", "64",
+           "--K", "8", "--hidden", "512", "--inter", "256", "--rounds", "1000",
+           "--json", str(tmp_path / "r.json"), "--plot", str(tmp_path / "r.png")]
+    # (SIGINT as the job's shell leaves it: a parent that ignores it must not pass that on)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        assert "torch_argon main job" in proc.stdout.readline()  # past the imports
+        time.sleep(1)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130
+    assert err == "python -m torch_argon: interrupted\n"
+
+
+@needs_gguf
+def test_more_layers_than_the_file_has_is_one_error_line(tmp_path, capsys):
+    path = tmp_path / "two.gguf"
+    write_moe_file(path, n_blocks=2, E=4, K=2, H=256, I=256)
+    with pytest.raises(SystemExit) as exit_:
+        run_gguf(tmp_path, path, "--layers", "5")
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err == f"python -m torch_argon: error: --layers 5: {path} has 2 MoE blocks (blocks 0, 1)\n"
+
+
+def test_gguf_cases_skip_naming_the_package_where_gguf_is_missing(tmp_path):
+    """The GPU machine's image has no gguf package: there the tests that write GGUF files skip
+    and say so, and the library still answers --gguf with its own message."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    here = Path(__file__).resolve()
+    hide = ("import sys; sys.modules['gguf'] = None; import pytest; "
+            f"sys.exit(pytest.main(['-q', '-rs', '-p', 'no:cacheprovider', {str(here)!r}, "
+            "'-k', 'gguf and not missing']))")
+    done = subprocess.run([sys.executable, "-c", hide], capture_output=True, text=True,
+                          cwd=here.parents[1], timeout=600)
+    summary = done.stdout.strip().splitlines()[-1]
+    assert done.returncode == 0 and "failed" not in summary and "error" not in summary, done.stdout
+    assert "skipped" in summary and "needs the gguf package" in done.stdout
+    hidden = ("import sys; sys.modules['gguf'] = None; from torch_argon.__main__ import main; "
+              f"main(['--device', 'cpu', '--gguf', {__file__!r}, '--json', "
+              f"{str(tmp_path / 'r.json')!r}])")
+    done = subprocess.run([sys.executable, "-c", hidden], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 2 and "needs the gguf package" in done.stderr, done.stderr
