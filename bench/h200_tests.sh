@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The test suite on the lent GPU machine, inside one call (at most 6 minutes on a 16-core H200):
+# the tests that can reach a CUDA kernel (`pytest --gpu-run`: the cuda and metal_cuda
+# backends' parametrizations and every test without a backend of its own, less the cpu_only
+# ones; tests/conftest.py says which), on 16 xdist workers that steal work from each other, so
+# a slow parametrization does not hold the run's end. The CPU backends and the cpu_only tests
+# are CI's, on every push.
+#   bash bench/h200_tests.sh              # after a build (bash bench/h200_run.sh build)
+#   bash bench/h200_tests.sh -k plan      # extra arguments go to pytest
+# Writes $OUT/tests.log (every test id and its outcome; a crashed worker's test is named) and
+# $OUT/tests_durations.txt (the 60 slowest); prints the summary, the failures and crashes.
+# Exit status: pytest's (124: the time limit, H200_TESTS_LIMIT_S seconds, default 360).
+set -uo pipefail
+OUT="${OUT:-/tmp/argon_out}"
+mkdir -p "$OUT"
+. "$(dirname "$0")/gpu_env.sh"
+export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
+workers=()
+if python3 -c "import xdist" 2>/dev/null; then
+  workers=(-n "${H200_TESTS_WORKERS:-16}" --dist worksteal)
+else
+  echo "h200_tests.sh: no pytest-xdist here: one process (it will not finish in 6 minutes)"
+fi
+t0=$SECONDS
+timeout -s INT "${H200_TESTS_LIMIT_S:-360}" python3 -m pytest --gpu-run -v -rf \
+  -p no:cacheprovider --durations=60 "${workers[@]}" tests "$@" > "$OUT/tests.log" 2>&1
+rc=$?
+echo "== h200_tests.sh rc=$rc in $((SECONDS - t0)) s (log: \$OUT/tests.log)"
+sed -n '/slowest .* durations/,/^$/p' "$OUT/tests.log" > "$OUT/tests_durations.txt"
+grep -E "node down|crashed|^FAILED|^ERROR" "$OUT/tests.log" | head -40
+tail -n 1 "$OUT/tests.log"
+exit "$rc"
