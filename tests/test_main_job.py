@@ -355,6 +355,23 @@ def test_ctrl_c_is_one_line_and_status_130(tmp_path):
     assert err == "python -m torch_argon: interrupted\n"
 
 
+def test_a_reader_that_stops_early_ends_the_job_quietly(tmp_path):
+    """`python -m torch_argon | head -2`: no BrokenPipeError traceback, status 141."""
+    import subprocess
+    import sys
+    cmd = [sys.executable, "-m", "torch_argon", *TINY, "--json", str(tmp_path / "r.json"),
+           "--plot", str(tmp_path / "r.png")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert "torch_argon main job" in proc.stdout.readline()
+        proc.stdout.close()  # as head does after its lines
+        err = proc.stderr.read()
+        proc.wait(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 141 and err == ""
+
+
 @needs_gguf
 def test_more_layers_than_the_file_has_is_one_error_line(tmp_path, capsys):
     path = tmp_path / "two.gguf"

@@ -269,7 +269,8 @@ def summarize(runs):
     return argon, torch_path, medians(runs, LOOP).get("whole layer")
 
 
-def timing_notes(args, device, runs, tables):
+def timing_notes(device, runs, tables):
+    """timing.busy_notes, this job's own threads being torch's on the CPU (one elsewhere)."""
     own = torch.get_num_threads() if device.type == "cpu" else 1
     return busy_notes(tables, runs, own_threads=own)
 
@@ -289,8 +290,10 @@ def run_dense(args, device, ops, device_name):
                            device)
         chosen = experts_path(layer.x, layer.experts, ops, top_k=args.K, tile_m=args.tile_m)
         args.tile_m, args.path = chosen.tile_m, chosen.name
-        say(f"running it ({args.path} path, tile_m={args.tile_m}) and checking it against "
-            "the reference")
+        args.declined = {"triton": chosen.why_not_triton} if chosen.why_not_triton else {}
+        say(f"running it ({args.path} path, tile_m={args.tile_m}"
+            + "".join(f"; not {name}: {why}" for name, why in args.declined.items())
+            + ") and checking it against the reference")
         out = run_layer(layer, ops, args.path, args.tile_m)
         plan_ok = plan_matches_reference(layer, ops, args.tile_m)
         rel = float64_error(layer, out)
@@ -319,7 +322,7 @@ def run_dense(args, device, ops, device_name):
                                                                 experts=q))(q)
         runs = measure(calls, device, args.rounds, args.repeat)
     argon, torch_path, loop = summarize(runs)
-    notes = timing_notes(args, device, runs, {ARGON: argon, TORCH: torch_path})
+    notes = timing_notes(device, runs, {ARGON: argon, TORCH: torch_path})
     table = render(args, device_name, argon, torch_path, loop, plan_ok, rel, notes)
     records = []
     if quantized:
@@ -328,7 +331,7 @@ def run_dense(args, device, ops, device_name):
         table += "\n\n" + render_quant(records)
     say("\n" + table)
     report = dict(device=device_name, config={k: getattr(args, k) for k in
-                  ("T", "E", "K", "hidden", "inter", "dtype", "tile_m", "path")},
+                  ("T", "E", "K", "hidden", "inter", "dtype", "tile_m", "path", "declined")},
                   parity=dict(plan_bit_exact=plan_ok, layer_rel_error=rel),
                   argon_us=argon, argsort_grouped_mm_us=torch_path, per_expert_loop_us=loop,
                   timing=timing_report(args, runs, notes))
@@ -561,7 +564,7 @@ def run_gguf(args, device, ops, device_name):
                             formats={p: w.qtype.name for p, w in expert_parts(experts).items()},
                             weight_bytes=experts.nbytes,
                             dense_weight_bytes=config.n_experts * dense_per_expert))
-    notes = timing_notes(args, device, runs, {})
+    notes = timing_notes(device, runs, {})
     say("\n" + render_gguf(args, device_name, config, records, parity, notes))
     write_json(args, dict(device=device_name, gguf=os.path.abspath(args.gguf),
                           config=dataclasses.asdict(config),
@@ -593,14 +596,19 @@ def run(argv=None):
 
 
 def main(argv=None):
-    """The job; Ctrl-C ends it with one line and exit status 130 (128 + SIGINT), as a shell
-    reports an interrupted command, not with a traceback."""
+    """The job. Ctrl-C ends it with one line and exit status 130 (128 + SIGINT), as a shell
+    reports an interrupted command; a reader that closes its end of the pipe (`| head`) ends it
+    quietly with status 141 (128 + SIGPIPE), as for any command. Neither with a traceback."""
     try:
         return run(argv)
     except KeyboardInterrupt:
         print(flush=True)  # ends the progress line the interrupt cut
         sys.stderr.write(f"{PROG}: interrupted\n")
         raise SystemExit(130) from None
+    except BrokenPipeError:
+        # Python flushes stdout again at exit: point it at nothing so that flush cannot fail.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(141) from None
 
 
 if __name__ == "__main__":
