@@ -15,6 +15,9 @@ OUT="${OUT:-/tmp/argon_out}"
 mkdir -p "$OUT"
 . "$(dirname "$0")/gpu_env.sh"
 export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
+# One CPU thread per worker: the tests' CPU side (the references) would otherwise run 16 OpenMP
+# threads in each of 16 workers, 256 threads on 16 cores waiting on each other.
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 workers=()
 if python3 -c "import xdist" 2>/dev/null; then
   workers=(-n "${H200_TESTS_WORKERS:-16}" --dist worksteal)
