@@ -290,7 +290,7 @@ def run_dense(args, device, ops, device_name):
                            device)
         chosen = experts_path(layer.x, layer.experts, ops, top_k=args.K, tile_m=args.tile_m)
         args.tile_m, args.path = chosen.tile_m, chosen.name
-        args.declined = {"triton": chosen.why_not_triton} if chosen.why_not_triton else {}
+        args.declined = chosen.declined
         say(f"running it ({args.path} path, tile_m={args.tile_m}"
             + "".join(f"; not {name}: {why}" for name, why in args.declined.items())
             + ") and checking it against the reference")

@@ -91,12 +91,22 @@ def make_layer(T, E, K, H, I, dtype, device, *, dist="uniform", seed=0):
     return Layer(x, router, w_gate_up, w_down, K)
 
 
+@dataclass(frozen=True)
+class ExpertsChoice:
+    """How moe_layer runs a call's experts: the path that runs them, its tile_m, and why each
+    path tried before it declined ({path: reason})."""
+    name: str
+    tile_m: int
+    declined: dict
+
+
 def experts_path(x, experts, ops, *, top_k, tile_m=None, path="auto"):
-    """The path ("triton" or "ops"), tile_m and why not Triton (.name, .tile_m,
-    .why_not_triton) that moe_layer takes for x and these experts: the harness's one question
-    to the library's path choice."""
-    return choose_experts_path(x, experts, ops, n_entries=x.shape[0] * top_k, tile_m=tile_m,
-                               path=path)
+    """The ExpertsChoice moe_layer makes for x and these experts (path: "auto", or the one the
+    caller asks for): the harness's one question to the library's path choice."""
+    chosen = choose_experts_path(x, experts, ops, n_entries=x.shape[0] * top_k, tile_m=tile_m,
+                                 path=path)
+    declined = {"triton": chosen.why_not_triton} if chosen.why_not_triton else {}
+    return ExpertsChoice(chosen.name, chosen.tile_m, declined)
 
 
 def run_layer(layer, ops, path, tile_m, *, experts=None, topk="auto"):
