@@ -20,16 +20,20 @@ export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 workers=()
 if python3 -c "import xdist" 2>/dev/null; then
-  workers=(-n "${H200_TESTS_WORKERS:-16}" --dist worksteal)
+  # worksteal (xdist >= 3.2): an idle worker takes tests queued for a busy one.
+  dist=$(python3 -c "import xdist; v = tuple(map(int, xdist.__version__.split('.')[:2]));
+print('worksteal' if v >= (3, 2) else 'load')")
+  workers=(-n "${H200_TESTS_WORKERS:-16}" --dist "$dist")
 else
   echo "h200_tests.sh: no pytest-xdist here: one process (it will not finish in 6 minutes)"
 fi
 t0=$SECONDS
 timeout -s INT "${H200_TESTS_LIMIT_S:-360}" python3 -m pytest --gpu-run -v -rf \
-  -p no:cacheprovider --durations=60 "${workers[@]}" tests "$@" > "$OUT/tests.log" 2>&1
+  -p no:cacheprovider --durations=60 ${workers[@]+"${workers[@]}"} tests "$@" > "$OUT/tests.log" 2>&1
 rc=$?
 echo "== h200_tests.sh rc=$rc in $((SECONDS - t0)) s (log: \$OUT/tests.log)"
-sed -n '/slowest .* durations/,/^$/p' "$OUT/tests.log" > "$OUT/tests_durations.txt"
+awk '/slowest .*durations/ {on = 1} on && /short test summary/ {on = 0} on' "$OUT/tests.log" \
+  > "$OUT/tests_durations.txt"
 grep -E "node down|crashed|^FAILED|^ERROR" "$OUT/tests.log" | head -40
 tail -n 1 "$OUT/tests.log"
 exit "$rc"
