@@ -172,13 +172,39 @@ def _rebuild_rotary(model, device):
             model.set_submodule(name, fresh)
 
 
+def _device_to_load_onto(device):
+    """from_gguf's `device` as a torch.device that can hold the file's weights, or a ValueError
+    that names the argument: checked before the file is read."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"from_gguf: device={device!r} is not a torch device ({e})") from None
+    if dev.type == "meta":
+        raise ValueError("from_gguf: device='meta' holds no data, but from_gguf loads the file's "
+                         "weights; for a model without weights, build it on the meta device "
+                         "with transformers and patch it (torch_argon.integrations.transformers)")
+    if dev.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"from_gguf: device={device!r}: torch_argon runs on cpu, cuda and mps")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        built = "" if torch.version.cuda else " (this torch is built without CUDA)"
+        raise ValueError(f"from_gguf: device={device!r}: torch sees no CUDA device{built}")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ValueError(f"from_gguf: device={device!r}: torch sees "
+                         f"{torch.cuda.device_count()} CUDA device(s)")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"from_gguf: device={device!r}: torch sees no MPS device")
+    return dev
+
+
 def from_gguf(path, *, device="cpu", dtype=torch.float32, tile_m=None):
     """The transformers causal-LM of GGUF MoE file `path` on `device`, its non-expert weights in
     `dtype` and its sparse MoE blocks torch_argon.nn.MoE layers on the file's packed experts.
 
-    Raises GGUFError naming the file and the tensor or key for files that cannot be built
-    (truncated, missing tensors, formats torch_argon does not run, shapes that disagree with the
-    metadata)."""
+    Raises ValueError naming `device` for a device that cannot hold the weights (meta, one torch
+    does not see), and GGUFError naming the file and the tensor or key for files that cannot be
+    built (truncated, missing tensors, formats torch_argon does not run, shapes that disagree
+    with the metadata)."""
+    device = _device_to_load_onto(device)
     transformers = _require_transformers()
     f = GGUFMoE(path)
     config = gguf_config(f)
