@@ -191,10 +191,12 @@ def from_gguf(path, *, device="cpu", dtype=torch.float32, tile_m=None, activatio
     classes = block_classes()
     # The sparse blocks become argon layers first, so the dense expert stacks of the meta model
     # are dropped before anything is materialised.
+    expert_params = set()  # the experts' own parameters (float experts): loaded already
     for name, module in list(model.named_modules()):
         if isinstance(module, classes):
             block = int(name.split(".")[2])
             experts = experts_module(f.experts(block, device, dtype))
+            expert_params.update(f"{name}.experts.{p}" for p, _ in experts.named_parameters())
             model.set_submodule(name, MoE.from_modules(
                 module.gate, experts, getattr(module, "shared_expert", None),
                 getattr(module, "shared_expert_gate", None), tile_m=tile_m,
@@ -215,7 +217,7 @@ def from_gguf(path, *, device="cpu", dtype=torch.float32, tile_m=None, activatio
             _dense(f, name, t, params[target].shape, dtype, device, heads), requires_grad=False)
     if config.tie_word_embeddings:
         loaded.pop("lm_head.weight", None)
-    missing = [n for n in params if n not in loaded
+    missing = [n for n in params if n not in loaded and n not in expert_params
                and not (config.tie_word_embeddings and n == "lm_head.weight")]
     if missing:
         raise GGUFError(f"{f.path}: missing tensor {gguf_name(missing[0])!r} (the model's "
