@@ -33,9 +33,10 @@ class TritonDense(Experts):
     fuses_gather = True
 
     def supports(self, call):
-        refusal = triton_refusal(call)
-        if refusal:
-            return refusal
+        return triton_refusal(call) or self.dtype_refusal(call)
+
+    @staticmethod
+    def dtype_refusal(call):
         w, dtype = call.weights, call.x.dtype
         if dtype not in HALF_DTYPES or not w.gate_up.dtype == w.down.dtype == dtype:
             return "the Triton GEMMs need x and both weight stacks in the same fp16 / bf16 dtype"

@@ -15,9 +15,10 @@ class TritonQuantized(Experts):
     fuses_gather = True
 
     def supports(self, call):
-        refusal = triton_refusal(call)
-        if refusal:
-            return refusal
+        return triton_refusal(call) or self.dtype_refusal(call)
+
+    @staticmethod
+    def dtype_refusal(call):
         if call.x.dtype not in HALF_DTYPES:
             return "the quantized Triton GEMMs need fp16 / bf16 activations"
         return ""

@@ -62,6 +62,10 @@ def load() -> str:
         from . import quant_ops
         quant_ops.register_cuda_kernels()
         from . import ops  # noqa: F401  (registers the dense and top-k ops)
+        # Every name a module global from now on: torch.compile then traces plain attribute
+        # reads, never the import in __getattr__.
+        for name, (module, attr) in _EXPORTS.items():
+            globals()[name] = getattr(importlib.import_module(f"{__name__}.{module}"), attr)
         _reason = ""
     return _reason
 
