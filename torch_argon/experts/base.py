@@ -89,7 +89,7 @@ def ops_tile_m(device) -> int:
     """tile_m of the implementations that run the argon ops one per stage: 16 on GPUs (the
     grouped GEMMs' M tile) and 1 on the CPU, where the GEMMs take each expert's rows in blocks
     of their own (csrc/cpu/moe_mm_cpu.cpp) and padding would be wasted work."""
-    return 1 if device.type == "cpu" else 16
+    return 1 if torch.device(device).type == "cpu" else 16
 
 
 def runs_argon_library(ops) -> bool:
