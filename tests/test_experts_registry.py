@@ -275,3 +275,11 @@ def test_another_opset_object_over_the_argon_library_is_not_the_library():
     fresh.ns = None
     x, _, wgu, wd = dense()
     assert registry_api.choose(x, (wgu, wd), n_entries=T * K, ops=fresh).name == "ops_dense"
+
+
+def test_explain_and_choose_refuse_what_the_layer_refuses():
+    x, _, wgu, wd = dense()
+    with pytest.raises(ValueError, match=r"experts \(w_gate_up, w_down\) are torch.float16 but x"):
+        registry_api.explain(x, (wgu.half(), wd.half()))
+    with pytest.raises(ValueError, match="activation must be one of"):
+        registry_api.choose(x, (wgu, wd), n_entries=T * K, activation="relu")

@@ -12,7 +12,7 @@ from ..ops import argon_ops
 from ..quant.weights import ACTIVATION_QUANT
 from ..weights import as_expert_weights
 from . import flow, registry
-from .arguments import check_experts_arguments
+from .arguments import check_experts_arguments, check_options, check_x
 from .base import Experts, ExpertsCall
 from .cpu_workspace import clear_cpu_workspace
 from .registry import IMPLEMENTATIONS, PATHS
@@ -29,8 +29,14 @@ class Choice(NamedTuple):
 
 
 def _call(x, experts, ops, tile_m, activation, activation_quant):
-    return ExpertsCall.of(x, as_expert_weights(experts), ops=ops, tile_m=tile_m,
-                          activation=activation, activation_quant=activation_quant)
+    """The call of a layer on x with these experts and options, checked as the layer checks
+    them (a ValueError naming the argument where the layer itself would raise)."""
+    weights = as_expert_weights(experts)
+    check_x(x)
+    weights.check_input(x)
+    check_options(activation, activation_quant)
+    return ExpertsCall.of(x, weights, ops=ops, tile_m=tile_m, activation=activation,
+                          activation_quant=activation_quant)
 
 
 def explain(x, experts, *, ops=argon_ops, tile_m: Optional[int] = None, path="auto",

@@ -1,5 +1,7 @@
 """The one flow of a layer call's experts: Prepare, Experts, Finalize.
 
+    (route)   moe_layer and nn.MoE route first (the router GEMM, scores, top-k); moe_experts
+              and the hooks get the routing from their caller
     prepare   the tokens this process's experts run (PrepareFinalize.prepare: locally the
               caller's own; expert parallel, the ones the other ranks send here), then the plan
               over this process's experts and the gather of the rows (unless the
