@@ -13,7 +13,7 @@ Sections:
 - layer: the experts of a layer (plan, gate/up + SwiGLU, down, combine; the router is not
   timed) with bf16 activations, configs E=512 K=10 H=2048 I=512 and E=128 K=8 H=2048 I=768, T =
   128, 512, 2048, 8192, uniform routing (top-K of random scores), three ways in the same run:
-    quant        moe_experts_triton_quant on the quantized weights (Q4_K; rows for Q8_0,
+    quant        the triton_quantized experts on the quantized weights (Q4_K; rows for Q8_0,
                  IQ4_XS, IQ2_XS too)
     bf16         torch_argon.moe_experts on dense bf16 stacks of the same shapes (the Triton
                  path), the baseline
@@ -117,12 +117,13 @@ def paths(x, ids, w, q, dense, T, cfg):
     """The three ways to run the experts, as argument-free functions."""
     import torch_argon
     from torch_argon import triton_ops
+    from torch_argon.experts import run_implementation
     from torch_argon.triton_ops.quant_ops import dequantize_triton
     ops = torch_argon.argon_ops
     tm = triton_ops.quant_layer_tile_m(T * cfg["K"], cfg["E"])
 
     def quant():
-        return triton_ops.moe_experts_triton_quant(x, ids, w, q, tile_m=tm, ops=ops)
+        return run_implementation("triton_quantized", x, ids, w, q, tile_m=tm, ops=ops)
 
     def bf16():
         return torch_argon.moe_experts(x, ids, w, dense)

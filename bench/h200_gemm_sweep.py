@@ -523,7 +523,7 @@ class Sweep:
         """Phase 5 at one (model, T): today's choice, the table's, torch._grouped_mm."""
         torch, configs = self.torch, self.configs
         from torch_argon.testing import baselines
-        from torch_argon.triton_ops.experts import moe_experts_triton
+        from torch_argon.experts import run_implementation
         E, K, H, I = MODELS[model]
         wgu, wd = self.weights[model]
         x, ids, w = problem(T, E, K, H, seed=T)
@@ -536,7 +536,8 @@ class Sweep:
         def with_table(table, tm):
             def run():
                 configs.set_table(table)  # the choice happens at capture; replays keep it
-                return moe_experts_triton(x, ids, w, wgu, wd, tile_m=tm, ops=ops)
+                return run_implementation("triton_dense", x, ids, w, (wgu, wd), tile_m=tm,
+                                          ops=ops)
             return run
 
         def torch_path():

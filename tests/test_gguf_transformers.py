@@ -86,6 +86,20 @@ def test_bfloat16(tmp_path):
     assert (got - want).norm() / want.norm() < 5e-2
 
 
+def test_float_experts(tmp_path):
+    """A model whose experts are stored as BF16 / F16 (a converter's output before quantizing):
+    its MoE blocks hold them as dense stacks and agree with transformers' own loader."""
+    path = tmp_path / "m.gguf"
+    write_model_file(path, "qwen3moe", expert_formats=("BF16", "BF16", "F16"))
+    model = from_gguf(path)
+    experts = model.model.layers[0].mlp.experts.expert_weights()
+    assert experts.kind == "dense" and experts.dtype == torch.float32
+    oracle = transformers_dense_load(path)
+    ids = torch.randint(0, 96, (2, 12), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).logits, oracle(ids).logits, **TOL)
+
+
 _PEAK = textwrap.dedent("""
     import gc, sys
     sys.path[:0] = sys.argv[3:]

@@ -1,6 +1,6 @@
 """The quantized Triton kernels of torch_argon/triton_ops (quant_blocks, dequantize_kernel,
-moe_qmm_kernel, quant_ops, quant_experts) against torch_argon.quant.dequantize_reference and the
-fp32 / float64 references:
+moe_qmm_kernel, quant_ops) and the triton_quantized experts (torch_argon/experts) against
+torch_argon.quant.dequantize_reference and the fp32 / float64 references:
 - CUDA, every format: dequantize bit for bit (NaN as NaN) with finite and with inf/NaN scales;
   the fused gather + gate/up + SwiGLU GEMM, the gathered and the row-ordered GEMM and the
   moe_qmm_out kernel within QREL_TOL of fp32 (tests/quant_triton_cases.py: relative Frobenius
@@ -22,6 +22,7 @@ import torch
 
 import torch_argon
 from torch_argon import reference, triton_ops
+from torch_argon.experts import run_implementation
 from torch_argon.quant import FORMATS, dequantize_reference, qformat, random_quantized
 from torch_argon.testing import backends
 from routing_cases import make_ids, make_weights
@@ -163,7 +164,7 @@ def test_quant_experts_compile_fullgraph_cuda():
     ops = backends.get("cuda").ops
 
     def experts(x, ids, w, q):
-        return triton_ops.moe_experts_triton_quant(x, ids, w, q, tile_m=16, ops=ops)
+        return run_implementation("triton_quantized", x, ids, w, q, tile_m=16, ops=ops)
 
     eager = experts(x, ids, w, q)
     torch._dynamo.reset()
@@ -176,7 +177,7 @@ def test_quant_experts_cuda_graph():
     x, wgu, wd, ids, w = _small_problem(T=40)
     q = _quant_experts(x, wgu, wd)
     ops = backends.get("cuda").ops
-    run = lambda: triton_ops.moe_experts_triton_quant(x, ids, w, q, tile_m=16, ops=ops)  # noqa
+    run = lambda: run_implementation("triton_quantized", x, ids, w, q, tile_m=16, ops=ops)  # noqa
     eager = run()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())

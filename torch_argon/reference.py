@@ -2,8 +2,8 @@
 backend. Each function takes and returns what the public op of the same name does.
 """
 import torch
-import torch.nn.functional as F
 
+from . import activations
 from ._shapes import META_SIZE, plan_rows
 from .plan import MoEPlan
 from .quant import dequantize_reference
@@ -82,20 +82,11 @@ def moe_combine(y, pos, topk_weights, shared=None, residual=None, out_dtype=None
     return acc.to(out_dtype or y.dtype)
 
 
-def _gelu_erf(g):
-    """g * Phi(g) in float64, rounded once: F.gelu overflows to inf for g >= 2^127, where the
-    true value (g itself) is finite and every backend returns it."""
-    g64 = g.double()
-    return (g64 * (0.5 * (1.0 + torch.erf(g64 * 0.7071067811865476)))).to(g.dtype)
-
-
-ACTIVATIONS = {"silu": F.silu, "gelu": _gelu_erf,
-               "gelu_tanh": lambda g: F.gelu(g, approximate="tanh")}
+ACTIVATIONS = activations.REFERENCE
 
 
 def swiglu(gate, up=None, out_dtype=None, activation="silu"):
-    if activation not in ACTIVATIONS:
-        raise ValueError(f'activation must be one of "silu", "gelu", "gelu_tanh", got "{activation}"')
+    activations.check(activation)
     if up is None:
         gate, up = gate.chunk(2, dim=-1)
     return (ACTIVATIONS[activation](gate.float()) * up.float()).to(out_dtype or gate.dtype)

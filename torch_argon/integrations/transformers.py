@@ -45,8 +45,8 @@ import importlib
 import warnings
 
 import torch
-import torch.nn.functional as F
 
+from .. import activations
 from ..layer import moe_experts
 from ..nn import MoE, expert_weights
 
@@ -132,13 +132,6 @@ def block_classes():
 
 # ---- activations ---------------------------------------------------------------------------
 
-# argon's name for each gated activation, with its reference. GELU (tanh) differs from GELU
-# (erf) by up to ~1e-3 on the probe, far above the probe's tolerance, so the two are told apart.
-_ACTIVATIONS = {
-    "silu": F.silu,
-    "gelu": F.gelu,
-    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
-}
 
 
 def activation_of(act_fn):
@@ -156,7 +149,9 @@ def activation_of(act_fn):
             return None
         if not isinstance(got, torch.Tensor) or got.device.type != "cpu":
             return None
-        for name, reference in _ACTIVATIONS.items():
+        # GELU (tanh) differs from GELU (erf) by up to ~1e-3 on the probe, far above the
+        # tolerance, so the two are told apart.
+        for name, reference in activations.REFERENCE.items():
             if torch.allclose(got, reference(probe), rtol=1e-9, atol=1e-9):
                 return name
     return None

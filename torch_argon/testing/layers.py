@@ -19,7 +19,7 @@ import torch
 
 from .. import reference
 from ..layer import moe_layer
-from ..paths import choose_experts_path
+from ..experts import choose
 from ..routing import route
 from ..weights import DenseExperts
 from . import baselines
@@ -101,12 +101,12 @@ class ExpertsChoice:
 
 
 def experts_path(x, experts, ops, *, top_k, tile_m=None, path="auto"):
-    """The ExpertsChoice moe_layer makes for x and these experts (path: "auto", or the one the
-    caller asks for): the harness's one question to the library's path choice."""
-    chosen = choose_experts_path(x, experts, ops, n_entries=x.shape[0] * top_k, tile_m=tile_m,
-                                 path=path)
-    declined = {"triton": chosen.why_not_triton} if chosen.why_not_triton else {}
-    return ExpertsChoice(chosen.name, chosen.tile_m, declined)
+    """The ExpertsChoice moe_layer makes for x and these experts (path: "auto", a family or an
+    implementation's name): the harness's one question to the experts registry, which
+    decides. `name` is the family ("triton" or "ops") the tables group by; `declined` holds
+    every implementation tried before the chosen one, with its reason."""
+    chosen = choose(x, experts, n_entries=x.shape[0] * top_k, ops=ops, tile_m=tile_m, path=path)
+    return ExpertsChoice(chosen.path, chosen.tile_m, dict(chosen.declined))
 
 
 def run_layer(layer, ops, path, tile_m, *, experts=None, topk="auto"):

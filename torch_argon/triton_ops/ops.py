@@ -36,6 +36,7 @@ from torch.library import triton_op, wrap_triton
 import triton
 
 from .._shapes import META_N_TILES
+from ..activations import code as activation_code
 from . import configs
 from .configs import MMConfig, block_m_for, config_for, mean_rows_per_expert
 from .moe_mm_kernel import moe_mm_kernel
@@ -79,16 +80,6 @@ def _check(a, w, tile_expert, meta, tile_m, sorted_token, swiglu, row_token=None
         if row_token.device != a.device:
             raise ValueError(f"{op}: row_token is on {row_token.device}, a on {a.device}")
     return rows
-
-
-ACTIVATIONS = {"silu": 0, "gelu": 1, "gelu_tanh": 2}  # the ARGON_ACT_* codes
-
-
-def activation_code(activation: str) -> int:
-    if activation not in ACTIVATIONS:
-        raise ValueError(f'activation must be one of "silu", "gelu", "gelu_tanh", got '
-                         f'"{activation}"')
-    return ACTIVATIONS[activation]
 
 
 def launch_moe_mm(a, w, tile_expert, meta, tile_m, sorted_token, out, *, swiglu,
