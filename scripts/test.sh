@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # The test suite: every backend built here against the reference, plus the ThreadSanitizer run
 # of the Metal kernels on host threads. Extra arguments go to pytest.
+# ARGON_TEST_BUILD=1: the build adds torch_argon._C_test, the test executors (metal_host, and in
+# CUDA builds metal_cuda), which a user's install (scripts/main.sh, pip install .) leaves out.
+export ARGON_TEST_BUILD=1
 . "$(dirname "$0")/env.sh"
 # clang-19 for the strict checks of the .metal files (tests/test_metal_strict.py): Debian's
 # package, installed when missing. Without apt (macOS) those tests skip and say why.

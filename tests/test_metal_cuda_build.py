@@ -12,8 +12,7 @@ import pytest
 from torch.utils import cpp_extension
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tools"))
-import metal_codegen  # noqa: E402
+from build_tools import metal_codegen  # noqa: E402
 
 NVCC = os.environ.get("NVCC") or shutil.which("nvcc")
 pytestmark = pytest.mark.skipif(NVCC is None, reason="no nvcc: the metal_cuda units are not compiled")
@@ -22,6 +21,7 @@ CSRC = os.path.join(ROOT, "torch_argon", "csrc")
 FLAGS = ["-std=c++17", "-arch=sm_90", "--fmad=false", "-diag-suppress=1098,326", "-Werror=all-warnings",
          *cpp_extension.COMMON_NVCC_FLAGS,
          "-I", CSRC, "-I", metal_codegen.METAL_DIR, "-I", os.path.join(CSRC, "metal", "host", "shim")]
+# (csrc: the shared definitions, "shared/..."; torch_argon/metal: the .metal files)
 STEMS = [os.path.splitext(os.path.basename(p))[0]
          for p in metal_codegen.library_files() + list(metal_codegen.CUDA_ONLY)]
 
@@ -47,7 +47,7 @@ def test_unit_compiles_to_ptx(generated, stem):
     ptx = open(os.path.join(out, stem + ".ptx")).read()
     for k in metal_codegen.mk.parse_file(os.path.join(metal_codegen.METAL_DIR, stem + ".metal")
                                          if stem != "sanitizer_selftest" else metal_codegen.CUDA_ONLY[0],
-                                         [metal_codegen.METAL_DIR]):
+                                         list(metal_codegen.INCLUDE_DIRS)):
         assert f".entry argon_metal__{k.name}(" in ptx, f"no kernel entry for {k.name}"
 
 

@@ -6,7 +6,7 @@
 
 #include "metal/host/kernel_table.h"
 #include "metal/host/lane_runner.h"
-#include "quant_params.h"
+#include "shared/quant_params.h"
 
 int main() {
   unsigned char block[34] = {0x00, 0x3c};  // fp16 1.0, then the int8 quants

@@ -1,6 +1,6 @@
 #include "checks.h"
 
-#include "swiglu_params.h"
+#include "shared/swiglu_params.h"
 
 #include <algorithm>
 #include <limits>

@@ -10,7 +10,7 @@
 #pragma once
 #include <metal_stdlib>
 
-#include "swiglu_params.h"
+#include "shared/swiglu_params.h"
 
 using namespace metal;
 

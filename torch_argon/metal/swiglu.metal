@@ -6,7 +6,7 @@
 // tuning report the project grew from.)
 #include "activation.h"
 #include "argon_common.h"
-#include "swiglu_params.h"
+#include "shared/swiglu_params.h"
 
 kernel void swiglu(device const uchar* gate [[buffer(0)]],
                    device const uchar* up [[buffer(1)]],

@@ -16,7 +16,7 @@
 #include <limits>
 
 #include "../checks.h"
-#include "swiglu_params.h"
+#include "shared/swiglu_params.h"
 #include "../float_dispatch.h"
 #include "../op_signatures.h"
 #include "cpu_clones.h"

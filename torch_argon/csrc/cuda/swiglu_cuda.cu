@@ -9,7 +9,7 @@
 #include <torch/library.h>
 
 #include "../checks.h"
-#include "swiglu_params.h"
+#include "shared/swiglu_params.h"
 #include "../op_signatures.h"
 #include "../float_dispatch.h"
 #include "cuda_common.cuh"

@@ -5,7 +5,7 @@
 // Layouts and formulas: docs/quantized-formats.md.
 #pragma once
 
-#include "argon_params.h"
+#include "shared/argon_params.h"
 
 // X(lower, UPPER, ggml type id, values per block, bytes per block). `lower` names the block
 // struct (block_<lower>) and the chunk dequant (dequant_<lower>) of quant_blocks.h and the
