@@ -134,9 +134,32 @@ _LIST = (
 FORMATS = {f.name: f for f in _LIST}
 _BY_ID = {f.type_id: f for f in _LIST}
 
+# The GGUF tensor types torch_argon does not read (gguf.GGMLQuantizationType, 0.19), by name and
+# id: asked for one, every entry point says so in the same words (not_read), not "unknown".
+NOT_READ = {"Q4_1": 3, "Q5_1": 7, "Q8_1": 9, "Q8_K": 15, "IQ2_XXS": 16, "IQ3_XXS": 18,
+            "IQ1_S": 19, "IQ2_S": 22, "I8": 24, "I16": 25, "I32": 26, "I64": 27, "F64": 28,
+            "IQ1_M": 29, "TQ1_0": 34, "TQ2_0": 35, "NVFP4": 40, "Q1_0": 41}
+_NOT_READ_BY_ID = {v: k for k, v in NOT_READ.items()}
+
 
 def supported_names():
     return ", ".join(FORMATS)
+
+
+def not_read(name):
+    """How every entry point names a GGUF type torch_argon does not read (a NOT_READ name):
+    "Q4_1, which torch_argon does not read (GGML type 3; it reads F32, ...)"."""
+    return (f"{name}, which torch_argon does not read (GGML type {NOT_READ[name]}; it reads "
+            f"{supported_names()})")
+
+
+def _unknown(qtype):
+    name = getattr(qtype, "name", qtype if isinstance(qtype, str) else None)
+    if isinstance(name, str) and name.strip().upper() in NOT_READ:
+        return ValueError("quantized type " + not_read(name.strip().upper()))
+    if isinstance(qtype, int) and not isinstance(qtype, bool) and int(qtype) in _NOT_READ_BY_ID:
+        return ValueError("quantized type " + not_read(_NOT_READ_BY_ID[int(qtype)]))
+    return ValueError(f"unknown quantized type {qtype!r}; torch_argon reads {supported_names()}")
 
 
 def qformat(qtype):
@@ -147,7 +170,7 @@ def qformat(qtype):
     if isinstance(qtype, str):
         fmt = FORMATS.get(qtype.strip().upper())
         if fmt is None:
-            raise ValueError(f"unknown quantized type {qtype!r}; supported: {supported_names()}")
+            raise _unknown(qtype)
         return fmt
     name = getattr(qtype, "name", None)
     if isinstance(name, str) and name.upper() in FORMATS:
@@ -161,7 +184,7 @@ def qformat(qtype):
         fmt = _BY_ID.get(int(qtype))
         if fmt is not None:
             return fmt
-    raise ValueError(f"unknown quantized type {qtype!r}; supported: {supported_names()}")
+    raise _unknown(qtype)
 
 
 def row_bytes(qtype, n_in):
