@@ -1,7 +1,8 @@
 """Write torch_argon/quant/tables.py and torch_argon/csrc/shared/quant_tables.h: the lookup tables
 of the GGUF formats, read from the installed `gguf` package (PyPI), which holds them as data; the
 header holds the same values as ARGON_CONSTANT arrays for the Metal, CUDA and C++ kernels
-(shared/quant_blocks.h).
+(shared/quant_blocks.h). And the format rows of torch_argon/csrc/shared/quant_params.h
+(ARGON_QUANT_FORMATS), one per block format of the records in torch_argon/quant/formats.py.
 
     python tools/gen_quant_tables.py            # rewrite both files
     python tools/gen_quant_tables.py --check    # exit 1 if either file's values differ from gguf's
@@ -19,6 +20,8 @@ import textwrap
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TABLES = os.path.join(ROOT, "torch_argon", "quant", "tables.py")
 HEADER = os.path.join(ROOT, "torch_argon", "csrc", "shared", "quant_tables.h")
+PARAMS = os.path.join(ROOT, "torch_argon", "csrc", "shared", "quant_params.h")
+ROWS_START = "#define ARGON_QUANT_FORMATS(X)"
 # The element type of each table in the header (the kernels' types: float levels, byte masks,
 # packed grid rows).
 HEADER_TYPES = {"IQ4_NL_VALUES": "float", "MXFP4_VALUES_X2": "float", "IQ2XS_SIGNS": "argon_u8",
@@ -120,6 +123,32 @@ def read_header(path=HEADER):
     return found
 
 
+def format_rows(formats):
+    """The ARGON_QUANT_FORMATS macro for the block formats of `formats` (QFormat records, in
+    order): X(lower, UPPER, type id, values per block, bytes per block)."""
+    rows = [f"X({f.name.lower()}, {f.name}, {f.type_id}, {f.block_elems}, {f.block_bytes})"
+            for f in formats if not f.is_float]
+    width = max(len(ROWS_START), *(len(r) + 2 for r in rows)) + 1
+    lines = [ROWS_START] + [f"  {r}" for r in rows]
+    return "".join(line.ljust(width) + "\\\n" for line in lines[:-1]) + lines[-1] + "\n"
+
+
+def with_format_rows(header_text, formats):
+    """header_text (quant_params.h) with its ARGON_QUANT_FORMATS macro written from `formats`."""
+    start = header_text.index(ROWS_START)
+    end = start
+    while header_text[end:header_text.index("\n", end) + 1].rstrip().endswith("\\"):
+        end = header_text.index("\n", end) + 1
+    end = header_text.index("\n", end) + 1  # the macro's last line
+    return header_text[:start] + format_rows(formats) + header_text[end:]
+
+
+def records():
+    sys.path.insert(0, ROOT)
+    from torch_argon.quant.formats import FORMATS
+    return list(FORMATS.values())
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true",
@@ -128,6 +157,7 @@ def main():
     import gguf  # noqa: F401  (fail here, clearly, when it is not installed)
     from importlib.metadata import version
     tables = read_tables()
+    params = open(PARAMS).read()
     if args.check:
         namespace = {}
         with open(TABLES) as f:
@@ -136,11 +166,14 @@ def main():
         stale = [name for name, (_, values, _) in tables.items() if namespace.get(name) != values]
         stale += [f"quant_tables.h:{name}" for name, (_, values, _) in tables.items()
                   if header.get(name) != values]
-        print(f"tables differ from gguf's: {stale}" if stale else "tables.py and quant_tables.h "
-              "are current")
+        if with_format_rows(params, records()) != params:
+            stale.append("quant_params.h:ARGON_QUANT_FORMATS")
+        print(f"differ from gguf's tables or the format records: {stale}" if stale else
+              "tables.py, quant_tables.h and quant_params.h's format rows are current")
         sys.exit(1 if stale else 0)
     for path, text in ((TABLES, render(tables, version("gguf"))),
-                       (HEADER, render_header(tables, version("gguf")))):
+                       (HEADER, render_header(tables, version("gguf"))),
+                       (PARAMS, with_format_rows(params, records()))):
         with open(path, "w") as f:
             f.write(text)
         print(f"wrote {os.path.relpath(path, ROOT)}")
