@@ -1,6 +1,6 @@
-"""The build's output in a log file: compiler command lines and warnings go to build/argon_build.log,
-the terminal gets one line per library built ("building torch_argon._C (N units)...") on
-stderr, and on a failure the log's path and its last lines.
+"""The build's output in a log file: compiler command lines and warnings go to
+build/argon_build.log; the terminal gets one line per library built ("building torch_argon._C
+(N units)...") on stderr, and on a failure the log's path and its last lines.
 
 Why: the compilers print each command line (about 900 characters) and their warnings to
 stdout, where they bury what the user asked for, and a reader that stops early (`main.sh --help

@@ -91,8 +91,8 @@ def test_cuda_units_leave_the_host_kernels_alone(generated, tmp_path):
     objects["cuda_table"] = str(tmp_path / "cuda_table.o")
     nvcc(["-I", str(out), "-Xcompiler", "-fPIC", "-c",
           os.path.join(out, "cuda_kernels", "dequantize.cu"), "-o", objects["cuda_unit"]], out)
-    nvcc(["-x", "cu", "-Xcompiler", "-fPIC", "-c", os.path.join(CSRC, "metal", "cuda", "kernel_table.cpp"),
-          "-o", objects["cuda_table"]], out)
+    nvcc(["-x", "cu", "-Xcompiler", "-fPIC", "-c",
+          os.path.join(CSRC, "metal", "cuda", "kernel_table.cpp"), "-o", objects["cuda_table"]], out)
     want = " ".join(str(i) for i in range(32))
     for order in (("cuda_unit", "host_unit"), ("host_unit", "cuda_unit")):
         exe = str(tmp_path / f"{order[0]}_first")

@@ -31,10 +31,13 @@ namespace argon_quant {
 
 // ---- fields --------------------------------------------------------------------------------
 
-ARGON_FN argon_u32 u16_at(ARGON_DEVICE const argon_u8* p) { return argon_u32(p[0]) | (argon_u32(p[1]) << 8); }
+ARGON_FN argon_u32 u16_at(ARGON_DEVICE const argon_u8* p) {
+  return argon_u32(p[0]) | (argon_u32(p[1]) << 8);
+}
 
 ARGON_FN argon_u32 u32_at(ARGON_DEVICE const argon_u8* p) {
-  return argon_u32(p[0]) | (argon_u32(p[1]) << 8) | (argon_u32(p[2]) << 16) | (argon_u32(p[3]) << 24);
+  return argon_u32(p[0]) | (argon_u32(p[1]) << 8) | (argon_u32(p[2]) << 16) |
+         (argon_u32(p[3]) << 24);
 }
 
 // An fp16 field as float32, exactly, from its bits (no half arithmetic: x86's baseline has no
@@ -95,7 +98,8 @@ ARGON_FN void dequant_q5_0(ARGON_DEVICE const block_q5_0* b, argon_u32 c, ARGON_
 }
 
 // x[i] = d * IQ4_NL_VALUES[q]
-ARGON_FN void dequant_iq4_nl(ARGON_DEVICE const block_iq4_nl* b, argon_u32 c, ARGON_THREAD float* v) {
+ARGON_FN void dequant_iq4_nl(ARGON_DEVICE const block_iq4_nl* b, argon_u32 c,
+                             ARGON_THREAD float* v) {
   const float d = f16_at(b->d);
   for (argon_u32 j = 0; j < 16; ++j) {
     v[j] = d * IQ4_NL_VALUES[b->qs[j] & 15u];
@@ -116,18 +120,25 @@ ARGON_FN void dequant_mxfp4(ARGON_DEVICE const block_mxfp4* b, argon_u32 c, ARGO
 
 // ---- 256-value super-blocks (chunk c = sub-block of 32 values) -----------------------------
 
-struct block_iq4_xs { argon_u8 d[2]; argon_u8 scales_h[2]; argon_u8 scales_l[4]; argon_u8 qs[128]; };
+struct block_iq4_xs {
+  argon_u8 d[2]; argon_u8 scales_h[2]; argon_u8 scales_l[4]; argon_u8 qs[128];
+};
 struct block_q4_k { argon_u8 d[2]; argon_u8 dmin[2]; argon_u8 scales[12]; argon_u8 qs[128]; };
-struct block_q5_k { argon_u8 d[2]; argon_u8 dmin[2]; argon_u8 scales[12]; argon_u8 qh[32]; argon_u8 qs[128]; };
+struct block_q5_k {
+  argon_u8 d[2]; argon_u8 dmin[2]; argon_u8 scales[12]; argon_u8 qh[32]; argon_u8 qs[128];
+};
 struct block_q6_k { argon_u8 ql[128]; argon_u8 qh[64]; argon_u8 scales[16]; argon_u8 d[2]; };
 struct block_iq2_xs { argon_u8 d[2]; argon_u8 qs[64]; argon_u8 scales[8]; };
 struct block_q3_k { argon_u8 hmask[32]; argon_u8 qs[64]; argon_u8 scales[12]; argon_u8 d[2]; };
-struct block_iq3_s { argon_u8 d[2]; argon_u8 qs[64]; argon_u8 qh[8]; argon_u8 signs[32]; argon_u8 scales[4]; };
+struct block_iq3_s {
+  argon_u8 d[2]; argon_u8 qs[64]; argon_u8 qh[8]; argon_u8 signs[32]; argon_u8 scales[4];
+};
 struct block_q2_k { argon_u8 scales[16]; argon_u8 qs[64]; argon_u8 d[2]; argon_u8 dmin[2]; };
 
 // x = (d * (ls - 32)) * IQ4_NL_VALUES[q], 6-bit ls from a nibble of scales_l and 2 bits of
 // scales_h; q: low nibbles of the sub-block's 16 bytes, then high nibbles.
-ARGON_FN void dequant_iq4_xs(ARGON_DEVICE const block_iq4_xs* b, argon_u32 c, ARGON_THREAD float* v) {
+ARGON_FN void dequant_iq4_xs(ARGON_DEVICE const block_iq4_xs* b, argon_u32 c,
+                             ARGON_THREAD float* v) {
   const argon_u32 ls = ((b->scales_l[c / 2] >> (4 * (c % 2))) & 15u) |
                   (((u16_at(b->scales_h) >> (2 * c)) & 3u) << 4);
   const float dl = f16_at(b->d) * float(int(ls) - 32);
@@ -219,7 +230,8 @@ ARGON_FN void dequant_q2_k(ARGON_DEVICE const block_q2_k* b, argon_u32 c, ARGON_
 // x = ((d * (ls + 0.5)) * 0.25 * G) * sign for 8-value group g (u16 word w = qs[g]): G = byte
 // k of IQ2XS_GRID[w & 511], sign from bit k of IQ2XS_SIGNS[w >> 9]; ls: nibble of scales[c],
 // one per 16 values.
-ARGON_FN void dequant_iq2_xs(ARGON_DEVICE const block_iq2_xs* b, argon_u32 c, ARGON_THREAD float* v) {
+ARGON_FN void dequant_iq2_xs(ARGON_DEVICE const block_iq2_xs* b, argon_u32 c,
+                             ARGON_THREAD float* v) {
   const float d = f16_at(b->d);
   for (argon_u32 g4 = 0; g4 < 4; ++g4) {
     const argon_u32 w = u16_at(b->qs + 2 * (4 * c + g4));
@@ -227,10 +239,12 @@ ARGON_FN void dequant_iq2_xs(ARGON_DEVICE const block_iq2_xs* b, argon_u32 c, AR
     const float db = (d * (float(ls) + 0.5f)) * 0.25f;
     const argon_u64 grid = IQ2XS_GRID[w & 511u];
     const argon_u32 signs = IQ2XS_SIGNS[w >> 9];
-    const argon_u32 grid_lo = argon_u32(grid), grid_hi = argon_u32(grid >> 32);  // 32-bit shifts vectorise
+    // 32-bit shifts vectorise
+    const argon_u32 grid_lo = argon_u32(grid), grid_hi = argon_u32(grid >> 32);
     for (argon_u32 k = 0; k < 4; ++k) {
       v[8 * g4 + k] = times_sign(db * float((grid_lo >> (8 * k)) & 255u), (signs >> k) & 1u);
-      v[8 * g4 + 4 + k] = times_sign(db * float((grid_hi >> (8 * k)) & 255u), (signs >> (4 + k)) & 1u);
+      v[8 * g4 + 4 + k] =
+          times_sign(db * float((grid_hi >> (8 * k)) & 255u), (signs >> (4 + k)) & 1u);
     }
   }
 }
@@ -245,7 +259,8 @@ ARGON_FN void dequant_iq3_s(ARGON_DEVICE const block_iq3_s* b, argon_u32 c, ARGO
     const argon_u32 grid = IQ3S_GRID[b->qs[g] | (((b->qh[g / 8] >> (g % 8)) & 1u) << 8)];
     const argon_u32 signs = b->signs[g / 2];
     for (argon_u32 k = 0; k < 4; ++k) {
-      const argon_u32 i = 4 * g8 + k;  // index in the chunk; bit (4g + k) % 8 of signs[(4g + k) / 8]
+      // i: the index in the chunk; its sign is bit (4g + k) % 8 of signs[(4g + k) / 8]
+      const argon_u32 i = 4 * g8 + k;
       v[i] = times_sign(db * float((grid >> (8 * k)) & 255u), (signs >> (4 * (g % 2) + k)) & 1u);
     }
   }

@@ -462,16 +462,16 @@ const LanePosition& current_lane() {
 
 void threadgroup_sync(const char* file, int line) {
   if (!tls_run) {
-    throw LaneError("threadgroup_barrier at " + site(file, line) +
-                    " in a kernel whose source shows no synchronisation (tools/metal_kernels.py)");
+    throw LaneError("threadgroup_barrier at " + site(file, line) + " in a kernel whose source "
+                    "shows no synchronisation (build_tools/metal_kernels.py)");
   }
   arrive(*tls_run, tls_run->tg, "threadgroup_barrier", file, line);
 }
 
 const uint64_t* simd_exchange_begin(uint64_t value, const char* file, int line) {
   if (!tls_run) {
-    throw LaneError("simd collective at " + site(file, line) +
-                    " in a kernel whose source shows no synchronisation (tools/metal_kernels.py)");
+    throw LaneError("simd collective at " + site(file, line) + " in a kernel whose source "
+                    "shows no synchronisation (build_tools/metal_kernels.py)");
   }
   ThreadGroupRun& r = *tls_run;
   SyncGroup& g = r.simd_of(tls_lane);
