@@ -103,3 +103,30 @@ def test_cuda_units_leave_the_host_kernels_alone(generated, tmp_path):
         run = subprocess.run([exe], capture_output=True, text=True)
         assert run.returncode == 0 and run.stdout.split() == want.split(), (
             f"{order[0]} linked first: exit status {run.returncode}, output {run.stdout!r}")
+
+
+SHARED_UNDER_NVCC = r"""
+// The shared headers as csrc/cuda's kernels include them (ARGON_FN's CUDA default:
+// __host__ __device__), used from a kernel.
+#include "shared/activation.h"
+#include "shared/plan_params.h"
+#include "shared/quant_blocks.h"
+
+struct M {
+  static __host__ __device__ float expf(float x) { return ::expf(x); }
+  static __host__ __device__ float erff(float x) { return ::erff(x); }
+  static __host__ __device__ float tanhf(float x) { return ::tanhf(x); }
+};
+
+__global__ void use(const argon_u8* q, float* out, argon_u32 act) {
+  float v[ARGON_QUANT_CHUNK];
+  argon_quant::dequant_q4_k(reinterpret_cast<const argon_quant::block_q4_k*>(q), 1, v);
+  out[threadIdx.x] = argon_activation<M>(v[threadIdx.x % ARGON_QUANT_CHUNK], act);
+}
+"""
+
+
+def test_shared_headers_compile_for_the_cuda_kernels(tmp_path):
+    unit = tmp_path / "shared_under_nvcc.cu"
+    unit.write_text(SHARED_UNDER_NVCC)
+    nvcc(["-c", str(unit), "-o", str(tmp_path / "shared_under_nvcc.o")], tmp_path)
