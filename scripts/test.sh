@@ -42,6 +42,9 @@ plan_run() {
 [[ "${BASH_SOURCE[0]}" == "$0" ]] || return 0
 
 caller=$PWD
+# ARGON_TEST_BUILD=1: the build adds torch_argon._C_test, the test executors (metal_host, and in
+# CUDA builds metal_cuda), which a user's install (scripts/main.sh, pip install .) leaves out.
+export ARGON_TEST_BUILD=1
 . "$(dirname "$0")/env.sh"  # (runs in the checkout from here on)
 plan_run "$caller" "$@"
 # clang-19 for the strict checks of the .metal files (tests/test_metal_strict.py): Debian's

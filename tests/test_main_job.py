@@ -67,7 +67,7 @@ BAD_FLAGS = [
     (["--hidden", "0"], "--hidden must be >= 1, got 0"),
     (["--repeat", "0"], "--repeat must be >= 1"),
     (["--T", "many"], "argument --T: invalid int value"),
-    (["--quant", "Q9_K"], "--quant Q9_K: unknown format; formats with kernels: Q8_0, "),
+    (["--quant", "Q9_K"], "--quant Q9_K: unknown quantized type 'Q9_K'; torch_argon reads F32, "),
     (["--quant", "F16"], "--quant F16: no quantized kernels for this format on cpu"),
     (["--quant", ","], "--quant needs a format"),
     (["--quant", "Q8_0,Q4_K", "--hidden", "96"],

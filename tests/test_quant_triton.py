@@ -233,7 +233,7 @@ def _bad_args():
     (lambda a: {**a, "w": a["w"][..., :-1]}, "w_q has 143 bytes per row, but Q4_K rows"),
     (lambda a: {**a, "w": a["w"].view(torch.int8)}, "w_q must be uint8"),
     (lambda a: {**a, "n_in": 250}, "Q4_K needs the input dim to be a multiple of 256"),
-    (lambda a: {**a, "qtype": "Q4_1"}, "unknown quantized type 'Q4_1'"),
+    (lambda a: {**a, "qtype": "Q4_1"}, "quantized type Q4_1, which torch_argon does not read"),
     (lambda a: {**a, "qtype": "Q8_0"}, "w_q has 144 bytes per row, but Q8_0 rows of n_in=256"),
     (lambda a: {**a, "w": a["w"][:, :-1]}, r"w_q must be \[E, 2I, row_bytes\]"),
     (lambda a: {**a, "x": a["x"][:, :128]}, r"a \[rows, n_in=256\] and w_q"),

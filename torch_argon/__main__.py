@@ -142,9 +142,8 @@ def parse_quant(p, args):
     for name in names:
         try:
             fmt = qformat(name)
-        except ValueError:
-            p.error(f"--quant {name}: unknown format; formats with kernels: {', '.join(have)} "
-                    "(or all)")
+        except ValueError as e:
+            p.error(f"--quant {name}: {e}")
         if fmt.name not in have:
             p.error(f"--quant {fmt.name}: no quantized kernels for this format on "
                     f"{args.device} (formats with kernels: {', '.join(have)})")

@@ -29,7 +29,8 @@ import numpy as np
 import torch
 
 from .nn import MoE, SwiGLUMLP, TopKRouter, experts_module
-from .quant import FORMATS, QuantizedWeight, build_experts, dequantize_reference, qformat
+from .quant import QuantizedWeight, build_experts, dequantize_reference, qformat
+from .quant.formats import NOT_READ, not_read
 
 
 @dataclass(frozen=True)
@@ -146,9 +147,8 @@ class GGUFMoE:
 
     def _format(self, name, t):
         type_name = t.tensor_type.name
-        if type_name not in FORMATS:
-            raise GGUFError(f"{self.path}: tensor {name!r} is stored as {type_name}, which "
-                            f"torch_argon does not read (supported: {', '.join(FORMATS)})")
+        if type_name in NOT_READ:
+            raise GGUFError(f"{self.path}: tensor {name!r} is stored as {not_read(type_name)}")
         return qformat(type_name)
 
     def quantized(self, name, shape, device) -> QuantizedWeight:

@@ -10,8 +10,8 @@
 namespace argon {
 namespace {
 
-// One instance per op library (`argon`, `argon_host`, and in CUDA builds `argon_metal_cuda`),
-// so each calls its own _out kernels.
+// One instance per op library (`argon`; in torch_argon._C_test `argon_host`, and in CUDA builds
+// `argon_metal_cuda`), so each calls its own _out kernels.
 template <const char* NS>
 struct Functional {
   static PlanOutputs moe_plan(
@@ -105,20 +105,22 @@ struct Functional {
 
 }  // namespace
 
+#ifndef ARGON_TEST_MODULE
 TORCH_LIBRARY(argon, m) { define_schemas(m); }
-TORCH_LIBRARY(argon_host, m) { define_schemas(m); }
-
 TORCH_LIBRARY_IMPL(argon, CompositeExplicitAutograd, m) { Functional<kArgon>::register_impls(m); }
+#else
+// torch_argon._C_test (module_test.cpp): the test executors' op libraries.
+TORCH_LIBRARY(argon_host, m) { define_schemas(m); }
 TORCH_LIBRARY_IMPL(argon_host, CompositeExplicitAutograd, m) {
   Functional<kArgonHost>::register_impls(m);
 }
-
 #ifdef ARGON_WITH_CUDA
 // The .metal kernels compiled for CUDA (csrc/metal/cuda): the metal_cuda test backend.
 TORCH_LIBRARY(argon_metal_cuda, m) { define_schemas(m); }
 TORCH_LIBRARY_IMPL(argon_metal_cuda, CompositeExplicitAutograd, m) {
   Functional<kArgonMetalCuda>::register_impls(m);
 }
+#endif
 #endif
 
 }  // namespace argon

@@ -3,7 +3,7 @@
 // use the same codes).
 #pragma once
 
-#include "argon_params.h"
+#include "shared/argon_params.h"
 
 #define ARGON_ACT_SILU 0
 #define ARGON_ACT_GELU 1

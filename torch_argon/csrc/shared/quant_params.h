@@ -5,25 +5,27 @@
 // Layouts and formulas: docs/quantized-formats.md.
 #pragma once
 
-#include "argon_params.h"
+#include "shared/argon_params.h"
 
 // X(lower, UPPER, ggml type id, values per block, bytes per block). `lower` names the block
 // struct (block_<lower>) and the chunk dequant (dequant_<lower>) of quant_blocks.h and the
 // kernels ("dequantize_<lower>", "moe_qmm_<lower>"); `UPPER` is the GGUF type name.
 // The plain float types (F32 0, F16 1, BF16 30) are not here: they are no blocks to dequantize.
-#define ARGON_QUANT_FORMATS(X)           \
-  X(q8_0, Q8_0, 8, 32, 34)               \
-  X(q4_0, Q4_0, 2, 32, 18)               \
-  X(q5_0, Q5_0, 6, 32, 22)               \
-  X(iq4_nl, IQ4_NL, 20, 32, 18)          \
-  X(mxfp4, MXFP4, 39, 32, 17)            \
-  X(iq4_xs, IQ4_XS, 23, 256, 136)        \
-  X(q4_k, Q4_K, 12, 256, 144)            \
-  X(q5_k, Q5_K, 13, 256, 176)            \
-  X(q6_k, Q6_K, 14, 256, 210)            \
-  X(iq2_xs, IQ2_XS, 17, 256, 74)         \
-  X(q3_k, Q3_K, 11, 256, 110)            \
-  X(iq3_s, IQ3_S, 21, 256, 110)          \
+// The rows are written from the format records (torch_argon/quant/formats.py) by
+// tools/gen_quant_tables.py; tests/test_format_records.py fails when they disagree.
+#define ARGON_QUANT_FORMATS(X)    \
+  X(q8_0, Q8_0, 8, 32, 34)        \
+  X(q4_0, Q4_0, 2, 32, 18)        \
+  X(q5_0, Q5_0, 6, 32, 22)        \
+  X(iq4_nl, IQ4_NL, 20, 32, 18)   \
+  X(mxfp4, MXFP4, 39, 32, 17)     \
+  X(iq4_xs, IQ4_XS, 23, 256, 136) \
+  X(q4_k, Q4_K, 12, 256, 144)     \
+  X(q5_k, Q5_K, 13, 256, 176)     \
+  X(q6_k, Q6_K, 14, 256, 210)     \
+  X(iq2_xs, IQ2_XS, 17, 256, 74)  \
+  X(q3_k, Q3_K, 11, 256, 110)     \
+  X(iq3_s, IQ3_S, 21, 256, 110)   \
   X(q2_k, Q2_K, 10, 256, 84)
 
 // Every dequant function produces one chunk of this many consecutive values of a row.

@@ -1,8 +1,8 @@
 // moe_plan's params (plan.metal) and the plan's fixed-size layout, which every backend shares
-// (the CPU and CUDA plans include this header too, through csrc/plan_layout.h).
+// (the CPU and CUDA plans include this header too).
 #pragma once
 
-#include "argon_params.h"
+#include "shared/argon_params.h"
 
 // Slots of the plan's `meta` vector (int32). Backends write every slot on every call.
 enum ArgonMetaSlot {

@@ -1,9 +1,9 @@
 // What every argon Metal kernel's parameters share: the field types, the float storage types, and
-// the launch geometry of the row-wise kernels. Each op family's params struct lives in its own
-// header next to its kernels (plan_params.h, gather_params.h, combine_params.h, swiglu_params.h,
-// moe_mm_params.h); the host C++ includes the same headers, so the two sides cannot disagree on
-// a layout. Plain old data, passed with set_bytes on the GPU and by pointer on the host. No
-// shader header includes anything outside torch_argon/metal/.
+// the launch geometry of the row-wise kernels. Each op family's params struct has its own header
+// in this folder (plan_params.h, gather_params.h, combine_params.h, swiglu_params.h,
+// moe_mm_params.h, quant_params.h), written in the common subset of portable.h; the kernels and
+// the host C++ include the same headers, so the two sides cannot disagree on a layout. Plain old
+// data, passed with set_bytes on the GPU and by pointer on the host.
 //
 // The field-type rule, for every params struct:
 //   - counts, sizes, indices, codes and flags: argon_u32 (argon_i32 where negative is meaningful);
@@ -13,16 +13,7 @@
 //     its definition (static_assert works in Metal too).
 #pragma once
 
-#ifdef __METAL_VERSION__
-typedef uint argon_u32;
-typedef int argon_i32;
-typedef ulong argon_u64;
-#else
-#include <stdint.h>
-typedef uint32_t argon_u32;
-typedef int32_t argon_i32;
-typedef uint64_t argon_u64;
-#endif
+#include "shared/portable.h"  // argon_u32, argon_i32, argon_u64
 
 // Float storage types, as the host names them to the kernels.
 enum ArgonDtype { ARGON_F32 = 0, ARGON_F16 = 1, ARGON_BF16 = 2 };

@@ -2,7 +2,7 @@
 // zero where e is -1; and moe_mm_simd's tile geometry.
 #pragma once
 
-#include "argon_params.h"
+#include "shared/argon_params.h"
 
 struct ArgonMoeMmParams {
   // Strides in elements (xs and w may be views).

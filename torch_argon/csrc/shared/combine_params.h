@@ -2,7 +2,7 @@
 // (+ residual[t]).
 #pragma once
 
-#include "argon_params.h"
+#include "shared/argon_params.h"
 
 struct ArgonCombineParams {
   argon_u32 n_tokens;   // T

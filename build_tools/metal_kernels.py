@@ -17,7 +17,7 @@ A kernel "synchronises" when its body, or a function it calls (transitively, wit
 its headers, template arguments included), uses threadgroup memory, a barrier or a simdgroup
 collective: the host runner then runs its lanes as threads or fibers rather than a plain loop.
 
-Usage: python tools/metal_kernels.py FILE.metal ...   (prints each kernel's signature)
+Usage: python -m build_tools.metal_kernels FILE.metal ...   (prints each kernel's signature)
 """
 import bisect
 import os
@@ -32,6 +32,11 @@ from typing import List, Optional
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 METAL_DIR = os.path.join(ROOT, "torch_argon", "metal")
 CSRC = os.path.join(ROOT, "torch_argon", "csrc")
+# The definitions every backend shares (params structs, block layouts), included by the kernels
+# as "shared/<name>.h" from CSRC.
+SHARED_DIR = os.path.join(CSRC, "shared")
+# Where a shader's includes are found: its own folder's headers, then "shared/..." from csrc.
+INCLUDE_DIRS = (METAL_DIR, CSRC)
 
 # Built-in kernel inputs: attribute -> (allowed base types, vector allowed). The position and size
 # inputs may be scalars or 2/3-vectors (Metal asks their vector widths to agree within a kernel);
@@ -110,7 +115,7 @@ class Kernel:
 # ---- preprocessing ---------------------------------------------------------------------------
 
 def default_include_dirs():
-    return [METAL_DIR]
+    return list(INCLUDE_DIRS)
 
 
 def preprocess(path, include_dirs=None, cxx=None):

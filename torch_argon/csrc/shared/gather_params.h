@@ -1,7 +1,7 @@
 // moe_gather's params (gather.metal): xs[r] = x[sorted_token[r]], zero where it is -1.
 #pragma once
 
-#include "argon_params.h"
+#include "shared/argon_params.h"
 
 struct ArgonGatherParams {
   argon_u32 rows;       // R (rows of xs)
