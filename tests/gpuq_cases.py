@@ -19,6 +19,13 @@ NAMES = list(gpuq.FORMATS)
 # Relative Frobenius error against the float64 reference: the output's rounding (bf16: 2^-9 of
 # each value, about 1.2e-3 over a tensor; fp16: 2^-12) with a factor 3 of margin.
 REL_TOL = {torch.bfloat16: 4e-3, torch.float16: 6e-4}
+# bf16 tiles of more than 8 rows per warp without q8 take the scaled path (csrc/gpuq/
+# gpuq_kernel.h): each weight rounded to bf16, the Triton kernels' tolerance.
+SCALED_TOL = 1.5e-2
+
+
+def scaled_path(dtype, activation_quant, tm):
+    return dtype == torch.bfloat16 and activation_quant == "none" and min(tm, 32) > 8
 # q8 against the exact product on realistic data (the issue's bound).
 Q8_VS_EXACT_TOL = 1e-2
 
@@ -70,7 +77,7 @@ def run_gemm_case(name, device, dtype, *, activation_quant="none", activation="s
     unused = (plan.tile_expert < 0).repeat_interleave(tm)
     d = torch.device(device)
     failures = []
-    tol = REL_TOL[dtype]
+    tol = SCALED_TOL if scaled_path(dtype, activation_quant, tm) else REL_TOL[dtype]
     tag = f"{name} {str(dtype)[6:]} {activation_quant} tm={tm}"
 
     def check(what, got, want):

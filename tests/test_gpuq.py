@@ -28,6 +28,13 @@ def test_every_format_bf16(device, name, activation_quant):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", NAMES)
+def test_every_format_scaled_path(device, name):
+    """32-row tiles in bf16: the scaled path (weights rounded to bf16, no group epilogue)."""
+    assert_ok(run_gemm_case(name, device, torch.bfloat16, tm=32, T=40, E=2))
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", ["Q4_K", "Q8_0", "IQ4_XS", "IQ2_XS", "Q6_K", "MXFP4"])
 def test_fp16_activations(device, name):
     assert_ok(run_gemm_case(name, device, torch.float16, tm=16, T=20))
@@ -91,3 +98,37 @@ def test_errors_name_the_argument():
         gpuq.qmm(x, w, "F16", 256, te, 4)
     with pytest.raises(ValueError, match="tile_expert"):
         gpuq.qmm(x, w, "Q4_K", 256, te.long(), 4)
+
+
+def _small_problem(name="Q4_K", T=6, E=2, tm=8):
+    from gpuq_cases import problem
+    from torch_argon import reference
+    from torch_argon.quant import FORMATS
+    x, wgu, wd, ids, w = problem(name, T, E, 1, "uniform", torch.bfloat16, 9)
+    plan = reference.moe_plan(ids, w, E, tm)
+    return x.contiguous(), wgu, wd, plan, FORMATS[name].type_id
+
+
+@pytest.mark.parametrize("activation_quant", ["none", "q8"])
+def test_opcheck_qmm(activation_quant):
+    x, wgu, _, plan, qtype = _small_problem()
+    torch.library.opcheck(gpuq.gpuq_qmm_op, (x, wgu, qtype, x.shape[1], plan.tile_expert, 8),
+                          dict(meta=plan.meta, row_token=plan.sorted_token, swiglu=True,
+                               activation_quant=activation_quant))
+
+
+def test_opcheck_quantize_q8():
+    torch.library.opcheck(gpuq.gpuq_quantize_q8_op, (torch.randn(5, 64).to(torch.bfloat16),))
+
+
+def test_compile_fullgraph_matches_eager():
+    x, wgu, wd, plan, qtype = _small_problem()
+    H, I = x.shape[1], wgu.shape[1] // 2
+
+    def experts(x):
+        h = gpuq.gpuq_qmm_op(x, wgu, qtype, H, plan.tile_expert, 8, plan.meta,
+                             plan.sorted_token, True)
+        return gpuq.gpuq_qmm_op(h, wd, qtype, I, plan.tile_expert, 8, plan.meta)
+
+    got = torch.compile(experts, fullgraph=True, backend="aot_eager")(x)
+    assert torch.equal(got, experts(x))

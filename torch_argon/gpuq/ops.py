@@ -16,6 +16,7 @@ Functions (every tensor on one device; the plan from torch_argon.moe_plan):
                    activation_quant="none", tile_m=None) -> [T, H]
 """
 import ctypes
+from typing import Optional
 
 import torch
 
@@ -183,3 +184,36 @@ def moe_experts_gpuq(x, topk_ids, topk_weights, experts, *, ops, activation="sil
     y = qmm(h, down.data, down.qtype, down.n_in, plan.tile_expert, tm, meta=plan.meta,
             activation_quant=activation_quant, zero_unused=False)
     return ops.moe_combine(y, plan, topk_weights, out_dtype=out_dtype or x.dtype)
+
+
+# ---- as torch ops: traced by torch.compile(fullgraph=True), checked by opcheck ---------------
+
+@torch.library.custom_op("argon::gpuq_qmm", mutates_args=())
+def gpuq_qmm_op(a: torch.Tensor, w_q: torch.Tensor, qtype: int, n_in: int,
+                tile_expert: torch.Tensor, tile_m: int, meta: Optional[torch.Tensor] = None,
+                row_token: Optional[torch.Tensor] = None, swiglu: bool = False,
+                activation: str = "silu", activation_quant: str = "none",
+                zero_unused: bool = True) -> torch.Tensor:
+    """qmm as an op: argon::gpuq_qmm (same arguments; qtype the GGML type id)."""
+    return qmm(a, w_q, qtype, n_in, tile_expert, tile_m, meta=meta, row_token=row_token,
+               swiglu=swiglu, activation=activation, activation_quant=activation_quant,
+               zero_unused=zero_unused)
+
+
+@gpuq_qmm_op.register_fake
+def _gpuq_qmm_fake(a, w_q, qtype, n_in, tile_expert, tile_m, meta=None, row_token=None,
+                   swiglu=False, activation="silu", activation_quant="none", zero_unused=True):
+    n_out = w_q.shape[1] // 2 if swiglu else w_q.shape[1]
+    return a.new_empty((tile_expert.shape[0] * tile_m, n_out))
+
+
+@torch.library.custom_op("argon::gpuq_quantize_q8", mutates_args=())
+def gpuq_quantize_q8_op(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """quantize_q8 as an op: argon::gpuq_quantize_q8."""
+    return quantize_q8(x)
+
+
+@gpuq_quantize_q8_op.register_fake
+def _gpuq_quantize_q8_fake(x):
+    return (x.new_empty(x.shape, dtype=torch.int8),
+            x.new_empty((x.shape[0], x.shape[1] // Q8_BLOCK), dtype=torch.float32))

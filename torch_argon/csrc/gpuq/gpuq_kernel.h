@@ -16,6 +16,12 @@
 // from one more MMA per token block with an all-ones A. So the product is the exact-dequant
 // GEMM up to float32 rounding: no weight is rounded to bf16.
 //
+// Tiles of more than 8 tokens per warp (NT >= 2, bf16, not q8) take the scaled path instead:
+// the per-group epilogue would then cost 2 FFMA per accumulator per group, more than the MMAs,
+// so each lane scales its codes to bf16 weights (two bf16x2 FMAs per pair: the bias off, then
+// s * code - m, s and m rounded to bf16) and the MMA accumulates over the whole row: each weight
+// rounded to bf16 once more, as the Triton kernels round it (their tolerance, 1.5e-2).
+//
 // activation_quant "q8" (Q8 = true): the activations are int8 codes with a float scale per 32
 // values (quant/activation_q8.py; gpuq_quantize.h makes them), the MMA is int8 (m16n8k32, or
 // m16n8k16 for the formats with 16-value groups) into an int32 partial started at 0x4B400000
@@ -27,7 +33,9 @@
 // warp 16 * WN columns (SWIGLU: WN gate and WN up row groups, the epilogue act(gate) * up).
 // The K loop walks the row's blocks and their 32-value chunks; every lane loads its own bytes
 // (4-byte loads where the format's alignment allows) and its activations (8 bytes per token and
-// 16 values). Each warp is independent: no shared memory, no block barrier.
+// 16 values); the next bytes of every weight row (256 on) are prefetched into L1 at each block,
+// so the loads of the following blocks hit. Each warp is independent: no shared memory, no
+// block barrier.
 //
 // Limits: n_in a multiple of the format's block; activations bf16 or fp16 rows with 16-byte
 // aligned rows; tensors aligned to the format's ALIGN; rows_per_warp <= 8 * NT and a divisor of
@@ -97,7 +105,9 @@ GQ_KERNEL qmm_kernel(const GemmParams p) {
   constexpr int SUBS = F::BE / 32;             // chunks per block
   constexpr int GROUPS = F::GROUPS;
   constexpr int BIAS = CodeBias<F, BF16, Q8>::value;
-  constexpr bool NEEDS_SUM = F::HAS_MIN || BIAS != 0;
+  constexpr bool SCALED = BF16 && !Q8 && NT >= 2;  // scaled bf16 weights, no group epilogue
+  constexpr bool NEEDS_SUM = !SCALED && (F::HAS_MIN || BIAS != 0);
+  constexpr int PREFETCH_AHEAD = 256;  // bytes past the current block
 
   const int lane = lane_id(), g = lane >> 2, t = lane & 3;
   const int64_t row0 = static_cast<int64_t>(block_y()) * p.rows_per_warp;
@@ -149,7 +159,15 @@ GQ_KERNEL qmm_kernel(const GemmParams p) {
       }
     }
 
+    const int64_t row_bytes = static_cast<int64_t>(p.n_blocks) * F::BB;
     for (int blk = 0; blk < p.n_blocks; ++blk) {
+      const int64_t ahead = static_cast<int64_t>(blk) * F::BB + PREFETCH_AHEAD + 64 * t;
+      if (ahead < row_bytes) {
+#pragma unroll
+        for (int gi = 0; gi < G; ++gi)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) prefetch_l1(wrow[gi][h] + ahead);
+      }
 #pragma unroll
       for (int ch = 0; ch < SUBS; ++ch) {
         const int k0 = blk * F::BE + 32 * ch;  // the chunk's first value along the row
@@ -265,6 +283,28 @@ GQ_KERNEL qmm_kernel(const GemmParams p) {
             for (int w = 0; w < 2; ++w) {
               codes_to_pairs<F, BF16>(wq[0][w], a[w][0], a[w][2]);
               codes_to_pairs<F, BF16>(wq[1][w], a[w][1], a[w][3]);
+            }
+            if (SCALED) {
+              const uint32_t minus_bias = pack_bf16x2(-float(BIAS), -float(BIAS));
+#pragma unroll
+              for (int w = 0; w < 2; ++w) {
+                const int gr = GROUPS == 1 ? 0 : w;
+                const uint32_t scale[2] = {pack_bf16x2(s[0][gr], s[0][gr]),
+                                           pack_bf16x2(s[1][gr], s[1][gr])};
+                const uint32_t neg_min[2] = {pack_bf16x2(-m[0][gr], -m[0][gr]),
+                                             pack_bf16x2(-m[1][gr], -m[1][gr])};
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {  // registers 0, 2: row g; 1, 3: row g + 8
+                  const uint32_t code = BIAS ? bf16x2_add(a[w][r], minus_bias) : a[w][r];
+                  a[w][r] = bf16x2_fma(code, scale[r & 1], neg_min[r & 1]);
+                }
+              }
+#pragma unroll
+              for (int nt = 0; nt < NT; ++nt) {
+                mma_bf16(acc[gi][nt], a[0], b[nt][0], acc[gi][nt]);
+                mma_bf16(acc[gi][nt], a[1], b[nt][1], acc[gi][nt]);
+              }
+              continue;
             }
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {

@@ -147,6 +147,38 @@ GQ_DEV uint32_t bf16x2_add(uint32_t a, uint32_t c) {
 #endif
 }
 
+// a * b + c on two bf16 values, rounded once.
+GQ_DEV uint32_t bf16x2_fma(uint32_t a, uint32_t b, uint32_t c) {
+#if defined(__CUDACC__)
+  uint32_t d;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+#else
+  uint32_t r = 0;
+  for (int h = 0; h < 2; ++h) {
+    const double v = static_cast<double>(bf16_bits_to_float((a >> (16 * h)) & 0xFFFF)) *
+                         bf16_bits_to_float((b >> (16 * h)) & 0xFFFF) +
+                     bf16_bits_to_float((c >> (16 * h)) & 0xFFFF);
+    r |= static_cast<uint32_t>(float_to_bf16_bits(static_cast<float>(v))) << (16 * h);
+  }
+  return r;
+#endif
+}
+
+// Two floats as bf16x2 (lo in the low half), each rounded to nearest even.
+GQ_DEV uint32_t pack_bf16x2(float lo, float hi) {
+  return float_to_bf16_bits(lo) | (static_cast<uint32_t>(float_to_bf16_bits(hi)) << 16);
+}
+
+// A hint: bring the 128-byte line at p into L1 (a no-op in the host emulation).
+GQ_DEV void prefetch_l1(const uint8_t* p) {
+#if defined(__CUDACC__)
+  asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+#else
+  (void)p;
+#endif
+}
+
 // ---- matrix products --------------------------------------------------------------------------
 
 #if !defined(__CUDACC__)
