@@ -26,7 +26,6 @@ Records (JSON list): {"op": "gpuq_gemms", "config", "T", "E", "K", "H", "I", "qu
 "tb_per_s"}.
 """
 import argparse
-import importlib
 import json
 import os
 import sys
@@ -62,30 +61,14 @@ DTYPE = torch.bfloat16
 
 
 def graph_us(fn, inner=2, samples=10):
-    """Median us per call of fn under CUDA graph replay."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(inner):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(samples):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1000 / inner)
-    times.sort()
-    return times[len(times) // 2]
+    """Median us per call of fn under CUDA graph replay (torch_argon/testing/timing.py, loaded
+    by path: the testing package's __init__ needs the extension)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "argon_timing", os.path.join(ROOT, "torch_argon", "testing", "timing.py"))
+    timing = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(timing)
+    return timing.cuda_graph_us(fn, inner=inner, samples=samples, warmup=2)
 
 
 def copy_bandwidth():
@@ -200,7 +183,8 @@ def bench_config(cfg_name, names, Ts, records, bw, save=lambda: None):
                     ratio_to_floor=round(us / floor, 3), weight_bytes=qbytes,
                     weight_tb_per_s=round(qbytes / us / 1e6, 3), dtype="bfloat16",
                     timing="graph"))
-                line += f" | T={T} {mode} {us:8.1f} ({us / bf16_us:4.2f}x bf16, {us / floor:4.2f}x floor)"
+                line += (f" | T={T} {mode} {us:8.1f} ({us / bf16_us:4.2f}x bf16, "
+                         f"{us / floor:4.2f}x floor)")
         print(line + f"  [{time.time() - t0:.0f} s]", flush=True)
         save()  # what is measured survives a run cut short
         del wq_gu, wq_dn
@@ -228,7 +212,8 @@ def table(records):
 
 def main(argv=None):
     ap = argparse.ArgumentParser()
-    ap.add_argument("--json", default=os.path.join(ROOT, "bench", "results", "h200_quant_gpuq.json"))
+    ap.add_argument("--json",
+                    default=os.path.join(ROOT, "bench", "results", "h200_quant_gpuq.json"))
     ap.add_argument("--quick", action="store_true", help="T = 128 and 2048 only")
     ap.add_argument("--formats", default=None, help="comma list (default: every gpuq format)")
     ap.add_argument("--no-check", action="store_true")

@@ -30,8 +30,8 @@ enum CodeKind { U7, S6, S8 };
 // picks by bit 3 of each index.
 GQ_DEV uint32_t table16(uint32_t idx_bytes, const uint32_t tab[4]) {
   // pack the 4 indices into the 4 nibbles a byte permute reads
-  const uint32_t packed = (idx_bytes & 0xF) | ((idx_bytes >> 4) & 0xF0) | ((idx_bytes >> 8) & 0xF00) |
-                          ((idx_bytes >> 12) & 0xF000);
+  const uint32_t packed = (idx_bytes & 0xF) | ((idx_bytes >> 4) & 0xF0) |
+                          ((idx_bytes >> 8) & 0xF00) | ((idx_bytes >> 12) & 0xF000);
   const uint32_t lo = byte_perm(tab[0], tab[1], packed & 0x7777);
   const uint32_t hi = byte_perm(tab[2], tab[3], packed & 0x7777);
   return byte_perm(lo, hi, 0x3210 | ((packed & 0x8888) >> 1));
@@ -49,6 +49,14 @@ GQ_DEV void k_scale_min(const uint8_t* q, int s, uint32_t& sc, uint32_t& m) {
     sc = (load_u8(q + 4 + s) & 15) | ((load_u8(q + s - 4) >> 6) << 4);
     m = (load_u8(q + 4 + s) >> 4) | ((load_u8(q + s) >> 6) << 4);
   }
+}
+
+// Q4_K / Q5_K: the scale d * sc and min dmin * m of sub-block s of the block at p.
+GQ_DEV void k_scale_and_min(const uint8_t* p, int s, float& scale, float& min) {
+  uint32_t sc, mn;
+  k_scale_min(p + 4, s, sc, mn);
+  scale = half_bits_to_float(load_u16(p)) * small_uint_to_float(sc);
+  min = half_bits_to_float(load_u16(p + 2)) * small_uint_to_float(mn);
 }
 
 struct FmtQ4_0 {
@@ -141,10 +149,7 @@ struct FmtQ4_K {
     const int shift = 4 * (ch % 2);
     w[0] = (load_u32(qs) >> shift) & 0x0F0F0F0F;
     w[1] = (load_u32(qs + 16) >> shift) & 0x0F0F0F0F;
-    uint32_t sc, mn;
-    k_scale_min(p + 4, ch, sc, mn);
-    s[0] = half_bits_to_float(load_u16(p)) * small_uint_to_float(sc);
-    m[0] = half_bits_to_float(load_u16(p + 2)) * small_uint_to_float(mn);
+    k_scale_and_min(p, ch, s[0], m[0]);
   }
 };
 
@@ -159,10 +164,7 @@ struct FmtQ5_K {
     w[0] = ((load_u32(qs) >> shift) & 0x0F0F0F0F) | (((load_u32(qh) >> ch) & 0x01010101) << 4);
     w[1] = ((load_u32(qs + 16) >> shift) & 0x0F0F0F0F) |
            (((load_u32(qh + 16) >> ch) & 0x01010101) << 4);
-    uint32_t sc, mn;
-    k_scale_min(p + 4, ch, sc, mn);
-    s[0] = half_bits_to_float(load_u16(p)) * small_uint_to_float(sc);
-    m[0] = half_bits_to_float(load_u16(p + 2)) * small_uint_to_float(mn);
+    k_scale_and_min(p, ch, s[0], m[0]);
   }
 };
 

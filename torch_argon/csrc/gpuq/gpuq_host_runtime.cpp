@@ -61,11 +61,9 @@ int warp_id() { return g_lane->flat / 32; }
 int block_x() { return g_block->bx; }
 int block_y() { return g_block->by; }
 
-void warp_exchange(const void* mine, size_t bytes, void* all) {
-  if (bytes > kMaxExchange) throw std::runtime_error("gpuq host: warp exchange too large");
-  Lane* me = g_lane;
-  WarpState& w = g_block->warps[me->flat / 32];
-  std::memcpy(w.slots[me->flat % 32], mine, bytes);
+// Every lane of the warp arrives here before any leaves: the last to arrive opens the next
+// generation; the others yield to the scheduler until it has.
+static void warp_barrier(WarpState& w, Lane* me) {
   const uint64_t gen = w.generation;
   ++g_block->events;
   if (++w.arrived == 32) {
@@ -75,18 +73,17 @@ void warp_exchange(const void* mine, size_t bytes, void* all) {
     while (w.generation == gen) swapcontext(&me->ctx, &g_block->scheduler);
   }
   g_lane = me;
+}
+
+void warp_exchange(const void* mine, size_t bytes, void* all) {
+  if (bytes > kMaxExchange) throw std::runtime_error("gpuq host: warp exchange too large");
+  Lane* me = g_lane;
+  WarpState& w = g_block->warps[me->flat / 32];
+  std::memcpy(w.slots[me->flat % 32], mine, bytes);
+  warp_barrier(w, me);
   for (int l = 0; l < 32; ++l)
     std::memcpy(static_cast<unsigned char*>(all) + l * bytes, w.slots[l], bytes);
-  // Nobody may overwrite the slots before every lane has copied them: a second exchange.
-  const uint64_t gen2 = w.generation;
-  ++g_block->events;
-  if (++w.arrived == 32) {
-    w.arrived = 0;
-    ++w.generation;
-  } else {
-    while (w.generation == gen2) swapcontext(&me->ctx, &g_block->scheduler);
-  }
-  g_lane = me;
+  warp_barrier(w, me);  // nobody overwrites the slots before every lane has copied them
 }
 
 std::string launch(int grid_x, int grid_y, int threads, const std::function<void()>& kernel) {

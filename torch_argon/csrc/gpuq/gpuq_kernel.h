@@ -33,9 +33,12 @@
 // warp 16 * WN columns (SWIGLU: WN gate and WN up row groups, the epilogue act(gate) * up).
 // The K loop walks the row's blocks and their 32-value chunks; every lane loads its own bytes
 // (4-byte loads where the format's alignment allows) and its activations (8 bytes per token and
-// 16 values); the next bytes of every weight row (256 on) are prefetched into L1 at each block,
-// so the loads of the following blocks hit. Each warp is independent: no shared memory, no
-// block barrier.
+// 16 values). Each warp is independent: no shared memory, no block barrier.
+//
+// Lab knobs (compile-time, for A/B runs; bench/quant_gpuq_notes.md has the measurements):
+// GPUQ_PREFETCH=1 prefetches each weight row's bytes 256 on into L1 at every block;
+// GPUQ_MIN_BLOCKS_NT1=n asks ptxas for n resident blocks of the 8-token kernels (4: 128
+// registers, 12 bytes spilled, 5-17% faster at T = 128 than 1 with 134 registers).
 //
 // Limits: n_in a multiple of the format's block; activations bf16 or fp16 rows with 16-byte
 // aligned rows; tensors aligned to the format's ALIGN; rows_per_warp <= 8 * NT and a divisor of
@@ -44,10 +47,16 @@
 #include "gpuq_formats.h"
 #include "gpuq_params.h"
 
+#ifndef GPUQ_PREFETCH
+#define GPUQ_PREFETCH 0
+#endif
+#ifndef GPUQ_MIN_BLOCKS_NT1
+#define GPUQ_MIN_BLOCKS_NT1 4
+#endif
 #if defined(__CUDACC__)
-#define GQ_KERNEL __global__ void __launch_bounds__(128)
+#define GQ_KERNEL(NT) __global__ void __launch_bounds__(128, (NT) == 1 ? GPUQ_MIN_BLOCKS_NT1 : 1)
 #else
-#define GQ_KERNEL inline void
+#define GQ_KERNEL(NT) inline void
 #endif
 
 namespace gpuq {
@@ -99,7 +108,7 @@ GQ_DEV void store_value(const GemmParams& p, int64_t row, int col, float v) {
 }
 
 template <class F, bool BF16, int NT, bool SWIGLU, bool Q8>
-GQ_KERNEL qmm_kernel(const GemmParams p) {
+GQ_KERNEL(NT) qmm_kernel(const GemmParams p) {
   constexpr int WN = SWIGLU ? 1 : 2;           // output row groups per warp
   constexpr int G = SWIGLU ? 2 * WN : WN;      // weight row groups per warp
   constexpr int SUBS = F::BE / 32;             // chunks per block
@@ -126,6 +135,9 @@ GQ_KERNEL qmm_kernel(const GemmParams p) {
       for (int j = 0; j < 4; ++j) acc[gi][nt][j] = 0.f;
 
   if (tile < n_tiles && expert >= 0 && expert < p.n_expert) {
+    // q8: every int32 partial starts at the magic, so that its bits are a float
+    const int32_t c0[4] = {int32_t(kMagicPartial), int32_t(kMagicPartial), int32_t(kMagicPartial),
+                           int32_t(kMagicPartial)};
     // The lane's weight rows: g and g + 8 of each group, wrapped past n_out (stores are masked).
     const uint8_t* wrow[G][2];
 #pragma unroll
@@ -162,7 +174,7 @@ GQ_KERNEL qmm_kernel(const GemmParams p) {
     const int64_t row_bytes = static_cast<int64_t>(p.n_blocks) * F::BB;
     for (int blk = 0; blk < p.n_blocks; ++blk) {
       const int64_t ahead = static_cast<int64_t>(blk) * F::BB + PREFETCH_AHEAD + 64 * t;
-      if (ahead < row_bytes) {
+      if (GPUQ_PREFETCH && ahead < row_bytes) {
 #pragma unroll
         for (int gi = 0; gi < G; ++gi)
 #pragma unroll
@@ -199,8 +211,6 @@ GQ_KERNEL qmm_kernel(const GemmParams p) {
           if (NEEDS_SUM) {
             if (Q8) {
               const uint32_t ones[4] = {0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u};
-              const int32_t c0[4] = {int32_t(kMagicPartial), int32_t(kMagicPartial),
-                                     int32_t(kMagicPartial), int32_t(kMagicPartial)};
 #pragma unroll
               for (int gr = 0; gr < GROUPS; ++gr) {
                 int32_t qs[4];
@@ -255,8 +265,6 @@ GQ_KERNEL qmm_kernel(const GemmParams p) {
           if (Q8) {
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
-              const int32_t c0[4] = {int32_t(kMagicPartial), int32_t(kMagicPartial),
-                                     int32_t(kMagicPartial), int32_t(kMagicPartial)};
 #pragma unroll
               for (int gr = 0; gr < GROUPS; ++gr) {
                 int32_t part[4];
@@ -304,36 +312,36 @@ GQ_KERNEL qmm_kernel(const GemmParams p) {
                 mma_bf16(acc[gi][nt], a[0], b[nt][0], acc[gi][nt]);
                 mma_bf16(acc[gi][nt], a[1], b[nt][1], acc[gi][nt]);
               }
-              continue;
-            }
+            } else {
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-              const float zero[4] = {0.f, 0.f, 0.f, 0.f};
-              float part[GROUPS][4];
-              if (GROUPS == 1) {
-                if (BF16) {
-                  mma_bf16(part[0], a[0], b[nt][0], zero);
-                  mma_bf16(part[0], a[1], b[nt][1], part[0]);
+              for (int nt = 0; nt < NT; ++nt) {
+                const float zero[4] = {0.f, 0.f, 0.f, 0.f};
+                float part[GROUPS][4];
+                if (GROUPS == 1) {
+                  if (BF16) {
+                    mma_bf16(part[0], a[0], b[nt][0], zero);
+                    mma_bf16(part[0], a[1], b[nt][1], part[0]);
+                  } else {
+                    mma_f16(part[0], a[0], b[nt][0], zero);
+                    mma_f16(part[0], a[1], b[nt][1], part[0]);
+                  }
                 } else {
-                  mma_f16(part[0], a[0], b[nt][0], zero);
-                  mma_f16(part[0], a[1], b[nt][1], part[0]);
-                }
-              } else {
 #pragma unroll
-                for (int gr = 0; gr < GROUPS; ++gr) {
-                  if (BF16) mma_bf16(part[gr], a[gr], b[nt][gr], zero);
-                  else mma_f16(part[gr], a[gr], b[nt][gr], zero);
+                  for (int gr = 0; gr < GROUPS; ++gr) {
+                    if (BF16) mma_bf16(part[gr], a[gr], b[nt][gr], zero);
+                    else mma_f16(part[gr], a[gr], b[nt][gr], zero);
+                  }
                 }
+#pragma unroll
+                for (int gr = 0; gr < GROUPS; ++gr)
+#pragma unroll
+                  for (int j = 0; j < 4; ++j) {
+                    float v = acc[gi][nt][j];
+                    if (NEEDS_SUM) v = fmaf(z[j / 2][gr], sigma[nt][gr][j % 2], v);
+                    acc[gi][nt][j] = fmaf(s[j / 2][gr], part[gr][j], v);
+                  }
               }
-#pragma unroll
-              for (int gr = 0; gr < GROUPS; ++gr)
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                  float v = acc[gi][nt][j];
-                  if (NEEDS_SUM) v = fmaf(z[j / 2][gr], sigma[nt][gr][j % 2], v);
-                  acc[gi][nt][j] = fmaf(s[j / 2][gr], part[gr][j], v);
-                }
-            }
+            }  // exact path
           }
         }
       }

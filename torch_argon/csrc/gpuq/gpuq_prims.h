@@ -96,7 +96,10 @@ GQ_DEV uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t sel) {
 #else
   const uint64_t both = (static_cast<uint64_t>(b) << 32) | a;
   uint32_t r = 0;
-  for (int n = 0; n < 4; ++n) r |= static_cast<uint32_t>((both >> (8 * ((sel >> (4 * n)) & 7))) & 0xFF) << (8 * n);
+  for (int n = 0; n < 4; ++n) {
+    const int byte = (sel >> (4 * n)) & 7;
+    r |= static_cast<uint32_t>((both >> (8 * byte)) & 0xFF) << (8 * n);
+  }
   return r;
 #endif
 }
