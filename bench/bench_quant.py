@@ -6,6 +6,9 @@ bench/h200_quant.sh runs before this script.
     python bench/bench_quant.py --json $OUT/h200_quant.json            # the H200
     python bench/bench_quant.py --quick                                 # smaller sweep
     python bench/bench_quant.py --sweep                                 # + Q4_K block shapes
+    python bench/bench_quant.py --gpuq --json $OUT/h200_quant_gpuq.json # the gpuq CUDA C++
+                                 kernels, every format and both activation modes against the
+                                 bf16 GEMMs (bench/bench_quant_gpuq.py; no extension needed)
     TRITON_INTERPRET=1 python bench/bench_quant.py --tiny --device cpu --dtype fp16 \
         --json /tmp/q.json                                              # the logic, no GPU
 
@@ -363,6 +366,9 @@ def table(records, skipped, errors):
 
 
 def main():
+    if "--gpuq" in sys.argv[1:]:  # the gpuq kernels' table: its own script and arguments
+        import bench_quant_gpuq
+        sys.exit(bench_quant_gpuq.main([a for a in sys.argv[1:] if a != "--gpuq"]))
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default="bench/results/h200_quant.json")
     ap.add_argument("--quick", action="store_true", help="T = 128 and 2048 only")
