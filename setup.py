@@ -1,9 +1,12 @@
-"""Builds torch_argon._C.
+"""Builds torch_argon._C, and with ARGON_TEST_BUILD=1 (scripts/test.sh, CI) torch_argon._C_test.
 
-Always: the op schemas, the CPU kernels, and the Metal-on-host runtime (the .metal kernels
-compiled as C++20 and run on host threads). On macOS: the Objective-C++ MPS dispatch, and a
-.metallib when `xcrun metal` exists. Where torch has CUDA and nvcc is found: the CUDA kernels,
-and the metal_cuda backend (the .metal kernels compiled by nvcc, for testing them as SIMT code).
+_C, what a user's install builds: the op schemas, the CPU kernels; on macOS the Objective-C++
+MPS dispatch with the Metal kernels (a .metallib when `xcrun metal` exists); where torch has CUDA
+and nvcc is found, the CUDA kernels.
+_C_test, the test executors (never installed by `pip install .` or scripts/main.sh): the
+Metal-on-host runtime (the .metal kernels compiled as C++20 and run on host threads: backend
+metal_host) and, in CUDA builds, the metal_cuda backend (the .metal kernels compiled by nvcc).
+The compilers' output goes to build/argon_build.log (build_tools/build_log.py).
 """
 import glob
 import os
@@ -17,7 +20,11 @@ from setuptools import find_packages, setup
 from torch.utils import cpp_extension
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, ROOT)  # build_tools/ beside this file (a PEP 517 build may not put it first)
+from build_tools import build_log, metal_codegen  # noqa: E402
+
 CSRC = os.path.join("torch_argon", "csrc")
+TEST_BUILD = os.environ.get("ARGON_TEST_BUILD") == "1"
 
 
 def sources(*patterns):
@@ -66,12 +73,8 @@ if platform.system() == "Linux":
     # at::parallel_for is inline OpenMP in torch's headers: without -fopenmp it runs serially.
     cxx_flags.append("-fopenmp")
     extra_link.append("-fopenmp")
-srcs = sources("*.cpp", "cpu/*.cpp", "metal/*.cpp", "metal/host/*.cpp")
-Extension = cpp_extension.CppExtension
-
-if want_cuda():
-    Extension = cpp_extension.CUDAExtension
-    srcs += sources("cuda/*.cu")
+cuda = want_cuda()
+if cuda:
     defines.append(("ARGON_WITH_CUDA", "1"))
     arch = os.environ.get("ARGON_CUDA_ARCH")  # e.g. "90" for the H200
     if arch:
@@ -79,29 +82,22 @@ if want_cuda():
     if os.environ.get("ARGON_PLAN_LAB") == "1":  # the CUDA plan's knobs, for the bench scripts
         nvcc_flags.append("-DARGON_PLAN_LAB=1")
 
-# ---- Metal (owned by the Metal backend). tools/metal_codegen.py reads every kernel signature of
-# torch_argon/metal/*.metal and writes, under build/argon_generated/: the host runner's adapter
-# units (host_kernels/*.cpp, compiled below on every platform), the recipe's binding table
-# (kernel_signatures.inc) and the flattened library (metal_source.inc: MPS compiles it when no
-# argon.metallib was built; the strict checks compile it on Linux). A kernel signature that
-# breaks a rule stops the build here.
+# ---- Metal (owned by the Metal backend). build_tools/metal_codegen.py reads every kernel
+# signature of torch_argon/metal/*.metal and writes, under build/argon_generated/: the host
+# runner's adapter units (host_kernels/*.cpp) and the metal_cuda units (cuda_kernels/*.cu) of
+# _C_test, the recipe's binding table (kernel_signatures.inc) and the flattened library
+# (metal_source.inc: MPS compiles it when no argon.metallib was built; the strict checks compile
+# it on Linux). A kernel signature that breaks a rule stops the build here.
 METAL_DIR = os.path.join("torch_argon", "metal")
 GENERATED = os.path.join("build", "argon_generated")
-sys.path.insert(0, os.path.join(ROOT, "tools"))
-import metal_codegen  # noqa: E402
-
-srcs += [os.path.relpath(p, ROOT)
-         for p in metal_codegen.generate(os.path.join(ROOT, GENERATED), cuda=want_cuda())]
-if want_cuda():
-    # the metal_cuda backend: the .metal kernels through the CUDA prelude (its units: above)
-    srcs += sources("metal/cuda/*.cpp")
-    # Metal's [[...]] attributes where nvcc expects none, and `inline` in an instantiation
-    nvcc_flags += ["-diag-suppress=1098,326"]
+generated_units = [os.path.relpath(p, ROOT) for p in
+                   metal_codegen.generate(os.path.join(ROOT, GENERATED), cuda=cuda and TEST_BUILD)]
 
 
 def metal_inputs():
     """The files argon.metallib is made from: every kernel file and the shaders' headers."""
-    return list(metal_codegen.library_files()) + sorted(glob.glob(os.path.join(METAL_DIR, "*.h")))
+    return list(metal_codegen.library_files()) + sorted(
+        glob.glob(os.path.join(METAL_DIR, "*.h")) + glob.glob(os.path.join(CSRC, "shared", "*.h")))
 
 
 def build_metallib(inputs):
@@ -117,21 +113,43 @@ def build_metallib(inputs):
         for k in metal_codegen.library_files():
             air = os.path.join(GENERATED, os.path.basename(k).replace(".metal", ".air"))
             subprocess.run(["xcrun", "-sdk", "macosx", "metal", "-c", "-fno-fast-math",
-                            "-I", METAL_DIR, k, "-o", air], check=True)
+                            *[a for d in metal_codegen.INCLUDE_DIRS for a in ("-I", d)], k,
+                            "-o", air], check=True)
             airs.append(air)
         subprocess.run(["xcrun", "-sdk", "macosx", "metallib", *airs, "-o", lib], check=True)
         return lib
     except (OSError, subprocess.CalledProcessError) as e:
-        print(f"argon: no argon.metallib ({e}); MPS will compile the embedded Metal source")
+        print(f"argon: no argon.metallib ({e}); MPS will compile the embedded Metal source",
+              file=sys.stderr)
         return None
 
 
+# _C: the ops (csrc/*.cpp but the test module's own file), the CPU kernels, the CUDA kernels, and
+# on macOS the Metal backend (recipe, out ops, MPS dispatch).
+lib_srcs = [s for s in sources("*.cpp", "cpu/*.cpp") if not s.endswith("module_test.cpp")]
+lib_flags = dict(cxx=list(cxx_flags), nvcc=list(nvcc_flags))
+lib_link = list(extra_link)
+if cuda:
+    lib_srcs += sources("cuda/*.cu")
 if want_mps():
-    srcs += sources("metal/mps/*.mm")
+    lib_srcs += sources("metal/*.cpp", "metal/mps/*.mm")
     defines.append(("ARGON_WITH_MPS", "1"))
-    cxx_flags += ["-fobjc-arc"]
-    extra_link += ["-framework", "Metal", "-framework", "Foundation"]
-    print("argon: built", build_metallib(metal_inputs()) or "no metallib")
+    lib_flags["cxx"] += ["-fobjc-arc"]
+    lib_link += ["-framework", "Metal", "-framework", "Foundation"]
+    print("argon: built", build_metallib(metal_inputs()) or "no metallib", file=sys.stderr)
+
+# _C_test: the test executors and the op libraries they register (argon_host, argon_metal_cuda):
+# the schemas, functional forms and autograd-key kernels of functional.cpp / autograd_skip.cpp
+# compiled again with ARGON_TEST_MODULE, the checks, the Metal recipe and out ops, the host runner
+# and its adapter units, and in CUDA builds the metal_cuda backend.
+test_srcs = sources("module_test.cpp", "checks.cpp", "functional.cpp", "autograd_skip.cpp",
+                    "metal/*.cpp", "metal/host/*.cpp")
+test_srcs += [u for u in generated_units if u.endswith(".cpp")]
+test_flags = dict(cxx=list(cxx_flags), nvcc=list(nvcc_flags))
+if cuda:
+    test_srcs += [u for u in generated_units if u.endswith(".cu")] + sources("metal/cuda/*.cpp")
+    # Metal's [[...]] attributes where nvcc expects none, and `inline` in an instantiation
+    test_flags["nvcc"] += ["-diag-suppress=1098,326"]
 
 # ---- Unity build: each C++ unit that includes torch's headers spends 20-45 s of CPU parsing
 # them, and the units are small, so the ones of one csrc directory (csrc itself, cpu/, metal/
@@ -166,7 +184,7 @@ def includes_torch(path, seen):
     return False
 
 
-def unity_sources(files):
+def unity_sources(files, unity_dir):
     groups, alone = {}, []
     for src in files:
         parts = os.path.relpath(src, CSRC).split(os.sep)
@@ -180,48 +198,53 @@ def unity_sources(files):
         if len(members) == 1:
             alone += members
             continue
-        unit = os.path.join(UNITY_DIR, f"{group}.cpp")
+        unit = os.path.join(unity_dir, f"{group}.cpp")
         write_if_changed(unit, "// Generated by setup.py (unity build): do not edit.\n" + "".join(
             f'#include "{os.path.join(ROOT, m)}"\n' for m in members))
         units.append(unit)
     return units + alone
 
 
-# Everything the library is built from: setuptools rebuilds only when one is newer than it
-# (the unity units' own mtimes change only when their member list does).
+# Everything the libraries are built from: setuptools rebuilds one only when a file is newer than
+# it (the unity units' own mtimes change only when their member list does).
 depends = [f for ext in ("h", "cpp", "cuh", "cu", "mm", "metal", "inc")
            for f in glob.glob(os.path.join("torch_argon", "**", f"*.{ext}"), recursive=True)]
 depends += glob.glob(os.path.join(CSRC, "metal", "host", "shim", "*"))
-if os.environ.get("ARGON_UNITY", "1") != "0":
-    srcs = unity_sources(srcs)
+depends += glob.glob(os.path.join(CSRC, "metal", "cuda", "prelude", "*"))
+depends = sorted(set(depends))
+Extension = cpp_extension.CUDAExtension if cuda else cpp_extension.CppExtension
 
-ext = Extension(
-    name="torch_argon._C",
-    sources=srcs,
-    depends=sorted(set(depends)),
-    include_dirs=[os.path.join(ROOT, CSRC), os.path.join(ROOT, "torch_argon", "metal"),
-                  # <metal_stdlib> for the .metal files compiled as C++ (the host shim; under
-                  # nvcc it forwards to the CUDA prelude of the metal_cuda backend)
-                  os.path.join(ROOT, CSRC, "metal", "host", "shim"),
-                  # generated: kernel_signatures.inc, metal_source.inc (tools/metal_codegen.py)
-                  os.path.join(ROOT, GENERATED)],
-    define_macros=defines,
-    extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags},
-    extra_link_args=extra_link,
-)
+
+def extension(name, srcs, flags, link, include_dirs, test_module=False):
+    if os.environ.get("ARGON_UNITY", "1") != "0":
+        srcs = unity_sources(srcs, os.path.join(UNITY_DIR, name))
+    macros = defines + ([("ARGON_TEST_MODULE", "1")] if test_module else [])
+    return Extension(name=f"torch_argon.{name}", sources=srcs, depends=depends,
+                     include_dirs=[os.path.join(ROOT, d) for d in include_dirs],
+                     define_macros=macros, extra_compile_args=flags, extra_link_args=link)
+
+
+# csrc for the shared definitions ("shared/...") and each file's neighbours; generated:
+# kernel_signatures.inc, metal_source.inc (build_tools/metal_codegen.py)
+extensions = [extension("_C", lib_srcs, lib_flags, lib_link, [CSRC, GENERATED])]
+if TEST_BUILD:
+    # + the .metal files and <metal_stdlib> for them (the host shim; under nvcc it forwards to
+    # the CUDA prelude of the metal_cuda backend)
+    extensions.append(extension(
+        "_C_test", test_srcs, test_flags, list(extra_link),
+        [CSRC, METAL_DIR, os.path.join(CSRC, "metal", "host", "shim"), GENERATED],
+        test_module=True))
 
 
 class BuildExtension(cpp_extension.BuildExtension):
-    """torch's BuildExtension, which relinks the library on every call (it forces the build and
-    leaves it to ninja to skip compiling), made a no-op when nothing changed: no file the library
-    is built from is newer than it and the build's settings (sources, flags, torch, compilers and
-    the environment variables that change a build) are those it was built with."""
-
-    SIGNATURE = os.path.join("build", "argon_build_signature.json")
+    """torch's BuildExtension, which relinks a library on every call (it forces the build and
+    leaves it to ninja to skip compiling), made a no-op for a library when nothing changed: no
+    file it is built from is newer than it and the build's settings (sources, flags, torch,
+    compilers and the environment variables that change a build) are those it was built with.
+    The compilers' output goes to the build log (build_tools/build_log.py)."""
 
     def signature(self, ext):
         import json
-        import sys
 
         import torch
 
@@ -234,20 +257,27 @@ class BuildExtension(cpp_extension.BuildExtension):
                                torch_path=os.path.dirname(torch.__file__), python=sys.version,
                                env=env), indent=1, sort_keys=True)
 
+    def build_extensions(self):
+        if os.path.exists(build_log.LOG):
+            os.remove(build_log.LOG)  # this build's output only
+        super().build_extensions()
+
     def build_extension(self, ext):
         path = self.get_ext_fullpath(ext.name)
+        name = ext.name.rsplit(".", 1)[1]
+        signature_file = os.path.join("build", f"argon_build_signature{name}.json")
         wanted = self.signature(ext)
         try:
-            with open(self.SIGNATURE) as f:
+            with open(signature_file) as f:
                 built_with = f.read()
         except OSError:
             built_with = None
         if (built_with == wanted and os.path.exists(path) and os.path.getmtime(path) >=
                 max(os.path.getmtime(f) for f in ext.sources + ext.depends)):
-            print(f"argon: {ext.name} is up to date ({path})")
             return
-        super().build_extension(ext)
-        write_if_changed(self.SIGNATURE, wanted)
+        with build_log.logged(f"{ext.name} ({len(ext.sources)} units)"):
+            super().build_extension(ext)
+        write_if_changed(signature_file, wanted)
 
 
 setup(
@@ -256,8 +286,8 @@ setup(
     description="Fast Mixture-of-Experts prefill ops for PyTorch on MPS, CUDA and the CPU",
     packages=find_packages(include=["torch_argon", "torch_argon.*"]),
     package_data={"torch_argon": ["metal/*.metal", "metal/*.h", "metal/*.metallib",
-                               "triton_ops/*.json"]},
-    ext_modules=[ext],
+                               "csrc/shared/*.h", "triton_ops/*.json"]},
+    ext_modules=extensions,
     cmdclass={"build_ext": BuildExtension},
     python_requires=">=3.10",
     extras_require={"transformers": ["transformers>=5.0,<6"]},

@@ -15,7 +15,7 @@ mkdir -p "$OUT"
 SRC=torch_argon/csrc
 GEN=$OUT/generated
 # The host adapters and the recipe's binding table, generated from the kernel signatures.
-${PYTHON:-python3} tools/metal_codegen.py --out "$GEN" >/dev/null
+${PYTHON:-python3} -m build_tools.metal_codegen --out "$GEN" >/dev/null
 FLAGS=(-std=c++20 -O1 -g -fsanitize=thread -ffp-contract=off -pthread
        -I"$SRC" -I"$SRC/metal/host" -I"$SRC/metal/host/shim" -I"$GEN")
 UNITS=("$SRC/metal/host/lane_runner.cpp" "$SRC/metal/host/kernel_table.cpp"

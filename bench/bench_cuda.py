@@ -1,18 +1,18 @@
 """CUDA benchmark of torch_argon's plan, gather, combine (and swiglu, moe_mm) against the
-plain-torch baselines (torch_argon/baselines.py), all measured in the same run.
+plain-torch baselines (torch_argon/testing/baselines.py), all measured in the same run.
 
     python bench/bench_cuda.py --out bench/results/h200.json
 
-Method: GPU time per call under CUDA graph replay (a graph of `inner` calls, replayed `reps`
-times, timed with CUDA events; median over replays, divided by `inner`). Baselines that read
-the device back to the host (the argsort plan's bincount) cannot be captured: they are timed
-eagerly (events around `inner` back-to-back calls) and marked "timing": "eager".
-Routing: E = 512, K = 10, tile_m = 16; uniform = top-10 of random scores, zipf = Zipf(1.2)
-expert popularity (K distinct experts per token); int64 ids (torch.topk's), and for the plan
-the same ids as int32 too. Every plan is checked bit for bit against
-the CPU backend before it is timed. The eager-overhead rows time host wall clock per call of
-moe_plan against one tiny torch op (x.add_(1) on one element) in the same process, in turns
-(tiny op, each API, again, 15 times), since the lent host's speed drifts between runs.
+Method: GPU time per call under CUDA graph replay (a graph of `inner` calls, replayed `samples`
+times, timed with CUDA events; median over replays, divided by `inner`: testing.timing.
+cuda_graph_us). Baselines that read the device back to the host (the argsort plan's bincount)
+cannot be captured: they are timed eagerly (events around `inner` back-to-back calls) and marked
+"timing": "eager". Routing (testing.routing): E = 512, K = 10, tile_m = 16; uniform = top-10 of
+random scores, zipf = Zipf(1.2) expert popularity (K distinct experts per token); int64 ids
+(torch.topk's), and for the plan the same ids as int32 too. Every plan is checked bit for bit
+against the CPU backend before it is timed. The eager-overhead rows time host wall clock per
+call of moe_plan against one tiny torch op (x.add_(1) on one element) in the same process, in
+turns (tiny op, each API, again, 15 times), since the lent host's speed drifts between runs.
 Writes a JSON list of records {op, backend, T, E, K, tm, dist, median_us, baseline,
 baseline_median_us, ...}; prints a table.
 """
@@ -31,24 +31,13 @@ from torch_argon.testing import baselines
 from torch_argon.testing.plan_tuning import (GRID_SHAPE, LAB_BUILD_HINT, grid_device,
                                              kernels_launched, lab_build, plan_knobs)
 from torch_argon._shapes import plan_rows
-from torch_argon.testing.timing import cuda_events_us, cuda_graph_us, heat
+from torch_argon.testing.routing import routing
+from torch_argon.testing.timing import cuda_graph_us, heat, median_us
 
 E, K, TM, H = 512, 10, 16, 2560
 PLAN_T = [1, 4, 16, 128, 512, 1024, 2048, 3072, 4096, 8192, 16384]
 ROW_T = [128, 512, 2048, 4096, 8192, 16384]
 DISTS = ["uniform", "zipf"]
-
-
-def routing(T, dist, seed=0):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    if dist == "uniform":
-        ids = torch.rand(T, E, device="cuda", generator=g).topk(K, dim=1).indices
-    else:
-        p = 1.0 / torch.arange(1, E + 1, dtype=torch.float64, device="cuda") ** 1.2
-        p = p[torch.randperm(E, device="cuda", generator=g)].float()
-        ids = torch.multinomial(p.expand(T, E), K, replacement=False, generator=g)
-    w = torch.rand(T, K, device="cuda", generator=g)
-    return ids, w  # int64 ids, as torch.topk returns them
 
 
 def sm_clock():
@@ -58,30 +47,22 @@ def sm_clock():
         return None
 
 
-def graph_us(fn, inner=20, reps=30):
-    """Median GPU time of one call under CUDA graph replay (replays back to back)."""
-    return cuda_graph_us(fn, inner=inner, samples=reps)
-
-
-def eager_us(fn, inner=20, reps=30):
+def eager_us(fn, inner=20, samples=30):
     """Median time of one call launched eagerly, back to back, timed with events."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    return cuda_events_us(fn, inner=inner, samples=reps)
+    return median_us(fn, "cuda", warmup=3, repeat=samples, inner=inner)
 
 
 def tiny_kernel_graph_us():
     """One tiny kernel under graph replay in this run: the per-launch floor."""
     x = torch.zeros(1, device="cuda")
     heat()
-    return graph_us(lambda: x.add_(1), inner=50, reps=30)
+    return cuda_graph_us(lambda: x.add_(1), inner=50, samples=30)
 
 
 def timed(fn, **kw):
     """(us, how): graph replay if the function can be captured, else eager."""
     try:
-        return graph_us(fn, **kw), "graph"
+        return cuda_graph_us(fn, **kw), "graph"
     except Exception as e:  # noqa: BLE001 (a capture failure: time it eagerly instead)
         torch.cuda.synchronize()
         print(f"  (graph capture failed: {type(e).__name__}: {str(e)[:120]}; timing eagerly)")
@@ -93,7 +74,7 @@ def copy_bandwidth():
     n = 1 << 29  # 1 GiB of fp16
     a = torch.empty(n, dtype=torch.float16, device="cuda")
     b = torch.empty_like(a)
-    us = eager_us(lambda: b.copy_(a), inner=5, reps=10)
+    us = eager_us(lambda: b.copy_(a), inner=5, samples=10)
     return 2 * a.numel() * 2 / (us * 1e-6)
 
 
@@ -121,7 +102,7 @@ def bench_plan(records):
     ops = torch_argon.argon_ops
     for dist in DISTS:
         for T in PLAN_T:
-            ids, w = routing(T, dist, seed=T)
+            ids, w = routing(T, E, K, dist, seed=T, device="cuda")
             out = ops.moe_plan(ids, w, E, TM)
             exact = plan_bits_equal(out, ids, w)
             plan = lambda: ops.moe_plan(ids, w, E, TM, out=out)  # noqa: E731
@@ -173,14 +154,14 @@ def behind_us(before, plan, lone=None):
     def chain():
         before()
         plan()
-    return graph_us(chain) - (graph_us(before) if lone is None else lone)
+    return cuda_graph_us(chain) - (cuda_graph_us(before) if lone is None else lone)
 
 
 def plan_behind_us(before, plan):
     """behind_us with and without programmatic dependent launch (without: lab build only, else
     None). Back-to-back plans (the plan records) let each other start early; behind a kernel
     that does not, that gain is gone."""
-    lone = graph_us(before)
+    lone = cuda_graph_us(before)
     with_pdl = behind_us(before, plan, lone)
     if not lab_build():
         return with_pdl, None
@@ -202,7 +183,7 @@ def bench_plan_variants(records):
     big_clusters = grid_device()["big_clusters"] > 0
     for dist in DISTS:
         for T in [1, 4, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]:
-            ids, w = routing(T, dist, seed=T + 1)
+            ids, w = routing(T, E, K, dist, seed=T + 1, device="cuda")
             out = ops.moe_plan(ids, w, E, TM)
             n = T * K
             big = 1 << 30
@@ -234,7 +215,7 @@ def bench_plan_kernels(records):
     only our kernels, no memset / fill / copy."""
     ops = torch_argon.argon_ops
     for T in (128, 4096):
-        ids, w = routing(T, "uniform")
+        ids, w = routing(T, E, K, "uniform", seed=0, device="cuda")
         out = ops.moe_plan(ids, w, E, TM)
         for api, fn in [("moe_plan_out", lambda: ops.moe_plan(ids, w, E, TM, out=out)),
                         ("moe_plan", lambda: ops.moe_plan(ids, w, E, TM))]:
@@ -270,7 +251,7 @@ def bench_plan_eager(records):
     tiny = torch.zeros(1, device="cuda")
     heat()
     for T in (128, 2048):
-        ids, w = routing(T, "uniform")
+        ids, w = routing(T, E, K, "uniform", seed=0, device="cuda")
         out = ops.moe_plan(ids, w, E, TM)
         us = host_us_interleaved({
             "tiny": lambda: tiny.add_(1),
@@ -291,7 +272,7 @@ def bench_gather(records):
     ops = torch_argon.argon_ops
     for dist in DISTS:
         for T in ROW_T:
-            ids, w = routing(T, dist, seed=T)
+            ids, w = routing(T, E, K, dist, seed=T, device="cuda")
             plan = ops.moe_plan(ids, w, E, TM)
             x = torch.randn(T, H, device="cuda", dtype=torch.float16)
             R = plan.sorted_token.shape[0]
@@ -318,7 +299,7 @@ def bench_combine(records, bw):
     ops = torch_argon.argon_ops
     for dist in DISTS:
         for T in ROW_T:
-            ids, w = routing(T, dist, seed=T)
+            ids, w = routing(T, E, K, dist, seed=T, device="cuda")
             plan = ops.moe_plan(ids, w, E, TM)
             R = plan.sorted_token.shape[0]
             y = torch.randn(R, H, device="cuda", dtype=torch.float16)
@@ -336,7 +317,7 @@ def bench_combine(records, bw):
             print(f"combine {dist:8s} T={T:6d} {us:8.2f} us  torch {base:8.2f} us  "
                   f"({base / us:5.1f}x)  floor {floor:7.2f} us ({us / floor:4.2f}x)")
     # Bit-exactness of the combine at one benchmark size, against the CPU backend.
-    ids, w = routing(2048, "zipf", seed=9)
+    ids, w = routing(2048, E, K, "zipf", seed=9, device="cuda")
     plan = ops.moe_plan(ids, w, E, TM)
     y = torch.randn(plan.sorted_token.shape[0], H, device="cuda", dtype=torch.float16)
     got = ops.moe_combine(y, plan, w).cpu()
@@ -360,13 +341,13 @@ def bench_swiglu(records):
 def bench_moe_mm(records):
     ops = torch_argon.argon_ops
     T, Kd, N = 2048, 2048, 1024
-    ids, w = routing(T, "uniform")
+    ids, w = routing(T, E, K, "uniform", seed=0, device="cuda")
     plan = ops.moe_plan(ids, w, E, TM)
     R = plan.sorted_token.shape[0]
     for dtype in (torch.bfloat16, torch.float16):
         xs = torch.randn(R, Kd, device="cuda", dtype=dtype)
         W = torch.randn(E, N, Kd, device="cuda", dtype=dtype) / Kd ** 0.5
-        reps = dict(inner=5, reps=10) if dtype == torch.bfloat16 else dict(inner=1, reps=3)
+        reps = dict(inner=5, samples=10) if dtype == torch.bfloat16 else dict(inner=1, samples=3)
         us, how = timed(lambda: ops.moe_mm(xs, W, plan), **reps)
         base = None
         if dtype == torch.bfloat16:

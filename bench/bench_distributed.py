@@ -9,7 +9,7 @@ collectives; merge the records into a JSON file.
         --configs qwen3-30b,e512 --T-per-rank 512,2048,8192,16384 --json bench/results/h200x2.json
 
 What is timed (per config, world size W, T and mode): every rank routes its own tokens (sharded
-tokens, random top-k of random scores; the router itself is not timed), then one call of
+tokens, testing.routing's uniform routing; the router itself is not timed), then one call of
 ep_moe_experts; the call's time is the slowest rank's (wall clock around the call after a
 barrier, with a device sync on CUDA; the max over ranks, median over --repeat calls).
 "one device": rank 0 alone runs torch_argon.moe_experts on all W*T tokens with all E experts (on
@@ -45,6 +45,8 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import torch_argon  # noqa: E402
 from torch_argon import distributed as ep  # noqa: E402
+from torch_argon.testing.layers import make_layer  # noqa: E402
+from torch_argon.testing.routing import routing  # noqa: E402
 from distributed_table import distributed_table  # noqa: E402
 
 CONFIGS = {
@@ -113,17 +115,12 @@ def time_once(fn, device):
 
 
 def make_problem(cfg, T_total, device, seed=0):
-    """All experts and all tokens, the same on every rank (made from a seed on the device)."""
-    E, K, H, I = cfg["E"], cfg["K"], cfg["H"], cfg["I"]
-    dtype = DTYPES[cfg["dtype"]]
-    g = torch.Generator(device=device).manual_seed(seed)
-    gate_up = (torch.randn(E, 2 * I, H, generator=g, device=device) / H ** 0.5).to(dtype)
-    down = (torch.randn(E, H, I, generator=g, device=device) / I ** 0.5).to(dtype)
-    x = torch.randn(T_total, H, generator=g, device=device).to(dtype)
-    scores = torch.rand(T_total, E, generator=g, device=device)
-    top, ids = scores.topk(K, dim=1)
-    weights = torch.softmax(top, dim=1)
-    return gate_up, down, x, ids, weights
+    """All experts and all tokens, the same on every rank (testing.layers.make_layer and
+    testing.routing's uniform routing, from a seed on the device)."""
+    layer = make_layer(T_total, cfg["E"], cfg["K"], cfg["H"], cfg["I"], DTYPES[cfg["dtype"]],
+                       device, seed=seed)
+    ids, weights = routing(T_total, cfg["E"], cfg["K"], seed=seed, device=device)
+    return layer.w_gate_up, layer.w_down, layer.x, ids, weights
 
 
 def bench_one(cfg_name, T_rank, args, *, world, rank, device, threads):

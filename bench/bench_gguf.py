@@ -4,8 +4,8 @@ against transformers' own GGUF loader (every tensor dequantized), on the same fi
     python bench/bench_gguf.py --device cpu                # bench/results/cpu_gguf.json
     python bench/bench_gguf.py --device cuda               # the H200: $OUT/h200_gguf.json
 
-The file: a synthetic Qwen3-30B-A3B-shaped qwen3moe GGUF written with gguf's writer (tests/
-gguf_files.py): hidden 2048, 128 experts, top-8, expert width 768, 32 query / 4 kv heads of 128,
+The file: a synthetic Qwen3-30B-A3B-shaped qwen3moe GGUF written with gguf's writer
+(torch_argon.testing.gguf_files): hidden 2048, 128 experts, top-8, expert width 768, 32 query / 4 kv heads of 128,
 Q4_K gate/up/down experts (random blocks, finite scales), Q8_0 attention, --layers decoder blocks
 (default 2: 713 MB of file; --layers 4 doubles the run's time), a small vocabulary (--vocab, 4096: the real 151936 would add the same
 output-head GEMM to both sides).
@@ -43,10 +43,9 @@ def worker(args):
 
     import torch
 
-    sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
-    from gguf_files import transformers_dense_load
-
+    sys.path.insert(0, ROOT)
     from torch_argon.integrations.gguf_transformers import from_gguf
+    from torch_argon.testing.gguf_files import transformers_dense_load
     # first-use imports of both paths, before the memory baseline
     import transformers.modeling_gguf_pytorch_utils  # noqa: F401
     import transformers.models.qwen3_moe.modeling_qwen3_moe  # noqa: F401
@@ -121,8 +120,8 @@ def main():
 
     with tempfile.TemporaryDirectory() as tmp:
         if args.file is None:
-            sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
-            from gguf_files import write_model_file
+            sys.path.insert(0, ROOT)
+            from torch_argon.testing.gguf_files import write_model_file
             args.file = os.path.join(tmp, "qwen3moe-30b-a3b-shaped.gguf")
             write_model_file(args.file, "qwen3moe", n_blocks=args.layers, vocab=args.vocab,
                              expert_formats=("Q4_K", "Q4_K", "Q4_K"), **SHAPE)

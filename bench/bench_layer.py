@@ -32,16 +32,16 @@ import json
 import os
 import statistics
 import sys
-import time
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from torch_argon import triton_ops  # noqa: E402
-from torch_argon.testing import backends, baselines  # noqa: E402
-from torch_argon.layer import moe_layer  # noqa: E402
-from torch_argon.routing import route  # noqa: E402
-from torch_argon.testing.timing import cuda_events_us, heat  # noqa: E402
+from torch_argon.testing import backends  # noqa: E402
+from torch_argon.testing.layers import (argon_stages, experts_path, layer_baselines,  # noqa: E402
+                                        make_layer, max_relative_error, run_layer)
+from torch_argon.testing.timing import (cuda_graph_replays_us, heat, median_us,  # noqa: E402
+                                        one_call_us, rounds_us)
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 # E x K x hidden x expert width: a Qwen3-Next-sized layer, and Qwen3-30B-A3B's.
@@ -53,102 +53,39 @@ def parse_config(text):
     if len(parts) != 4 or not all(p.isdigit() and int(p) > 0 for p in parts):
         raise SystemExit(f"--configs: {text!r} is not ExKxHxI (e.g. 128x8x2048x768)")
     return tuple(int(p) for p in parts)
-STAGES = ("route", "plan", "gather", "gate_up_mm", "swiglu", "down_mm", "combine")
-
-
-# ---- timers: each returns the median microseconds per call, and how it was timed ----------
-
-def time_wall(fn, samples):
-    fn()
-    times = []
-    for _ in range(samples):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1e6)
-    return statistics.median(times), "wall"
-
-
-def time_cuda_eager(fn, samples):
-    fn()
-    torch.cuda.synchronize()
-    return cuda_events_us(fn, samples=samples), "events"
-
-
-def time_cuda_graph(fn, samples):
-    """Capture fn once, then time replays; several replays per sample for short graphs."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    one = cuda_events_us(graph.replay, samples=3)
-    inner = max(1, min(100, int(1000 / max(one, 1.0))))  # about 1 ms per sample
-    us = cuda_events_us(graph.replay, inner=inner, samples=samples)
-    del graph
-    return us, "graph"
 
 
 class Timer:
+    """(median us per call, how): on CUDA, after heat(), graph replay (timing.
+    cuda_graph_replays_us), or CUDA events around eager calls where fn cannot be captured (it
+    syncs with the host); elsewhere the wall clock."""
+
     def __init__(self, device, samples):
         self.device, self.samples = device, samples
 
     def __call__(self, fn, capturable=True, samples=None):
         samples = samples or self.samples
         if self.device.type != "cuda":
-            return time_wall(fn, samples)
+            return median_us(fn, self.device, warmup=1, repeat=samples), "wall"
         heat()  # clocks up before every timing, as bench_cuda.py does
         if capturable:
             try:
-                return time_cuda_graph(fn, samples)
+                return cuda_graph_replays_us(fn, samples=samples), "graph"
             except RuntimeError as e:  # something in fn syncs with the host: time it eagerly
                 print(f"  (CUDA graph capture failed, timing eagerly: {str(e).splitlines()[0]})")
                 torch.cuda.synchronize()
-        return time_cuda_eager(fn, samples)
-
-
-# ---- the problem ----------------------------------------------------------------------------
-
-def make_problem(T, E, H, I, dtype, device, dist, seed=0):
-    """Activations, router and expert stacks, scaled so every stage's values are O(1).
-    dist "skewed": a bias column gives expert popularity about Zipf(1.2)."""
-    g = torch.Generator(device=device).manual_seed(seed)
-
-    def randn(*shape, scale):
-        return (torch.randn(*shape, generator=g, device=device, dtype=torch.float32)
-                * scale).to(dtype)
-
-    x = randn(T, H, scale=1.0)
-    router = randn(E, H, scale=H ** -0.5)
-    if dist == "skewed":
-        zipf = torch.arange(1, E + 1, device=device, dtype=torch.float32) ** -1.2
-        x[:, 0] = 1
-        router[:, 0] = (zipf / zipf.sum()).log().to(dtype)
-    elif dist != "uniform":
-        raise ValueError(f"dist must be uniform or skewed, got {dist!r}")
-    w_gate_up = randn(E, 2 * I, H, scale=H ** -0.5)
-    w_down = randn(E, H, I, scale=I ** -0.5)
-    return x, router, w_gate_up, w_down
-
-
-def rel_err(a, b):
-    return ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
+        return median_us(fn, self.device, warmup=1, repeat=samples), "events"
 
 
 def path_label(path):
     return f"layer_argon_{path}_path"
 
 
-def layer_fn(x, router, w_gate_up, w_down, K, ops, path):
-    """The layer along one path: "triton" (the CUDA default) or "ops" (as before the Triton
-    kernels: torch.topk and one argon op per stage)."""
-    def run(tm):
-        return moe_layer(x, router, (w_gate_up, w_down), K, tile_m=tm, ops=ops, path=path,
-                         topk="auto" if path == "triton" else "torch")
-    return run
+def layer_call(layer, ops, path):
+    """The layer along one path, by tile_m: "triton" (the CUDA default) or "ops" (as before the
+    Triton kernels: torch.topk and one argon op per stage)."""
+    topk = "auto" if path == "triton" else "torch"
+    return lambda tm: run_layer(layer, ops, path, tm, topk=topk)
 
 
 def time_layer(timer, run, tile_ms):
@@ -168,37 +105,10 @@ def time_layer(timer, run, tile_ms):
     return (tm,) + layer_us[tm]
 
 
-def time_cpu_interleaved(args, x, router, w_gate_up, w_down, K, ops, timed, tile_ms,
-                         layer_baselines):
-    """On the CPU: every path at every tile_m and every layer baseline called in turn in each of
-    args.rounds rounds, medians per call. A machine shared with other jobs then loads them
-    alike (timing one after the other lets the load of one minute decide the ratio). Fills
-    timed[path] = (best tm, us, "wall-interleaved"); returns {baseline: (us, how)}."""
-    calls = {}
-    for path in args.paths:
-        run = layer_fn(x, router, w_gate_up, w_down, K, ops, path)
-        for tm in tile_ms:
-            calls[(path, tm)] = (lambda run=run, tm=tm: run(tm))
-    for name, fn, _ in layer_baselines:
-        calls[name] = (lambda fn=fn: fn(x, router, w_gate_up, w_down, K))
-    us = time_rounds(calls, args.rounds)
-    for path in args.paths:
-        by_tm = {tm: us[(path, tm)] for tm in tile_ms if (path, tm) in us}
-        if not by_tm:
-            raise SystemExit(f"the argon layer ({path} path) failed at every tile_m in {tile_ms}")
-        tm = min(by_tm, key=by_tm.get)
-        timed[path] = (tm, by_tm[tm], "wall-interleaved")
-    return {name: (us[name], "wall-interleaved") for name, _, _ in layer_baselines if name in us}
-
-
-def touched_weight_bytes(plan, w):
-    """Bytes of the experts' weight stack that a GEMM over this plan must read."""
-    return int((plan.counts > 0).sum()) * w[0].numel() * w.element_size()
-
-
 def time_rounds(calls, rounds):
     """{key: median wall us} of calls {key: fn}, each called in turn in every one of `rounds`
-    rounds after a warm-up call; a call that raises is reported and left out."""
+    rounds (timing.rounds_us) after a warm-up call; a call that raises is reported and left
+    out."""
     calls = dict(calls)
     for key_, call in list(calls.items()):
         try:
@@ -206,23 +116,39 @@ def time_rounds(calls, rounds):
         except (RuntimeError, ValueError) as e:
             print(f"  {key_} failed: {str(e).splitlines()[0]}")
             del calls[key_]
-    samples = {key_: [] for key_ in calls}
-    for _ in range(rounds):
-        for key_, call in calls.items():
-            start = time.perf_counter()
-            call()
-            samples[key_].append((time.perf_counter() - start) * 1e6)
-    return {key_: statistics.median(v) for key_, v in samples.items()}
+    runs = rounds_us(calls, rounds, lambda key_, fn, r: one_call_us(fn))
+    return {key_: statistics.median(v) for key_, v in runs.items()}
+
+
+def time_cpu_interleaved(args, layer, ops, timed, tile_ms, baseline_calls):
+    """On the CPU: every path at every tile_m and every layer baseline called in turn in each of
+    args.rounds rounds, medians per call. A machine shared with other jobs then loads them
+    alike (timing one after the other lets the load of one minute decide the ratio). Fills
+    timed[path] = (best tm, us, "wall-interleaved"); returns {baseline: (us, how)}."""
+    calls = {}
+    for path in args.paths:
+        run = layer_call(layer, ops, path)
+        for tm in tile_ms:
+            calls[(path, tm)] = (lambda run=run, tm=tm: run(tm))
+    calls.update(baseline_calls)
+    us = time_rounds(calls, args.rounds)
+    for path in args.paths:
+        by_tm = {tm: us[(path, tm)] for tm in tile_ms if (path, tm) in us}
+        if not by_tm:
+            raise SystemExit(f"the argon layer ({path} path) failed at every tile_m in {tile_ms}")
+        tm = min(by_tm, key=by_tm.get)
+        timed[path] = (tm, by_tm[tm], "wall-interleaved")
+    return {name: (us[name], "wall-interleaved") for name in baseline_calls if name in us}
 
 
 def stage_records(timer, stages, common, layer_us, op_prefix, rounds=0):
-    """One record per stage, with its baseline's time. rounds > 0 (the CPU): every stage and
-    baseline called in turn in each round, as the layer is."""
+    """One record per stage (testing.layers.argon_stages), with its baseline's time. rounds > 0
+    (the CPU): every stage and baseline called in turn in each round, as the layer is."""
     records = []
     if rounds:
-        calls = {stage: argon_call for stage, (argon_call, _, _) in stages.items()}
-        calls.update({(stage, "baseline"): base[1] for stage, (_, base, _) in stages.items()
-                      if base is not None})
+        calls = {name: stage.call for name, stage in stages.items()}
+        calls.update({(name, "baseline"): stage.baseline.call for name, stage in stages.items()
+                      if stage.baseline is not None})
         us = time_rounds(calls, rounds)
 
         def timed(key_, call, capturable=True):
@@ -232,145 +158,59 @@ def stage_records(timer, stages, common, layer_us, op_prefix, rounds=0):
     else:
         def timed(key_, call, capturable=True):
             return timer(call, capturable)
-    for stage, (argon_call, base, nbytes) in stages.items():
-        stage_us, stage_how = timed(stage, argon_call)
-        rec = dict(op=f"{op_prefix}/{stage}", **common, median_us=stage_us, timing=stage_how,
+    for name, stage in stages.items():
+        stage_us, stage_how = timed(name, stage.call)
+        rec = dict(op=f"{op_prefix}/{name}", **common, median_us=stage_us, timing=stage_how,
                    share_of_layer=stage_us / layer_us, baseline=None, baseline_median_us=None)
-        if nbytes:
-            rec["weight_tbps"] = nbytes / (stage_us * 1e-6) / 1e12
+        if stage.weight_bytes:
+            rec["weight_tbps"] = stage.weight_bytes / (stage_us * 1e-6) / 1e12
+        base = stage.baseline
         if base is not None:
-            name, call, capturable = base
             try:
-                rec["baseline_median_us"], rec["baseline_timing"] = timed((stage, "baseline"),
-                                                                          call, capturable)
-                rec["baseline"] = name
+                rec["baseline_median_us"], rec["baseline_timing"] = timed(
+                    (name, "baseline"), base.call, base.capturable)
+                rec["baseline"] = base.name
             except RuntimeError as e:
-                print(f"  baseline {name} for {stage} failed: {str(e).splitlines()[0]}")
+                print(f"  baseline {base.name} for {name} failed: {str(e).splitlines()[0]}")
         records.append(rec)
     return records
-
-
-def ops_stages(x, router, w_gate_up, w_down, K, E, tm, ops):
-    """The ops path's stages, each on the intermediates of one layer call."""
-    ids, weights = route(x, router, K, topk="torch")
-    plan = ops.moe_plan(ids, weights, E, tm)
-    xs = ops.moe_gather(x, plan)
-    gu = ops.moe_mm(xs, w_gate_up, plan)
-    h = ops.swiglu(gu)
-    y = ops.moe_mm(h, w_down, plan)
-    # On the CPU the layer writes these stages into buffers it keeps across calls (layer.py,
-    # _CpuWorkspace); their stages here do the same, so the stages add up to the layer.
-    out = (dict(gather=xs.clone(), gate_up_mm=gu.clone(), swiglu=h.clone(), down_mm=y.clone())
-           if x.device.type == "cpu" else dict.fromkeys(("gather", "gate_up_mm", "swiglu",
-                                                         "down_mm")))
-    ends = plan.offsets[1:]  # padded group ends: grouped_mm over the same padded rows
-
-    def grouped_mm(a, w):
-        return torch._grouped_mm(a, w.transpose(1, 2), offs=ends)
-
-    has_grouped_mm = hasattr(torch, "_grouped_mm")
-    return {  # stage: (argon call, (baseline name, call, capturable) or None, weight bytes)
-        "route": (lambda: route(x, router, K, topk="torch"), None, 0),
-        "plan": (lambda: ops.moe_plan(ids, weights, E, tm),
-                 ("torch_argsort", lambda: baselines.plan_argsort(ids, weights, E, tm), False),
-                 0),
-        "gather": (lambda: ops.moe_gather(x, plan, out=out["gather"]),
-                   ("torch_index_select",
-                    lambda: baselines.gather_index_select(x, plan.sorted_token), True), 0),
-        "gate_up_mm": (lambda: ops.moe_mm(xs, w_gate_up, plan, out=out["gate_up_mm"]),
-                       ("torch_grouped_mm", lambda: grouped_mm(xs, w_gate_up), True)
-                       if has_grouped_mm else None, touched_weight_bytes(plan, w_gate_up)),
-        "swiglu": (lambda: ops.swiglu(gu, out=out["swiglu"]),
-                   ("torch_silu_mul", lambda: baselines.swiglu_torch(gu), True), 0),
-        "down_mm": (lambda: ops.moe_mm(h, w_down, plan, out=out["down_mm"]),
-                    ("torch_grouped_mm", lambda: grouped_mm(h, w_down), True)
-                    if has_grouped_mm else None, touched_weight_bytes(plan, w_down)),
-        "combine": (lambda: ops.moe_combine(y, plan, weights, out_dtype=x.dtype),
-                    ("torch_gather_sum", lambda: baselines.combine_torch(y, plan.pos, weights),
-                     True), 0),
-    }
-
-
-def triton_stages(x, router, w_gate_up, w_down, K, E, tm, ops):
-    """The Triton path's stages; each baseline is what the stage replaces, in plain torch."""
-    ids, weights = route(x, router, K)
-    plan = ops.moe_plan(ids, weights, E, tm)
-    tiles = (plan.tile_expert, plan.meta, tm)
-    h = triton_ops.moe_gate_up_swiglu_triton(x, w_gate_up, *tiles, plan.sorted_token,
-                                             zero_unused=False)
-    y = triton_ops.moe_mm_triton(h, w_down, *tiles, zero_unused=False,
-                                 row_token=plan.sorted_token)
-    ends = plan.offsets[1:]
-
-    def gather_gate_up_swiglu_torch():
-        xs = baselines.gather_index_select(x, plan.sorted_token)
-        return baselines.swiglu_torch(torch._grouped_mm(xs, w_gate_up.transpose(1, 2),
-                                                         offs=ends))
-
-    return {
-        "route": (lambda: route(x, router, K),
-                  ("torch_topk", lambda: route(x, router, K, topk="torch"), True), 0),
-        "plan": (lambda: ops.moe_plan(ids, weights, E, tm),
-                 ("torch_argsort", lambda: baselines.plan_argsort(ids, weights, E, tm), False),
-                 0),
-        "gate_up_swiglu": (
-            lambda: triton_ops.moe_gate_up_swiglu_triton(x, w_gate_up, *tiles,
-                                                         plan.sorted_token, zero_unused=False),
-            ("torch_gather_grouped_mm_silu_mul", gather_gate_up_swiglu_torch, True),
-            touched_weight_bytes(plan, w_gate_up)),
-        "down_mm": (lambda: triton_ops.moe_mm_triton(h, w_down, *tiles, zero_unused=False,
-                                                     row_token=plan.sorted_token),
-                    ("torch_grouped_mm", lambda: torch._grouped_mm(
-                        h, w_down.transpose(1, 2), offs=ends), True),
-                    touched_weight_bytes(plan, w_down)),
-        "combine": (lambda: ops.moe_combine(y, plan, weights, out_dtype=x.dtype),
-                    ("torch_gather_sum", lambda: baselines.combine_torch(y, plan.pos, weights),
-                     True), 0),
-    }
 
 
 def bench_one(args, timer, ops, T, dist, tile_ms, model):
     """Records for one (model config, T, dist): the layer along each path against the
     baselines, then every stage of each path. model: (E, K, H, I)."""
     (E, K, H, I), dtype = model, DTYPES[args.dtype]
-    x, router, w_gate_up, w_down = make_problem(T, E, H, I, dtype, args.device, dist)
+    layer = make_layer(T, E, K, H, I, dtype, args.device, dist=dist)
     common = dict(backend=args.backend, T=T, E=E, K=K, dist=dist, dtype=args.dtype, H=H, I=I)
 
     timed = {}  # path: (tm, us, how)
-    layer_baselines = [("layer_per_expert_loop", baselines.layer_per_expert_loop,
-                        args.loop_samples)]
-    if hasattr(torch, "_grouped_mm"):
-        layer_baselines.append(("layer_argsort_grouped_mm", baselines.layer_argsort_grouped_mm,
-                                None))
+    baseline_calls = layer_baselines(layer)
+    samples = {"layer_per_expert_loop": args.loop_samples}
     interleaved = {}  # baseline name: (us, how), when timed in the layer's rounds
     if args.device.type == "cpu" and args.rounds:
-        interleaved = time_cpu_interleaved(args, x, router, w_gate_up, w_down, K, ops, timed,
-                                           tile_ms, layer_baselines)
+        interleaved = time_cpu_interleaved(args, layer, ops, timed, tile_ms, baseline_calls)
     for path in args.paths:
         if path in timed:
             continue
-        run = layer_fn(x, router, w_gate_up, w_down, K, ops, path)
+        run = layer_call(layer, ops, path)
         if path == "triton":  # the layer picks its tile_m from shapes (and the config table)
             _, us, how = time_layer(timer, run, [None])
-            timed[path] = (triton_ops.configs.layer_tile_m(
-                T * K, E, hidden=H, inter=I, dtype=dtype,
-                device_name=triton_ops.device_name(args.device)), us, how)
+            chosen = experts_path(layer.x, layer.experts, ops, top_k=K, path="triton")
+            timed[path] = (chosen.tile_m, us, how)
         else:
             timed[path] = time_layer(timer, run, tile_ms)
     main_path = args.paths[0]
     tm, us, how = timed[main_path]
     common["tm"] = tm
-    out = layer_fn(x, router, w_gate_up, w_down, K, ops, main_path)(
-        None if main_path == "triton" else tm)
+    out = layer_call(layer, ops, main_path)(None if main_path == "triton" else tm)
 
     records = []
-    for name, fn, samples in layer_baselines:
-        call = lambda: fn(x, router, w_gate_up, w_down, K)  # noqa: E731
+    for name, call in baseline_calls.items():
         try:
             base_us, base_how = (interleaved[name] if name in interleaved else
-                                 timer(call, capturable=False, samples=samples))
-            err = rel_err(out, call())
-        except RuntimeError as e:  # e.g. _grouped_mm without kernels for this device / dtype
+                                 timer(call, capturable=False, samples=samples.get(name)))
+            err = max_relative_error(out, call())
+        except RuntimeError as e:
             print(f"  baseline {name} failed: {str(e).splitlines()[0]}")
             continue
         records.append(dict(op="moe_layer", **common, path=main_path, median_us=us, timing=how,
@@ -378,26 +218,25 @@ def bench_one(args, timer, ops, T, dist, tile_ms, model):
                             baseline_timing=base_how, max_rel_err_vs_baseline=err))
     for path in args.paths[1:]:
         ptm, pus, phow = timed[path]
-        pout = layer_fn(x, router, w_gate_up, w_down, K, ops, path)(ptm)
+        pout = layer_call(layer, ops, path)(ptm)
         records.append(dict(op="moe_layer", **common, path=main_path, median_us=us, timing=how,
                             baseline=path_label(path), baseline_median_us=pus,
                             baseline_timing=phow, baseline_tm=ptm,
-                            max_rel_err_vs_baseline=rel_err(out, pout)))
+                            max_rel_err_vs_baseline=max_relative_error(out, pout)))
     if not records:
         records.append(dict(op="moe_layer", **common, path=main_path, median_us=us, timing=how,
                             baseline=None, baseline_median_us=None))
-    weight_bytes = (w_gate_up.numel() + w_down.numel()) * w_gate_up.element_size()
     for r in records:
-        r["weight_bytes"] = weight_bytes
+        r["weight_bytes"] = layer.weight_bytes
         if args.device.type == "cuda":
-            r["weight_read_floor_us"] = weight_bytes / (args.hbm_tbps * 1e12) * 1e6
+            r["weight_read_floor_us"] = layer.weight_bytes / (args.hbm_tbps * 1e12) * 1e6
             r["matrix_floor_us"] = T * K * 6 * H * I / (args.matrix_tflops * 1e12) * 1e6
             r["floor_over_layer"] = r["weight_read_floor_us"] / us  # 1.0 = at the floor
 
     for path in args.paths:
         ptm, pus, _ = timed[path]
-        make = triton_stages if path == "triton" else ops_stages
-        stages = make(x, router, w_gate_up, w_down, K, E, ptm, ops)
+        stages = argon_stages(layer, ops, path, ptm, topk="auto" if path == "triton" else "torch")
+        del stages["layer"]  # timed above, at each tile_m
         prefix = "moe_layer" if path == main_path else f"moe_layer_{path}"
         records += stage_records(timer, stages, dict(common, tm=ptm), pus, prefix,
                                  rounds=args.rounds if args.device.type == "cpu" else 0)

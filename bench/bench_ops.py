@@ -12,9 +12,9 @@ import torch
 import torch_argon
 from torch_argon import reference
 from torch_argon.testing import baselines
-from torch_argon.paths import ops_tile_m
+from torch_argon.testing.layers import experts_path, make_layer
+from torch_argon.testing.routing import make_ids, make_weights
 from torch_argon.testing.timing import synchronize
-from routing_cases import make_ids, make_weights
 
 T, K, E, TM, H, I = 2048, 10, 512, 16, 2048, 512
 DEVICES = ["cpu"] + [d for d in ("cuda", "mps") if torch_argon.testing.backends.get(d).available]
@@ -87,15 +87,17 @@ def test_swiglu(benchmark, case, impl):
 
 @pytest.mark.parametrize("impl", ["argon", "torch_grouped_mm", "torch_per_expert_loop"])
 def test_moe_mm(benchmark, case, impl):
-    """A smaller layer for the GEMM (E=64, hidden 1024, width 512) so the CPU run stays short;
-    tile_m is the device's default for the layer (1 on the CPU: no padding rows)."""
+    """A smaller layer for the GEMM (E=64, hidden 1024, gate/up width 512) so the CPU run stays
+    short: its gate/up stack; tile_m is what the layer takes on the ops path on this device (1
+    on the CPU: no padding rows)."""
     e, hid, n = 64, 1024, 512
-    g = torch.Generator().manual_seed(1)
-    ids = make_ids(T, K, e, "uniform").to(case["dev"])
     dt = torch.float32 if case["dev"] == "cpu" else torch.bfloat16
-    wts = (torch.randn(e, n, hid, generator=g) / hid ** 0.5).to(case["dev"], dt)
-    tm = ops_tile_m(case["dev"])
+    layer = make_layer(T, e, K, hid, n // 2, dt, case["dev"], seed=1)
+    wts = layer.w_gate_up
+    tm = experts_path(layer.x, layer.experts, torch_argon.argon_ops, top_k=K, path="ops").tile_m
+    ids = make_ids(T, K, e, "uniform").to(case["dev"])
     plan = torch_argon.moe_plan(ids, case["w"], e, tm)
+    g = torch.Generator().manual_seed(1)
     xs = torch.randn(plan.sorted_token.shape[0], hid, generator=g).to(case["dev"], dt)
     order, ends = baselines.argsort_plan(ids, e)
     xs_u = xs[: T * K]

@@ -1,41 +1,42 @@
 """The quantized experts on CUDA (torch_argon/triton_ops: the Triton GEMMs with the GGUF dequant
-in registers), in one run: correctness of every format, then the issue's benchmark.
+in registers): the issue's benchmark. Every format's correctness on the GPU is the CUDA tests'
+(tests/test_quant_triton.py: dequantize bit for bit, the GEMMs within tolerance), which
+bench/h200_quant.sh runs before this script.
 
-    python bench/bench_quant.py --json $OUT/h200_quant.json            # the H200, < 7 minutes
+    python bench/bench_quant.py --json $OUT/h200_quant.json            # the H200
     python bench/bench_quant.py --quick                                 # smaller sweep
     python bench/bench_quant.py --sweep                                 # + Q4_K block shapes
+    python bench/bench_quant.py --gpuq --json $OUT/h200_quant_gpuq.json # the gpuq CUDA C++
+                                 kernels, every format and both activation modes against the
+                                 bf16 GEMMs (bench/bench_quant_gpuq.py; no extension needed)
     TRITON_INTERPRET=1 python bench/bench_quant.py --tiny --device cpu --dtype fp16 \
-        --formats Q4_K,Q8_0 --json /tmp/q.json                          # the logic, no GPU
+        --json /tmp/q.json                                              # the logic, no GPU
 
 Sections:
-- check: every format on the GPU: dequantize bit for bit against the reference (random blocks,
-  scale fields forced finite; and with inf/NaN scales, NaN as NaN), the fused gather + gate/up +
-  SwiGLU GEMM and the down GEMM within tolerance of the fp32 reference (tests/
-  quant_triton_cases.py: relative Frobenius error 1.5e-2 in bf16). Any failure is printed, and
-  the run's exit status is 1.
 - layer: the experts of a layer (plan, gate/up + SwiGLU, down, combine; the router is not
   timed) with bf16 activations, configs E=512 K=10 H=2048 I=512 and E=128 K=8 H=2048 I=768, T =
   128, 512, 2048, 8192, uniform routing (top-K of random scores), three ways in the same run:
-    quant        moe_experts_triton_quant on the quantized weights (Q4_K; rows for Q8_0,
+    quant        the triton_quantized experts on the quantized weights (Q4_K; rows for Q8_0,
                  IQ4_XS, IQ2_XS too)
     bf16         torch_argon.moe_experts on dense bf16 stacks of the same shapes (the Triton
                  path), the baseline
     dequant+bf16 dequantize both tensors to bf16 (our Triton dequantize kernel), then the bf16
                  path: what a library does for prefill today
-  GPU time per call under CUDA graph replay (median), after testing.timing.heat(). The quant
+  GPU time per call under CUDA graph replay (testing.timing.graph_us, median), after
+  testing.timing.heat(); the routing is testing.routing's uniform one. The quant
   output is compared with the dequant+bf16 output of the same weights (rel err printed).
 - sweep (--sweep): QMMConfig candidates for Q4_K's two GEMMs alone at T=128, 2048 and 8192
   (E=512; BLOCK_M 32 against 64 at the large T), to set triton_ops/quant_configs.py by. Runs
   in what is left of the time budget.
 
 Compile time: every kernel variant the run needs is compiled first in parallel worker
-processes (the check section runs there whole; the layer's paths run once on uninitialized
-weights, which only compiles them), so the timing in the main process finds Triton's cache warm.
+processes (the layer's paths run once on uninitialized weights, which only compiles them), so
+the timing in the main process finds Triton's cache warm.
 
 Records (JSON list): {"op": "moe_experts", "backend": "cuda", "quant": "Q4_K", "T", "E", "K",
 "H", "I", "tm", "dist", "median_us", "baseline": "moe_experts_bf16", "baseline_median_us",
-"ratio_to_bf16", "dequant_bf16_us", "speedup_vs_dequant_bf16", "target_ratio", ...}; check
-records {"op": "quant_check", "quant", "failures"}; sweep records {"op": "quant_sweep", ...}.
+"ratio_to_bf16", "dequant_bf16_us", "speedup_vs_dequant_bf16", "target_ratio", ...}; sweep
+records {"op": "quant_sweep", ...}.
 """
 import argparse
 import concurrent.futures
@@ -48,10 +49,13 @@ import traceback
 
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
-if os.environ.get("TRITON_INTERPRET") == "1":  # --tiny on the CPU: the tests' interpreter setup
-    import triton_interpreter_setup  # noqa: F401,E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if os.environ.get("TRITON_INTERPRET") == "1":  # --tiny on the CPU (before the kernels import)
+    from torch_argon.testing.triton_interpreter import enable
+    enable()
+from torch_argon.testing.layers import relative_error  # noqa: E402
+from torch_argon.testing.routing import routing  # noqa: E402
+from torch_argon.testing.timing import graph_us  # noqa: E402
 
 CONFIGS = {"E512": dict(E=512, K=10, H=2048, I=512), "E128": dict(E=128, K=8, H=2048, I=768)}
 T_LIST = (128, 512, 2048, 8192)
@@ -93,20 +97,13 @@ def random_quantized_gpu(name, E, N, n_in, seed, empty=False):
     return pool[idx].view(E, N, rb)
 
 
-def routing(T, E, K, seed=0):
-    g = torch.Generator(device=DEVICE).manual_seed(seed)
-    ids = torch.rand(T, E, device=DEVICE, generator=g).topk(K, dim=1).indices
-    w = torch.rand(T, K, device=DEVICE, generator=g)
-    return ids, w
-
-
 def quant_experts(name, cfg, seed, empty=False):
-    from quant_triton_cases import QE, QW
-    from torch_argon.quant import qformat
+    from torch_argon.quant import QuantizedExperts, QuantizedWeight
     E, H, I = cfg["E"], cfg["H"], cfg["I"]
     gu = random_quantized_gpu(name, E, 2 * I, H, seed, empty=empty)
     dn = random_quantized_gpu(name, E, H, I, seed + 1, empty=empty)
-    return QE(down=QW(dn, qformat(name), I), gate_up=QW(gu, qformat(name), H))
+    return QuantizedExperts(down=QuantizedWeight(dn, name, I),
+                            gate_up=QuantizedWeight(gu, name, H))
 
 
 def dense_experts(cfg, seed, empty=False):
@@ -123,12 +120,13 @@ def paths(x, ids, w, q, dense, T, cfg):
     """The three ways to run the experts, as argument-free functions."""
     import torch_argon
     from torch_argon import triton_ops
+    from torch_argon.experts import run_implementation
     from torch_argon.triton_ops.quant_ops import dequantize_triton
     ops = torch_argon.argon_ops
     tm = triton_ops.quant_layer_tile_m(T * cfg["K"], cfg["E"])
 
     def quant():
-        return triton_ops.moe_experts_triton_quant(x, ids, w, q, tile_m=tm, ops=ops)
+        return run_implementation("triton_quantized", x, ids, w, q, tile_m=tm, ops=ops)
 
     def bf16():
         return torch_argon.moe_experts(x, ids, w, dense)
@@ -148,24 +146,6 @@ def use_settings(settings):
     DEVICE, DTYPE, CONFIGS = settings
 
 
-def task_check(settings, name):
-    """The check section for one format; returns (name, failures, seconds)."""
-    use_settings(settings)
-    from quant_triton_cases import run_dequant_case, run_qmm_case
-    t0 = time.time()
-    failures = []
-    T, E, K = (100, 8, 4) if DEVICE == "cuda" else (8, 3, 2)
-    for job in (lambda: run_dequant_case(name, DEVICE),
-                lambda: run_dequant_case(name, DEVICE, finite=False),
-                lambda: run_qmm_case(name, DEVICE, DTYPE, T=T, E=E, K=K)):
-        try:
-            failures += job()
-        except Exception as e:  # noqa: BLE001 (a crash is a failure to report, not to hide)
-            failures.append(f"{name}: {type(e).__name__}: {e}\n{traceback.format_exc()[-1500:]}")
-    synchronize()
-    return name, failures, time.time() - t0
-
-
 def task_compile(settings, kind, cfg_name, name, Ts):
     """Runs one path once per T on uninitialized weights: compiles its kernels (the values are
     garbage, never read). Returns (label, seconds, error or "")."""
@@ -177,7 +157,7 @@ def task_compile(settings, kind, cfg_name, name, Ts):
         q = quant_experts(name, cfg, 0, empty=True) if name else None
         dense = dense_experts(cfg, 0, empty=True) if kind == "bf16" else None
         for T in Ts:
-            ids, w = routing(T, cfg["E"], cfg["K"])
+            ids, w = routing(T, cfg["E"], cfg["K"], device=DEVICE)
             fns, _ = paths(x[:T], ids, w, q, dense, T, cfg)
             fns[kind]()
         synchronize()
@@ -206,25 +186,16 @@ def synchronize():
         torch.cuda.synchronize()
 
 
-def graph_us(fn, inner=2, samples=10):
-    """Median us per call: CUDA graph replay on CUDA; elsewhere (--tiny) one call's wall clock."""
-    if DEVICE == "cuda":
-        from torch_argon.testing.timing import cuda_graph_us
-        return cuda_graph_us(fn, inner=inner, samples=samples)
-    t0 = time.perf_counter()
-    fn()
-    return (time.perf_counter() - t0) * 1e6
-
-
 def heat(ms=60):
     if DEVICE == "cuda":
         from torch_argon.testing.timing import heat as heat_cuda
         heat_cuda(ms)
 
 
-def rel_err(a, b):
-    a, b = a.double(), b.double()
-    return float((a - b).norm() / b.norm().clamp_min(1e-30))
+def timed_us(fn):
+    """Graph replay on CUDA (testing.timing.graph_us); elsewhere (--tiny) the wall clock of one
+    call after one."""
+    return graph_us(fn, DEVICE, samples=10 if DEVICE == "cuda" else 1)
 
 
 def bench_layer(cfg_name, name, Ts, records, with_baselines):
@@ -237,15 +208,15 @@ def bench_layer(cfg_name, name, Ts, records, with_baselines):
     x_all = (torch.randn(max(Ts), H, device=DEVICE) * 0.5).to(DTYPE)
     for T in Ts:
         x = x_all[:T]
-        ids, w = routing(T, E, K, seed=T)
+        ids, w = routing(T, E, K, seed=T, device=DEVICE)
         fns, tm = paths(x, ids, w, q, dense, T, cfg)
-        err = rel_err(fns["quant"](), fns["dequant+bf16"]())
+        err = relative_error(fns["quant"](), fns["dequant+bf16"]())
         heat()
-        us = {"quant": graph_us(fns["quant"])}
+        us = {"quant": timed_us(fns["quant"])}
         if with_baselines:
             for k in ("bf16", "dequant+bf16"):
                 heat(30)
-                us[k] = graph_us(fns[k])
+                us[k] = timed_us(fns[k])
         qbytes = q.gate_up.data.numel() + q.down.data.numel()
         rec = dict(op="moe_experts", backend=DEVICE, quant=name, config=cfg_name, T=T, E=E, K=K,
                    H=H, I=I, tm=tm, dist="uniform", dtype=str(DTYPE).replace("torch.", ""),
@@ -302,7 +273,7 @@ class SweepProblem:
         self.fmt = FORMATS[MAIN_FORMAT]
         self.tables = device_tables(DEVICE)
         self.tm = quant_configs.quant_layer_tile_m(T * K, self.E)
-        ids, w = routing(T, self.E, K, seed=T)
+        ids, w = routing(T, self.E, K, seed=T, device=DEVICE)
         self.plan = torch_argon.moe_plan(ids, w, self.E, self.tm)
         R = self.plan.sorted_token.shape[0]
         self.x = torch.randn(T, self.H, device=DEVICE).to(DTYPE)
@@ -350,7 +321,7 @@ def bench_sweep(records, budget_s):
             label = (f"sweep T={T:5d} tm={prob.tm:3d} {gemm:7s} block_n={bn:3d} warps={warps} "
                      f"stages={stages} block_m={bm or 'table'}")
             try:
-                us = graph_us(prob.fn(gemm, bn, warps, stages, bm), inner=3, samples=10)
+                us = timed_us(prob.fn(gemm, bn, warps, stages, bm))
             except Exception as e:  # noqa: BLE001 (a config that does not compile or run)
                 print(f"{label}: {type(e).__name__}: {str(e)[:200]}")
                 continue
@@ -366,7 +337,7 @@ def bench_sweep(records, budget_s):
 
 # ---- report ----------------------------------------------------------------------------------
 
-def table(records, check_failures, skipped, errors):
+def table(records, skipped, errors):
     rows = [r for r in records if r["op"] == "moe_experts"]
     print(f"\n=== quantized experts on {DEVICE} ({str(DTYPE).replace('torch.', '')} activations; "
           f"times in us, {'CUDA graph' if DEVICE == 'cuda' else 'wall-clock'} medians) ===")
@@ -392,26 +363,22 @@ def table(records, check_failures, skipped, errors):
         print("skipped (time budget): " + "; ".join(skipped))
     if errors:
         print(f"ERRORS ({len(errors)}): " + "; ".join(e[:300] for e in errors))
-    if check_failures:
-        print(f"CHECK FAILED for {len(check_failures)} format(s): "
-              + ", ".join(sorted(check_failures)))
-    else:
-        print("check: every format passed (dequantize bit-exact, GEMMs within tolerance)")
 
 
 def main():
+    if "--gpuq" in sys.argv[1:]:  # the gpuq kernels' table: its own script and arguments
+        import bench_quant_gpuq
+        sys.exit(bench_quant_gpuq.main([a for a in sys.argv[1:] if a != "--gpuq"]))
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default="bench/results/h200_quant.json")
     ap.add_argument("--quick", action="store_true", help="T = 128 and 2048 only")
     ap.add_argument("--sweep", action="store_true")
-    ap.add_argument("--no-check", action="store_true")
     ap.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1))
     ap.add_argument("--budget-s", type=float, default=390.0,
                     help="skip the remaining layer rows past this many seconds")
     ap.add_argument("--tiny", action="store_true", help="toy sizes on --device (logic test)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
-    ap.add_argument("--formats", default=None, help="comma list: check only these formats")
     args = ap.parse_args()
     start = time.time()
     settings = (args.device, {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype],
@@ -427,10 +394,8 @@ def main():
     layer_jobs = [(c, MAIN_FORMAT, main_T, True) for c in CONFIGS]
     layer_jobs += [("E512", f, extra_T, False) for f in EXTRA_FORMATS]
 
-    # 1. compile (and check) in parallel
-    from torch_argon.quant import FORMATS
-    checked = args.formats.split(",") if args.formats else list(FORMATS)
-    tasks = [] if args.no_check else [(task_check, (settings, n)) for n in checked]
+    # 1. compile in parallel
+    tasks = []
     for cfg_name, name, Ts, baselines in layer_jobs:
         tasks.append((task_compile, (settings, "quant", cfg_name, name, Ts)))
         if baselines:
@@ -439,30 +404,18 @@ def main():
     if args.sweep:  # T = 8192 compiles the same kernels as 2048
         tasks += [(task_compile_sweep, (settings, T, cand)) for T, cands in sweep_plan()[:2]
                   for cand in cands]
-    check_failures, skipped, errors, records = {}, [], [], []
-    print(f"compiling and checking in {args.workers} worker processes ({len(tasks)} tasks)",
-          flush=True)
+    skipped, errors, records = [], [], []
+    print(f"compiling in {args.workers} worker processes ({len(tasks)} tasks)", flush=True)
     for res in run_pool(tasks, args.workers):
         if res[0] == "worker":
             print(f"  worker failed on {res[1]}: {res[2]}", flush=True)
             errors.append(f"{res[1]}: {res[2]}")
-        elif isinstance(res[1], list):  # task_check
-            name, failures, secs = res
-            records.append(dict(op="quant_check", backend=DEVICE, quant=name,
-                                failures=failures, seconds=round(secs, 1)))
-            print(f"  check {name:7s} {'ok' if not failures else 'FAILED'} ({secs:.0f} s)",
-                  flush=True)
-            for f in failures:
-                print(f"    {f}", flush=True)
-            if failures:
-                check_failures[name] = failures
-        else:
-            label, secs, err = res
-            print(f"  compiled {label} ({secs:.0f} s){' ERROR ' + err if err else ''}",
-                  flush=True)
-            if err:
-                errors.append(f"{label}: {err}")
-    print(f"compile + check: {time.time() - start:.0f} s", flush=True)
+            continue
+        label, secs, err = res
+        print(f"  compiled {label} ({secs:.0f} s){' ERROR ' + err if err else ''}", flush=True)
+        if err:
+            errors.append(f"{label}: {err}")
+    print(f"compile: {time.time() - start:.0f} s", flush=True)
 
     # 2. the layer benchmark
     try:
@@ -485,9 +438,9 @@ def main():
             with open(args.json, "w") as f:
                 json.dump(records, f, indent=1)
             print(f"{len(records)} records written to {args.json}")
-        table(records, check_failures, skipped, errors)
+        table(records, skipped, errors)
         print(f"total {time.time() - start:.0f} s")
-    sys.exit(1 if check_failures or errors else 0)
+    sys.exit(1 if errors else 0)
 
 
 if __name__ == "__main__":

@@ -4,9 +4,9 @@
     python bench/bench_quant_cpu.py                      # the table (a few minutes)
     python bench/bench_quant_cpu.py --formats Q4_K --T 512 --repeats 3 --json out.json
 
-Shape: E experts, top-K routing of T tokens (uniform random, distinct experts per token), the
-CPU layer's tile_m (1); per format, both expert GEMMs of a layer: gate_up (w_q [E, 2I, H] on rows
-of H values) and down (w_q [E, H, I] on rows of I values). The activations are fp32 unless
+Shape: E experts, top-K routing of T tokens (testing.routing's uniform one: distinct experts per
+token), the CPU layer's tile_m (1); per format, both expert GEMMs of a layer: gate_up (w_q
+[E, 2I, H] on rows of H values) and down (w_q [E, H, I] on rows of I values). The activations are fp32 unless
 --dtype says otherwise; the baseline then dequantizes to fp32 (torch_argon.dequantize, our CPU
 kernel) and runs torch_argon.moe_mm in fp32 (with xs widened to fp32 and the result rounded back
 to --dtype: the fast way to run it; torch's CPU bf16 matmul is far slower).
@@ -44,15 +44,16 @@ def worker(args):
     sys.path.insert(0, ROOT)
     import torch_argon
     from torch_argon.quant import random_quantized
+    from torch_argon.testing.routing import routing
 
     if args.threads:
         torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
     E, K, T = args.E, args.K, args.T
     N, n_in = (2 * args.I, args.H) if args.gemm == "gate_up" else (args.H, args.I)
+    ids, weights = routing(T, E, K, seed=args.seed)
+    plan = torch_argon.moe_plan(ids, weights, E, 1)
     g = torch.Generator().manual_seed(args.seed)
-    ids = torch.rand(T, E, generator=g).topk(K, dim=1).indices
-    plan = torch_argon.moe_plan(ids, torch.rand(T, K, generator=g), E, 1)
     x = (torch.randn(T, n_in, generator=g)).to(dtype)
     xs = torch_argon.moe_gather(x, plan)
     w_q = random_quantized(args.format, N, n_in, leading=(E,), std=n_in ** -0.5, generator=g)

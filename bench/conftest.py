@@ -6,12 +6,9 @@ bench_ops.json, so a benchmark run leaves the working tree as it was. Where it w
 the end; `python bench/make_tables.py --raw PATH` turns it into the README's tables.
 """
 import os
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 
 def default_json_path() -> Path:

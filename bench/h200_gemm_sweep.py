@@ -31,7 +31,6 @@ import argparse
 import json
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import time
@@ -44,16 +43,15 @@ sys.path.insert(0, ROOT)
 # measurement. The interpreter must be chosen before triton is imported.
 DRY_RUN = "--cpu-dry-run" in sys.argv
 if DRY_RUN:
-    os.environ["TRITON_INTERPRET"] = "1"
-if DRY_RUN:  # NumPy >= 2.4 refuses int() of the interpreter's 1-element scalars (as
-    import triton.runtime.interpreter as _interp  # tests/triton_interpreter_run.py patches)
-    _patch = _interp._patch_lang_tensor
-
-    def _patched(tensor, scope):
-        _patch(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
-
-    _interp._patch_lang_tensor = _patched
+    # (loaded by path: importing torch_argon.testing would import the package and its kernels
+    # before the interpreter is on)
+    import importlib.util
+    _spec = importlib.util.spec_from_file_location(
+        "argon_triton_interpreter", os.path.join(ROOT, "torch_argon", "testing",
+                                                 "triton_interpreter.py"))
+    _interpreter = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_interpreter)
+    _interpreter.enable()
 RUN = types.SimpleNamespace(device="cpu" if DRY_RUN else "cuda", dtype_name="float16" if DRY_RUN
                             else "bfloat16")
 
@@ -381,92 +379,12 @@ def compile_jobs(jobs, procs, budget_s, work_dir, job_timeout_s=90, fake=False, 
 
 # ---- timing --------------------------------------------------------------------------------------
 
-def wall_us(fn, samples=2):
-    """The dry run's timer: median wall-clock microseconds of a few calls."""
-    fn()
-    times = []
-    for _ in range(samples):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e6)
-    return statistics.median(times)
-
-
-def warm_on_side_stream(fn):
-    """One call of fn on a side stream, as CUDA graph capture wants before capturing it."""
-    import torch
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-
-
-def graph_us(fn, samples=15, target_ms=2.0):
-    """fn captured into one CUDA graph (`inner` calls, about target_ms of work), replayed
-    `samples` times: the median GPU microseconds per call."""
-    import torch
-    if DRY_RUN:
-        return wall_us(fn)
-    warm_on_side_stream(fn)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    end.record()
-    end.synchronize()
-    inner = max(1, min(50, int(target_ms * 1e3 / max(start.elapsed_time(end) * 1e3, 1.0))))
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(inner):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(samples):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / inner)
-    del graph
-    return statistics.median(times)
-
-
-def interleaved_us(fns, rounds=3, samples=7, target_ms=3.0):
-    """{name: median us} of several functions on the same data, each captured once into a
-    CUDA graph (captured under whatever state the function sets up itself), replayed in turns
-    (round-robin, `rounds` times), so clock and thermal drift spread over all of them."""
-    import torch
-    if DRY_RUN:
-        return {name: wall_us(fn) for name, fn in fns.items()}
-    graphs = {}
-    for name, fn in fns.items():
-        warm_on_side_stream(fn)
-        t0 = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        est_us = max((time.perf_counter() - t0) * 1e6, 1.0)
-        inner = max(1, min(20, int(target_ms * 1e3 / est_us)))
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for _ in range(inner):
-                fn()
-        g.replay()
-        graphs[name] = (g, inner)
-    torch.cuda.synchronize()
-    times = {name: [] for name in fns}
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    for _ in range(rounds):
-        for name, (g, inner) in graphs.items():
-            for _ in range(samples):
-                start.record()
-                g.replay()
-                end.record()
-                end.synchronize()
-                times[name].append(start.elapsed_time(end) * 1e3 / inner)
-    del graphs
-    return {name: statistics.median(t) for name, t in times.items()}
+def graph_or_wall_us(fn, samples=15):
+    """One call captured into a CUDA graph, replayed about 2 ms worth per sample
+    (testing.timing.graph_us); the dry run: the wall clock of two calls after one."""
+    from torch_argon.testing.timing import graph_us
+    return graph_us(fn, RUN.device, samples=2 if DRY_RUN else samples, target_ms=2.0,
+                    max_replays=50)
 
 
 # ---- the problem ---------------------------------------------------------------------------------
@@ -480,16 +398,15 @@ def model_weights(E, H, I, seed=0):
     return wgu, wd
 
 
-def routing(T, E, K, H, seed):
-    """x [T, H] and a uniform top-K routing (K distinct experts per token, softmax weights of
-    the chosen scores), the same for every path timed at this point."""
+def problem(T, E, K, H, seed):
+    """x [T, H] and a uniform top-K routing (testing.routing: K distinct experts per token),
+    the same for every path timed at this point."""
     import torch
+    from torch_argon.testing.routing import routing
     dev = RUN.device
     g = torch.Generator(device=dev).manual_seed(seed)
     x = torch.randn(T, H, device=dev, generator=g).to(getattr(torch, RUN.dtype_name))
-    scores = torch.randn(T, E, device=dev, generator=g)
-    top, ids = scores.topk(K, dim=-1)
-    return x, ids, torch.softmax(top, dim=-1)
+    return (x,) + routing(T, E, K, "uniform", seed=seed, device=dev)
 
 
 def floors(E, K, H, I, T, touched=None):
@@ -540,7 +457,7 @@ class Sweep:
         torch = self.torch
         E, K, H, I = MODELS[model]
         wgu, wd = self.weights[model]
-        x, ids, w = routing(T, E, K, H, seed=T)
+        x, ids, w = problem(T, E, K, H, seed=T)
         results = {}
         for bm in BLOCK_MS:
             plan = self.reference.moe_plan(ids, w, E, bm)
@@ -567,7 +484,7 @@ class Sweep:
         torch = self.torch
         E, K, H, I = MODELS[model]
         wgu, wd = self.weights[model]
-        x, ids, w = routing(T, E, K, H, seed=T)
+        x, ids, w = problem(T, E, K, H, seed=T)
         records = []
         for tm in tile_ms:
             bm = min(tm, 128)
@@ -592,7 +509,7 @@ class Sweep:
                         call()
                         rec["rel_err"] = rel_err(out[valid], want)
                         if rec["rel_err"] <= GEMM_TOL:
-                            rec["us"] = graph_us(call)
+                            rec["us"] = graph_or_wall_us(call)
                     except Exception as e:
                         rec["error"] = f"{type(e).__name__}: {str(e)[:200]}"
                     records.append(rec)
@@ -606,10 +523,10 @@ class Sweep:
         """Phase 5 at one (model, T): today's choice, the table's, torch._grouped_mm."""
         torch, configs = self.torch, self.configs
         from torch_argon.testing import baselines
-        from torch_argon.triton_ops.experts import moe_experts_triton
+        from torch_argon.experts import run_implementation
         E, K, H, I = MODELS[model]
         wgu, wd = self.weights[model]
-        x, ids, w = routing(T, E, K, H, seed=T)
+        x, ids, w = problem(T, E, K, H, seed=T)
         ops = self.ops
         tm_old = configs.default_tile_m(T * K, E)
         configs.set_table(new_table)
@@ -619,7 +536,8 @@ class Sweep:
         def with_table(table, tm):
             def run():
                 configs.set_table(table)  # the choice happens at capture; replays keep it
-                return moe_experts_triton(x, ids, w, wgu, wd, tile_m=tm, ops=ops)
+                return run_implementation("triton_dense", x, ids, w, (wgu, wd), tile_m=tm,
+                                          ops=ops)
             return run
 
         def torch_path():
@@ -633,7 +551,8 @@ class Sweep:
         fns = {"old": with_table({}, tm_old), "new": with_table(new_table, tm_new),
                "torch_grouped_mm": torch_path}
         outs = {k: f() for k, f in fns.items()}
-        us = interleaved_us(fns)
+        from torch_argon.testing.timing import interleaved_graphs_us
+        us = interleaved_graphs_us(fns, RUN.device)
         configs.set_table(None)
         touched = int(torch.unique(ids).numel())
         rec = dict(model=model, E=E, K=K, H=H, I=I, T=T, tile_m_old=tm_old, tile_m_new=tm_new,
@@ -729,11 +648,11 @@ def environment():
     def copy_us():
         a = torch.empty(1 << 31, dtype=torch.uint8, device="cuda")
         b = torch.empty_like(a)
-        return graph_us(lambda: b.copy_(a), samples=5)
+        return graph_or_wall_us(lambda: b.copy_(a), samples=5)
 
     def matmul_us():
         m = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-        return graph_us(lambda: m @ m, samples=5)
+        return graph_or_wall_us(lambda: m @ m, samples=5)
 
     copy_us, mm_us = copy_us(), matmul_us()
     torch.cuda.empty_cache()

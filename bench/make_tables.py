@@ -244,9 +244,24 @@ def cpu_line(ops, quant):
             f"([all CPU tables](bench/README.md#cpu)).")
 
 
+def formats_line():
+    """The README's line on the quantized experts, from the format records
+    (torch_argon/quant/formats.py), not from results: the quantized formats, and the expert
+    weight bytes each saves against bf16 (16 bits against its bits per weight)."""
+    from torch_argon.quant.formats import FORMATS
+    quantized = [f for f in FORMATS.values() if not f.is_float]
+    saving = {f.name: 16 / f.bits_per_weight for f in quantized}
+    low, high = min(saving, key=saving.get), max(saving, key=saving.get)
+    shown = dict.fromkeys([low, "Q6_K", "Q4_K", high])
+    return (f"- **Quantized experts** in {len(quantized)} GGUF block formats, never dequantized "
+            f"in memory: {saving[low]:.1f}-{saving[high]:.1f}x fewer weight bytes than bf16 ("
+            + ", ".join(f"{n} {saving[n]:.1f}x" for n in shown) + ").")
+
+
 # name: (the document holding its marker, its results files in bench/results, the function
-# making it from their parsed JSON, in that order).
+# making it from their parsed JSON, in that order; no files: the function reads the library).
 TABLES = {
+    "formats-line": ("README.md", (), formats_line),
     "h200-layer": ("README.md", ("h200.json",), layer_table),
     "h200-stages": ("bench/README.md", ("h200.json",), stage_table),
     "cpu-line": ("README.md", ("cpu.json", "cpu_quant.json"), cpu_line),

@@ -25,9 +25,10 @@ import torch
 # torch_argon from PYTHONPATH (the build under test), else this checkout; then bench_cuda.
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch_argon  # noqa: E402
-from bench_cuda import E, TM, behind, behind_us, graph_us, plan_bits_equal, routing  # noqa: E402
+from bench_cuda import E, K, TM, behind, behind_us, plan_bits_equal  # noqa: E402
 from torch_argon.testing.plan_tuning import set_plan_knobs  # noqa: E402
-from torch_argon.testing.timing import heat  # noqa: E402
+from torch_argon.testing.routing import routing  # noqa: E402
+from torch_argon.testing.timing import cuda_graph_us, heat  # noqa: E402
 
 DEFAULT_T = "1,16,128,512,1024,2048,3072,4096,6144,8192"
 
@@ -63,15 +64,15 @@ def main():
     results = {}
     for dist in ("uniform", "zipf"):
         for T in (int(t) for t in args.T.split(",")):
-            ids, w = routing(T, dist, seed=T)
+            ids, w = routing(T, E, K, dist, seed=T, device="cuda")
             if args.ids == "int32":
                 ids = ids.int()
             out = ops.moe_plan(ids, w, E, TM)
             exact = plan_bits_equal(out, ids, w)
-            heat()  # clocks up (see torch_argon/timing.py)
+            heat()  # clocks up (see torch_argon/testing/timing.py)
             def plan():
                 ops.moe_plan(ids, w, E, TM, out=out)
-            times = [graph_us(plan) for _ in range(3)]
+            times = [cuda_graph_us(plan) for _ in range(3)]
             exact = exact and plan_bits_equal(out, ids, w)  # what the timed replays wrote
             results[f"{dist}/{T}"] = [min(times), exact]
             print(f"{args.tag} {dist:8s} T={T:6d} {min(times):6.2f} us "

@@ -1,4 +1,4 @@
-"""Does heat() (torch_argon/timing.py, run by bench_cuda.py) change what the plan's timing
+"""Does heat() (torch_argon/testing/timing.py, run by bench_cuda.py) change what the plan's timing
 reads? One process, the same op and inputs, four ways, alternated three times (CUDA only):
   cold        no matrix products before the timing
   heat        timed right after heat's bf16 products
@@ -14,13 +14,14 @@ import torch
 
 import torch_argon
 from bench import bench_cuda as bc
+from torch_argon.testing.routing import routing
 from torch_argon.testing.timing import cuda_graph_us, heat
 
 
 def main():
     ops = torch_argon.argon_ops
     for T in (16, 128, 512, 1024, 4096):
-        ids, w = bc.routing(T, "uniform", seed=T)
+        ids, w = routing(T, bc.E, bc.K, "uniform", seed=T, device="cuda")
         out = ops.moe_plan(ids, w, bc.E, bc.TM)
         call = lambda: ops.moe_plan(ids, w, bc.E, bc.TM, out=out)  # noqa: E731
         got = {"cold": [], "heat": [], "heat+sleep": [], "inner100": []}

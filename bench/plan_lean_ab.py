@@ -6,12 +6,13 @@ one side per process; bench/plan_lean_ab.sh runs the sides alternately and print
 
 run: for each config (E x K, tile_m 16), routing (uniform: top-k of random scores; zipf: Zipf(1.2)
 expert popularity, K distinct experts per token) and T, the plan's GPU time per call under CUDA
-graph replay (torch_argon.timing.cuda_graph_us, best of --reps, after heat()), plans back to back
+graph replay (testing.timing.cuda_graph_us, best of --reps, after heat()), plans back to back
 ("b2b") and behind the Triton router top-k ("topk": graph of [top-k, plan] less graph of
 [top-k], as bench_cuda.py's plan_after_topk); every plan, and what the timed replays left in the
-outputs, checked bit for bit against torch_argon.reference. Only APIs both trees have are used
-(torch.ops.argon.moe_plan / moe_plan_out, timing, reference, triton_ops.topk_triton), so the
-same harness times both. Writes DIR/ab_TAG.json: {"meta": {...}, "points": {key: [us, exact]}},
+outputs, checked bit for bit against torch_argon.reference. The routings and timers are this
+checkout's (torch_argon/testing/routing.py and timing.py, loaded by path: they import torch
+only), whichever tree is under test; of that tree only APIs both sides have are used
+(torch.ops.argon.moe_plan / moe_plan_out, reference, triton_ops.topk_triton). Writes DIR/ab_TAG.json: {"meta": {...}, "points": {key: [us, exact]}},
 key "E<E>K<K>/<routing>/<T>/<b2b|topk>".
 
 table: the best of each side's runs (tags base1, base2, ... are side "base"), new minus base,
@@ -61,16 +62,16 @@ def split_key(k):
 
 # ---- run (one side, on the GPU) ------------------------------------------------------------
 
-def routing(T, E, K, dist, seed):
-    import torch
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    if dist == "uniform":
-        ids = torch.rand(T, E, device="cuda", generator=g).topk(K, dim=1).indices
-    else:
-        p = 1.0 / torch.arange(1, E + 1, dtype=torch.float64, device="cuda") ** 1.2
-        p = p[torch.randperm(E, device="cuda", generator=g)].float()
-        ids = torch.multinomial(p.expand(T, E), K, replacement=False, generator=g)
-    return ids, torch.rand(T, K, device="cuda", generator=g)  # int64 ids, as torch.topk gives
+def this_checkout(module):
+    """torch_argon/testing/<module>.py of this checkout, loaded by path: the same routings and
+    timers for both sides, whatever the tree under test has."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "torch_argon", "testing", f"{module}.py")
+    spec = importlib.util.spec_from_file_location(f"argon_ab_{module}", path)
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    return loaded
 
 
 def run(args):
@@ -78,10 +79,9 @@ def run(args):
 
     import torch_argon
     from torch_argon import reference
-    try:  # where the timers live since the dev tooling moved to torch_argon.testing
-        from torch_argon.testing.timing import cuda_graph_us, heat
-    except ImportError:  # 18cadd2 and earlier
-        from torch_argon.timing import cuda_graph_us, heat
+    routing = this_checkout("routing").routing
+    timing = this_checkout("timing")
+    cuda_graph_us, heat = timing.cuda_graph_us, timing.heat
     if not torch.cuda.is_available():
         raise SystemExit("plan_lean_ab.py run: torch sees no CUDA device")
     topk = None
@@ -98,7 +98,7 @@ def run(args):
     for E, K in parse_configs(args.configs):
         for dist in ("uniform", "zipf"):
             for T in parse_ts(args.T):
-                ids, w = routing(T, E, K, dist, seed=T + E)
+                ids, w = routing(T, E, K, dist, seed=T + E, device="cuda")
                 out = plan_op(ids, w, E, TILE_M)
                 want = tuple(reference.moe_plan(ids.cpu(), w.cpu(), E, TILE_M))[:7]
 

@@ -2,8 +2,8 @@
 candidate config of the fused gate/up + SwiGLU kernel and of the down kernel at the layer's
 shapes (bf16, E=512, K=10, H=2048, I=512), for the tile_m values that suit each T, next to
 torch._grouped_mm on the same padded rows; check each kernel's output against torch; measure
-the copy bandwidth (the weight-streaming ceiling) and the router's parts. Runs without the
-compiled extension (plans come from torch_argon.reference), so it needs no build.
+the copy bandwidth (the weight-streaming ceiling) and the router's parts. The layer is
+torch_argon.testing.layers.make_layer's, its plans torch_argon.reference's.
 
     python bench/sweep_triton_mm.py --out $OUT/sweep.json     # ~2-3 minutes
 
@@ -15,24 +15,14 @@ import json
 import multiprocessing as mp
 import os
 import sys
-import types
 
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def import_package_without_extension():
-    """torch_argon's __init__ loads the compiled _C; the modules used here need none of it."""
-    pkg = types.ModuleType("torch_argon")
-    pkg.__path__ = [os.path.join(ROOT, "torch_argon")]
-    sys.modules.setdefault("torch_argon", pkg)
-
-
-import_package_without_extension()
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from torch_argon import reference  # noqa: E402
 from torch_argon.routing import route  # noqa: E402
-from torch_argon.testing.timing import cuda_events_us, cuda_graph_us as graph_us  # noqa: E402
+from torch_argon.testing.layers import make_layer, relative_error  # noqa: E402
+from torch_argon.testing.timing import cuda_graph_us as graph_us, median_us  # noqa: E402
 from torch_argon.triton_ops.configs import MMConfig  # noqa: E402
 from torch_argon.triton_ops.ops import launch_moe_mm, topk_triton  # noqa: E402
 
@@ -58,22 +48,19 @@ TILE_MS = {128: [16], 512: [16, 32], 2048: [32, 64], 8192: [64, 128]}
 
 def events_us(fn, inner=5, samples=7):
     """CUDA events around `inner` back-to-back calls (after one warm-up call), median."""
-    fn()
-    torch.cuda.synchronize()
-    return cuda_events_us(fn, inner=inner, samples=samples)
+    return median_us(fn, "cuda", warmup=1, repeat=samples, inner=inner)
 
 
-def problem(T, E=512, K=10, H=2048, I=512, seed=0):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    r = lambda *s, sc: (torch.randn(*s, generator=g, device="cuda") * sc).bfloat16()  # noqa
-    return r(T, H, sc=1.0), r(E, H, sc=H ** -0.5), r(E, 2 * I, H, sc=H ** -0.5), \
-        r(E, H, I, sc=I ** -0.5)
+def problem(T, E=512, K=10, H=2048, I=512):
+    """x, router, gate/up and down stacks of the layer (bf16, on the GPU)."""
+    layer = make_layer(T, E, K, H, I, torch.bfloat16, "cuda")
+    return layer.x, layer.router_weight, layer.w_gate_up, layer.w_down
 
 
 def compile_worker(jobs):
     """Compile (and run once on small data) each (swiglu, block_m, config): fills the Triton
     cache so the timing process loads instead of compiling."""
-    x, _, wgu, wd = problem(64, E=16)
+    x, _, wgu, wd = problem(64, E=16, K=4)
     ids = torch.arange(64 * 4, device="cuda").view(64, 4) % 16
     for swiglu, bm, cfg in jobs:
         plan = reference.moe_plan(ids, torch.rand(64, 4, device="cuda"), 16, bm)
@@ -139,12 +126,8 @@ def topk_check(x, router, K):
     return res
 
 
-def rel_err(a, b):
-    return float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30))
-
-
 def sweep_T(T, K=10, E=512, H=2048, I=512):
-    x, router, wgu, wd = problem(T)
+    x, router, wgu, wd = problem(T, E, K, H, I)
     ids, weights = route(x, router, K)
     out = {"T": T, "route_split_us": route_split(x, router, K), "topk": topk_check(x, router, K),
            "tile_m": {}}
@@ -184,7 +167,7 @@ def sweep_T(T, K=10, E=512, H=2048, I=512):
                     want = y_t
                 try:
                     call()
-                    err = rel_err(c[:n_rows], want[:n_rows])
+                    err = relative_error(c[:n_rows], want[:n_rows])
                     us = events_us(call)
                 except Exception as e:
                     res[name].append({"config": cfg.__dict__, "error": f"{type(e).__name__}: "

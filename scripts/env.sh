@@ -9,6 +9,9 @@
 #                       wheel is CPU-only)
 #   ARGON_PYTHON        the interpreter that makes .venv (default python3)
 #   MAX_JOBS            parallel compile jobs (default: every core)
+#   ARGON_TEST_BUILD    1: build the test executors too (torch_argon._C_test; scripts/test.sh)
+# The compilers' output goes to build/argon_build.log; the terminal gets one line per library
+# built (and the log's tail if the build fails).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"

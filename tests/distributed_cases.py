@@ -491,10 +491,36 @@ def bad_weights_differ(ctx):
                 a["experts"] = (torch.cat([gu, gu], 1), torch.cat([dn, dn], 2))  # I = 16
         bad_call(ctx, mode=mode, rank_change=inter, expect=("intermediate size differs",))
 
-        def dtype(rank, a):
+        def dtype(rank, a):  # x and the experts agree on rank 0, but not with the others
             if rank == 0:
                 a["experts"] = tuple(t.double() for t in a["experts"])
-        bad_call(ctx, mode=mode, rank_change=dtype, expect=("kind and dtype differs",))
+                a["x"] = a["x"].double()
+        bad_call(ctx, mode=mode, rank_change=dtype, expect=("x's dtype differs",))
+
+        def quantized(rank, a):  # rank 0's share as Q8_0 blocks, the others' dense
+            if rank == 0:
+                a["experts"] = quantized_share(*a["experts"])
+        bad_call(ctx, mode=mode, H=32, I=32, rank_change=quantized,
+                 expect=("kind and dtype differs",))
+
+        def experts_not_of_x_dtype(rank, a):  # refused by rank 0's own check
+            if rank == 0:
+                a["experts"] = tuple(t.double() for t in a["experts"])
+        bad_call(ctx, mode=mode, rank_change=experts_not_of_x_dtype,
+                 expect=("but x is torch.float32",) if ctx.rank == 0 else
+                 ("refused their arguments",))
+
+
+def quantized_share(gate_up, down):
+    """QuantizedExperts (Q8_0) of the shapes of a dense share."""
+    from torch_argon.quant import QuantizedExperts, QuantizedWeight, random_quantized
+    (E, two_i, H), I = gate_up.shape, down.shape[2]
+    g = torch.Generator().manual_seed(0)
+    return QuantizedExperts(
+        gate_up=QuantizedWeight(random_quantized("Q8_0", two_i, H, leading=(E,), generator=g)
+                                .to(gate_up.device), "Q8_0", H),
+        down=QuantizedWeight(random_quantized("Q8_0", H, I, leading=(E,), generator=g)
+                             .to(gate_up.device), "Q8_0", I))
 
 
 @case(2, 4)

@@ -3,17 +3,14 @@ kernel, the quantized grouped GEMM and experts path), shared by the CUDA tests a
 interpreter run on the CPU (tests/quant_triton_interpreter_run.py). Each case returns a list of
 failure messages (empty = pass), checked against torch_argon.quant.dequantize_reference and the
 fp32 / float64 references of torch_argon.reference."""
-from dataclasses import dataclass
-from typing import Optional
-
 import torch
 
 from routing_cases import make_ids, make_weights
 from torch_argon import reference
-from torch_argon.quant import (FORMATS, dequantize_reference, force_finite_scales, qformat,
-                               random_quantized)
+from torch_argon.experts import run_implementation
+from torch_argon.quant import (FORMATS, QuantizedExperts, QuantizedWeight, dequantize_reference,
+                               force_finite_scales, qformat, random_quantized)
 from torch_argon.triton_ops import quant_ops
-from torch_argon.triton_ops.quant_experts import moe_experts_triton_quant
 from triton_cases import poison_allocator, rel_err
 
 NAMES = list(FORMATS)
@@ -24,23 +21,8 @@ NAMES = list(FORMATS)
 QREL_TOL = {torch.float16: 2e-3, torch.bfloat16: 1.5e-2, torch.float32: 1e-5}
 
 
-@dataclass(frozen=True)
-class QW:
-    """A quantized weight as the experts path reads it (torch_argon.quant.QuantizedWeight's
-    fields)."""
-    data: torch.Tensor
-    qtype: object
-    n_in: int
-
-
-@dataclass(frozen=True)
-class QE:
-    """Quantized experts as the experts path reads them: gate_up, or gate and up; down."""
-    down: QW
-    gate_up: Optional[QW] = None
-    gate: Optional[QW] = None
-    up: Optional[QW] = None
-    kind = "quantized"
+# The experts path takes torch_argon.quant's weights objects (the short names for the cases).
+QW, QE = QuantizedWeight, QuantizedExperts
 
 
 def dims_for(name):
@@ -173,7 +155,7 @@ def run_qmm_case(name, device, dtype, *, T=8, E=3, K=2, tm=16, dist="neg_some", 
 
 def run_experts_case(name, device, dtype, *, T=8, E=3, K=2, tm=16, dist="neg_some",
                      down_name=None, split=None, problem=None, ops=None):
-    """moe_experts_triton_quant against the float64 layer on the dequantized weights. split: a
+    """The triton_quantized experts against the float64 layer on the dequantized weights. split: a
     second format for `up` (gate and up then two tensors: two GEMMs and the swiglu op)."""
     from torch_argon.testing import backends
     ops = ops or backends.get("cuda" if torch.device(device).type == "cuda" else "cpu").ops
@@ -195,7 +177,8 @@ def run_experts_case(name, device, dtype, *, T=8, E=3, K=2, tm=16, dist="neg_som
     dense_d = dequantize_reference(wd, down_name, I)
     want = reference.moe_layer(x, None, (dense_gu, dense_d), K, topk_ids=ids, topk_weights=w)
     poison_allocator(d)
-    got = moe_experts_triton_quant(x.to(d), ids.to(d), w.to(d), q, tile_m=tm, ops=ops)
+    got = run_implementation("triton_quantized", x.to(d), ids.to(d), w.to(d), q, tile_m=tm,
+                             ops=ops)
     what = f"{name}{'/' + split if split else ''}{'/' + down_name if down_name != name else ''}"
     err = rel_err(got, want)
     if got.shape != want.shape or got.dtype != x.dtype or not err <= QREL_TOL[dtype]:

@@ -1,4 +1,4 @@
-"""The CPU experts path's own machinery (csrc/cpu/moe_mm_cpu.cpp, layer._CpuWorkspace): blocks
+"""The CPU experts path's own machinery (csrc/cpu/moe_mm_cpu.cpp, experts/cpu_workspace.py): blocks
 of one expert split over threads, the fp16 / bf16 GEMMs widened to fp32, calls from inside
 torch.inference_mode with outputs that are inference tensors, and the layer's buffers reused
 across calls of different shapes. Tolerances as tests/test_moe_mm.py's."""
@@ -72,7 +72,8 @@ def test_moe_mm_strided_operands():
 def test_layer_reuses_buffers_across_shapes(dtype, inference):
     """Calls of growing and shrinking T through the reused buffers equal fresh-buffer calls
     (another OpSet object over the same library, which the workspace does not serve)."""
-    from torch_argon import layer
+    from torch_argon import experts, layer
+    from torch_argon.experts import cpu_workspace
     from torch_argon.ops import argon_ops as ops
     from torch_argon.ops import OpSet
     fresh_ops = OpSet(torch.ops.argon)
@@ -87,8 +88,11 @@ def test_layer_reuses_buffers_across_shapes(dtype, inference):
     with ctx:
         for T in (40, 300, 7, 300):
             x = torch.randn(T, H).to(dtype)
+            assert experts.choose(x, (wgu, wd), n_entries=T * K, ops=ops).name == "cpu_workspace"
+            assert experts.choose(x, (wgu, wd), n_entries=T * K, ops=fresh_ops).name == "ops_dense"
             got = layer.moe_layer(x, router, (wgu, wd), K, ops=ops)
             want = layer.moe_layer(x, router, (wgu, wd), K, ops=fresh_ops)
             assert torch.equal(got, want)
-    assert layer._CPU_WORKSPACE.buffers  # the buffers were used
+    assert cpu_workspace.BUFFERS.buffers  # the buffers were used
     layer.clear_cpu_workspace()
+    assert not cpu_workspace.BUFFERS.buffers

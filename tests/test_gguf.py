@@ -110,3 +110,35 @@ def test_not_an_moe_file(tmp_path):
     w.close()
     with pytest.raises(ag.GGUFError, match="expert_count is missing or 0"):
         ag.GGUFMoE(path)
+
+
+@pytest.mark.parametrize("formats", [("F16", "F16", "F16"), ("BF16", "BF16", "BF16"),
+                                     ("F32", "F16", "BF16")], ids=str)
+def test_float_experts_run_dense(tmp_path, formats):
+    """Experts stored as plain floats (a converter's output before quantizing) load as dense
+    stacks in the layer's dtype and run the dense kernels (they raised in forward before:
+    "qtype 30 is BF16, a plain float type ...")."""
+    import torch_argon
+    from torch_argon import reference
+    from torch_argon.nn import Experts
+    written = write_moe_file(tmp_path / "m.gguf", formats=formats)
+    f = ag.GGUFMoE(tmp_path / "m.gguf")
+    layer = f.moe_layer(0)
+    assert isinstance(layer.experts, Experts)
+    w = layer.experts.expert_weights()
+    assert w.kind == "dense" and w.dtype == torch.float32
+    values = {part: torch_argon.quant.dequantize_reference(
+        written[f"blk.0.ffn_{part}_exps.weight"], fmt, 256) for part, fmt in
+        zip(("gate", "up", "down"), formats)}
+    assert torch.equal(w.gate_up, torch.cat([values["gate"], values["up"]], dim=1))
+    assert torch.equal(w.down, values["down"])
+    x = torch.randn(9, 256)
+    with torch.no_grad():
+        got = layer(x)
+        ids, weights = torch_argon.route(x, layer.gate.weight, 2, renormalize=True)
+    want = reference.moe_layer(x, None, w, 2, topk_ids=ids, topk_weights=weights)
+    assert float((got - want).norm() / want.norm()) < 1e-5
+    bf16 = f.moe_layer(1, dtype=torch.bfloat16)
+    assert bf16.experts.expert_weights().dtype == torch.bfloat16
+    with torch.no_grad():
+        assert bf16(x.bfloat16()).dtype == torch.bfloat16

@@ -90,3 +90,83 @@ def test_plan_out_as_a_plain_tuple(backend, ref):
     assert all(torch.equal(a.cpu(), b) for a, b in zip(plan.tensors(), want.tensors()))
     with pytest.raises(ValueError, match="out must be a MoEPlan or a tuple of its seven"):
         backend.ops.moe_plan(ids.to(backend.device), w.to(backend.device), E, 4, out=bufs[:6])
+
+
+# ---- dtypes and devices, named at the entry the caller used (issue 42 item 3) -------------------
+
+def test_router_of_another_dtype_names_router_weight_and_x():
+    """Was torch's raw "expected m1 and m2 to have the same dtype" from the router GEMM."""
+    x, router, wgu, wd = layer_args()
+    with pytest.raises(ValueError, match=r"router_weight is torch.float16 but x is torch.float32"):
+        torch_argon.moe_layer(x, router.half(), (wgu, wd), K)
+    with pytest.raises(ValueError, match=r"router_weight is torch.float16 but x is torch.float32"):
+        torch_argon.route(x, router.half(), K)
+
+
+@pytest.mark.parametrize("entry", ["moe_layer", "moe_experts", "nn.MoE"])
+def test_experts_of_another_dtype_name_the_experts_and_x(entry):
+    """fp16 experts with fp32 x: was "w must have the dtype of xs" (an inner op's names)."""
+    x, router, wgu, wd = layer_args()
+    match = (r"experts \(w_gate_up, w_down\) are torch.float16 but x is torch.float32: the "
+             r"expert stacks must have x's dtype")
+    with pytest.raises(ValueError, match=match):
+        if entry == "moe_layer":
+            torch_argon.moe_layer(x, router, (wgu.half(), wd.half()), K)
+        elif entry == "moe_experts":
+            torch_argon.moe_experts(x, make_ids(T, K, E, "uniform"), make_weights(T, K),
+                                    (wgu.half(), wd.half()))
+        else:
+            moe = torch_argon.nn.MoE(H, I, E, K)
+            moe.experts.half()
+            with torch.no_grad():
+                moe(x)
+
+
+def test_expert_stacks_of_two_dtypes_are_refused_naming_both():
+    x, router, wgu, wd = layer_args()
+    with pytest.raises(ValueError, match="w_gate_up is torch.float32 and w_down torch.float16"):
+        torch_argon.moe_layer(x, router, (wgu, wd.half()), K)
+
+
+def test_shared_expert_weights_of_another_dtype_are_named():
+    x, router, wgu, wd = layer_args()
+    shared = (torch.randn(5, H).half(), torch.randn(5, H), torch.randn(H, 5))
+    with pytest.raises(ValueError, match=r"shared_expert_weights\[0\] is torch.float16 on cpu "
+                                         r"but x is torch.float32"):
+        torch_argon.moe_layer(x, router, (wgu, wd), K, shared_expert_weights=shared)
+
+
+@pytest.mark.parametrize("bad,match", [
+    (dict(shared=torch.randn(T + 1, H)), r"shared must be \[T, H\] = \[6, 16\] like x"),
+    (dict(residual=torch.randn(T, H + 1)), r"residual must be \[T, H\] = \[6, 16\] like x"),
+    (dict(activation="relu"), 'activation must be one of "silu", "gelu", "gelu_tanh"'),
+])
+def test_layer_extras_are_checked_before_any_work(bad, match):
+    x, router, wgu, wd = layer_args()
+    with pytest.raises(ValueError, match=match):
+        torch_argon.moe_layer(x, router, (wgu, wd), K, **bad)
+
+
+@pytest.mark.skipif(not torch.backends.mps.is_available() and not torch.cuda.is_available(),
+                    reason="needs a second device (CUDA or MPS) to put the experts on")
+def test_experts_on_another_device_than_x_are_named():
+    x, router, wgu, wd = layer_args()
+    dev = "cuda" if torch.cuda.is_available() else "mps"
+    with pytest.raises(ValueError, match=r"experts \(w_gate_up, w_down\) are on .* but x is on cpu"):
+        torch_argon.moe_layer(x, router, (wgu.to(dev), wd.to(dev)), K)
+    with pytest.raises(ValueError, match=r"router_weight is on .* but x is on cpu"):
+        torch_argon.moe_layer(x, router.to(dev), (wgu, wd), K)
+
+
+def test_quantized_experts_name_x_when_it_is_no_float_they_take():
+    from torch_argon.quant import QuantizedExperts, QuantizedWeight, random_quantized
+    q = QuantizedExperts(
+        gate_up=QuantizedWeight(random_quantized("Q8_0", 2 * 32, 32, leading=(E,)), "Q8_0", 32),
+        down=QuantizedWeight(random_quantized("Q8_0", 32, 32, leading=(E,)), "Q8_0", 32))
+    x = torch.randn(T, 32, dtype=torch.float64)
+    with pytest.raises(ValueError, match="x must be float32, float16 or bfloat16 to run quantized "
+                                         "experts, got torch.float64"):
+        torch_argon.moe_experts(x, make_ids(T, K, E, "uniform"), make_weights(T, K), q)
+    with pytest.raises(ValueError, match=r"gate_up must be \[E, N, n_in=H=16\] to take x"):
+        torch_argon.moe_experts(torch.randn(T, 16), make_ids(T, K, E, "uniform"),
+                                make_weights(T, K), q)

@@ -1,16 +1,20 @@
 """The main job (python -m torch_argon) on the CPU at small sizes: parity and the stages of the
 path the layer took, its flags and their errors, T = 0, progress while it measures, the busy
 machine note, and the plot; --quant (the layer with quantized experts beside the dense one) and
---gguf (the MoE blocks of a tiny GGUF file written by tests/gguf_files.py)."""
+--gguf (the MoE blocks of a tiny GGUF file written by tests/gguf_files.py; those tests need the
+gguf package, and skip naming it where it is not installed)."""
 import json
 
 import pytest
 import torch
 
+from conftest import needs
 from gguf_files import write_moe_file
 from torch_argon import __main__ as job
 from torch_argon.__main__ import main
+from torch_argon.testing.timing import busy_notes
 
+needs_gguf = needs("gguf", "writes the tiny GGUF files these tests read")
 TINY = ["--device", "cpu", "--T", "32", "--E", "8", "--K", "2", "--hidden", "64", "--inter", "32",
         "--rounds", "2", "--repeat", "1"]
 
@@ -63,7 +67,7 @@ BAD_FLAGS = [
     (["--hidden", "0"], "--hidden must be >= 1, got 0"),
     (["--repeat", "0"], "--repeat must be >= 1"),
     (["--T", "many"], "argument --T: invalid int value"),
-    (["--quant", "Q9_K"], "--quant Q9_K: unknown format; formats with kernels: Q8_0, "),
+    (["--quant", "Q9_K"], "--quant Q9_K: unknown quantized type 'Q9_K'; torch_argon reads F32, "),
     (["--quant", "F16"], "--quant F16: no quantized kernels for this format on cpu"),
     (["--quant", ","], "--quant needs a format"),
     (["--quant", "Q8_0,Q4_K", "--hidden", "96"],
@@ -141,22 +145,25 @@ def test_spread_rounds_are_reported_as_a_busy_machine(tmp_path, capsys, quiet_ma
 def test_busy_notes():
     argon = {"route": 10.0, "gate/up GEMM": 500.0, "whole layer": 400.0}
     torch_path = {"route": 10.0, "whole layer": 900.0}
+
+    def notes(argon, runs, **kw):
+        return busy_notes({"argon": argon, "argsort + grouped_mm": torch_path}, runs, **kw)
+
     steady = {("argon", "route"): [10.0, 10.0], ("argon", "whole layer"): [400.0, 410.0]}
-    notes = job.busy_notes(argon, torch_path, steady, load=0.0, cores=2)
-    assert notes == ["argon: gate/up GEMM read slower than the whole layer (400.0 us), "
-                     "which runs it"]
+    assert notes(argon, steady, load=0.0, cores=2) == [
+        "argon: gate/up GEMM read slower than the whole layer (400.0 us), which runs it"]
     fine = dict(argon, **{"gate/up GEMM": 300.0})
-    assert job.busy_notes(fine, torch_path, steady, load=0.0, cores=2) == []
+    assert notes(fine, steady, load=0.0, cores=2) == []
     # a tiny stage's jitter is no sign; a 50% gap of hundreds of microseconds is
     jitter = {("argon", "plan"): [4.0, 9.0]}
-    assert job.busy_notes(fine, torch_path, jitter, load=0.0, cores=2) == []
+    assert notes(fine, jitter, load=0.0, cores=2) == []
     spread = {("argon", "whole layer"): [400.0, 600.0, 420.0]}
-    assert job.busy_notes(fine, torch_path, spread, load=0.0, cores=2) == [
+    assert notes(fine, spread, load=0.0, cores=2) == [
         "rounds disagree by more than 25%: argon whole layer 48%"]
     # the load average, less this job's own threads, above half the cores
-    assert job.busy_notes(fine, torch_path, steady, load=3.0, cores=2, own_threads=2) == []
-    assert "load average 3.5 on 2 cores" in job.busy_notes(fine, torch_path, steady, load=3.5,
-                                                           cores=2, own_threads=2)[0]
+    assert notes(fine, steady, load=3.0, cores=2, own_threads=2) == []
+    assert "load average 3.5 on 2 cores" in notes(fine, steady, load=3.5, cores=2,
+                                                  own_threads=2)[0]
 
 
 def test_plot_title_fits_and_shows_the_loop():
@@ -227,6 +234,7 @@ def run_gguf(tmp_path, path, *extra):
     return json.loads(report.read_text())
 
 
+@needs_gguf
 def test_gguf_runs_the_first_blocks_of_a_file(tmp_path, capsys):
     path = tmp_path / "tiny.gguf"
     written = write_moe_file(path, n_blocks=3, E=4, K=2, H=256, I=256)
@@ -247,6 +255,7 @@ def test_gguf_runs_the_first_blocks_of_a_file(tmp_path, capsys):
     assert got["config"]["n_experts"] == 4 and got["config"]["top_k"] == 2
 
 
+@needs_gguf
 def test_gguf_with_a_shared_expert_and_two_gate_up_formats(tmp_path, capsys):
     path = tmp_path / "shared.gguf"
     write_moe_file(path, "qwen2moe", n_blocks=1, E=4, K=2, H=256, I=256,
@@ -257,6 +266,7 @@ def test_gguf_with_a_shared_expert_and_two_gate_up_formats(tmp_path, capsys):
     assert 0 < got["parity"]["rel_error"] < job.QUANT_TOLERANCE["bfloat16"]
 
 
+@needs_gguf
 def test_gguf_parity_failure_fails_the_job(tmp_path, monkeypatch):
     path = tmp_path / "tiny.gguf"
     write_moe_file(path, n_blocks=1, E=4, K=2, H=256, I=256)
@@ -279,6 +289,7 @@ def bad_file(tmp_path, kind):
     return path
 
 
+@needs_gguf
 @pytest.mark.parametrize("kind,message", [
     ("not_gguf", "not a readable GGUF file"),
     ("q4_1", "tensor 'blk.0.ffn_gate_exps.weight' is stored as Q4_1, which torch_argon does "
@@ -294,3 +305,104 @@ def test_a_gguf_file_the_job_cannot_run_is_one_error_line(tmp_path, capsys, kind
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"python -m torch_argon: error: {path}: "), err
     assert message in err
+
+
+# ---- output paths, Ctrl-C, --layers beyond the file ----------------------------------------
+
+@pytest.mark.parametrize("flag", ["--json", "--plot"])
+@pytest.mark.parametrize("where", ["no_folder", "under_a_file", "a_folder"])
+def test_an_unwritable_output_is_one_error_line_before_the_job(tmp_path, capsys, monkeypatch,
+                                                              flag, where):
+    (tmp_path / "a_file").write_text("")
+    path = {"no_folder": tmp_path / "missing" / "out", "under_a_file": tmp_path / "a_file" / "out",
+            "a_folder": tmp_path}[where]
+    monkeypatch.setattr(job, "run_dense", lambda *a: pytest.fail("the job ran"))
+    with pytest.raises(SystemExit) as exit_:
+        main([*TINY, flag, str(path)])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"python -m torch_argon: error: {flag} "
+                                                   f"{path}: cannot write it ("), err
+
+
+def test_checking_the_outputs_leaves_them_as_they_were(tmp_path):
+    kept, fresh = tmp_path / "kept.json", tmp_path / "fresh.png"
+    kept.write_text("earlier report")
+    job.parse_args(["--device", "cpu", "--json", str(kept), "--plot", str(fresh)])
+    assert kept.read_text() == "earlier report" and not fresh.exists()
+
+
+def test_ctrl_c_is_one_line_and_status_130(tmp_path):
+    """SIGINT in the middle of the job (as Ctrl-C sends it): no traceback, status 130."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    cmd = [sys.executable, "-m", "torch_argon", "--device", "cpu", "--T", "2048", "--E", "64",
+           "--K", "8", "--hidden", "512", "--inter", "256", "--rounds", "1000",
+           "--json", str(tmp_path / "r.json"), "--plot", str(tmp_path / "r.png")]
+    # (SIGINT as the job's shell leaves it: a parent that ignores it must not pass that on)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        assert "torch_argon main job" in proc.stdout.readline()  # past the imports
+        time.sleep(1)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130
+    assert err == "python -m torch_argon: interrupted\n"
+
+
+def test_a_reader_that_stops_early_ends_the_job_quietly(tmp_path):
+    """`python -m torch_argon | head -2`: no BrokenPipeError traceback, status 141."""
+    import subprocess
+    import sys
+    cmd = [sys.executable, "-m", "torch_argon", *TINY, "--json", str(tmp_path / "r.json"),
+           "--plot", str(tmp_path / "r.png")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert "torch_argon main job" in proc.stdout.readline()
+        proc.stdout.close()  # as head does after its lines
+        err = proc.stderr.read()
+        proc.wait(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 141 and err == ""
+
+
+@needs_gguf
+def test_more_layers_than_the_file_has_is_one_error_line(tmp_path, capsys):
+    path = tmp_path / "two.gguf"
+    write_moe_file(path, n_blocks=2, E=4, K=2, H=256, I=256)
+    with pytest.raises(SystemExit) as exit_:
+        run_gguf(tmp_path, path, "--layers", "5")
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err == f"python -m torch_argon: error: --layers 5: {path} has 2 MoE blocks (blocks 0, 1)\n"
+
+
+def test_gguf_cases_skip_naming_the_package_where_gguf_is_missing(tmp_path):
+    """The GPU machine's image has no gguf package: there the tests that write GGUF files skip
+    and say so, and the library still answers --gguf with its own message."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    here = Path(__file__).resolve()
+    hide = ("import sys; sys.modules['gguf'] = None; import pytest; "
+            f"sys.exit(pytest.main(['-q', '-rs', '-p', 'no:cacheprovider', {str(here)!r}, "
+            "'-k', 'gguf and not skip_naming_the_package']))")
+    done = subprocess.run([sys.executable, "-c", hide], capture_output=True, text=True,
+                          cwd=here.parents[1], timeout=600)
+    summary = done.stdout.strip().splitlines()[-1]
+    assert done.returncode == 0 and "failed" not in summary and "error" not in summary, done.stdout
+    import re
+    skipped = re.search(r"(\d+) skipped", summary)
+    assert skipped and int(skipped.group(1)) >= 7 and "needs the gguf package" in done.stdout
+    hidden = ("import sys; sys.modules['gguf'] = None; from torch_argon.__main__ import main; "
+              f"main(['--device', 'cpu', '--gguf', {__file__!r}, '--json', "
+              f"{str(tmp_path / 'r.json')!r}])")
+    done = subprocess.run([sys.executable, "-c", hidden], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 2 and "needs the gguf package" in done.stderr, done.stderr

@@ -1,6 +1,6 @@
 """The kernel signatures of the .metal files are the one source of each kernel's buffer order:
 setup.py generates the host adapters and the recipe's binding table from them
-(tools/metal_codegen.py), and the recipe binds by parameter name (csrc/metal/bind.h). These tests
+(build_tools/metal_codegen.py), and the recipe binds by parameter name (csrc/metal/bind.h). These tests
 check the parser (plain and template kernels, what synchronises, the signature rules), that the
 table built into the extension is the one the sources give today, and that a binding the
 signature does not allow is an error when the recipe is recorded.
@@ -14,9 +14,8 @@ import pytest
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tools"))
-import metal_codegen  # noqa: E402
-import metal_kernels as mk  # noqa: E402
+from build_tools import metal_codegen  # noqa: E402
+from build_tools import metal_kernels as mk  # noqa: E402
 
 from torch_argon.testing import backends  # noqa: E402
 
@@ -134,16 +133,24 @@ kernel void k(constant P& p [[buffer(2)]], device float* out [[buffer(0)]],
     assert '{{"p", 2, sizeof(P)}, {"out", 0, 0}, {"x", 1, 0}}' in table
 
 
-def test_no_shader_include_leaves_the_metal_dir():
-    metal_dir = os.path.join(ROOT, "torch_argon", "metal")
-    for path in glob.glob(os.path.join(metal_dir, "*")):
+def test_no_shader_include_leaves_the_metal_and_shared_dirs():
+    """A shader includes headers of torch_argon/metal/ or "shared/..." of csrc/shared/ only
+    (the library must compile on its own); the shared headers include only each other."""
+    shader_files = glob.glob(os.path.join(ROOT, "torch_argon", "metal", "*"))
+    shared = glob.glob(os.path.join(ROOT, "torch_argon", "csrc", "shared", "*.h"))
+    for path in shader_files + shared:
         for inc in re.findall(r'#include\s+"([^"]+)"', open(path).read()):
-            assert os.path.exists(os.path.join(metal_dir, inc)), f"{path}: #include \"{inc}\""
+            found = metal_codegen.shader_include(inc)
+            assert found is not None, f"{path}: #include \"{inc}\""
+            if path in shared:
+                assert inc.startswith("shared/"), f"{path}: #include \"{inc}\""
     assert "kernel void" in metal_codegen.flattened_library()
+    with pytest.raises(mk.MetalParseError, match="reach out"):
+        metal_codegen.flatten_text('#include "checks.h"\n', "x.metal")
 
 
 def library_kernels():
-    return mk.parse_files(metal_codegen.library_files(), [metal_codegen.METAL_DIR])
+    return mk.parse_files(metal_codegen.library_files(), list(metal_codegen.INCLUDE_DIRS))
 
 
 @needs_host

@@ -19,7 +19,6 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tools", "metal_check"))
-sys.path.insert(0, os.path.join(ROOT, "tools"))
 import msl_lint  # noqa: E402
 import strict_compile  # noqa: E402
 

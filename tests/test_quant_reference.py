@@ -6,6 +6,7 @@ the synthetic weights."""
 import enum
 import importlib.util
 import os
+import re
 import types
 
 import numpy as np
@@ -104,7 +105,7 @@ def test_qformat_accepts_names_enums_and_ids():
 
 @pytest.mark.parametrize("bad", ["Q4_1", "nope", 3, 99, None, 2.0, True])
 def test_qformat_unknown(bad):
-    with pytest.raises(ValueError, match="supported: F32, F16, BF16, Q8_0"):
+    with pytest.raises(ValueError, match="reads F32, F16, BF16, Q8_0"):
         qformat(bad)
 
 
@@ -495,3 +496,29 @@ def test_doc_formulas(name):
     got = dequantize_reference(w, name, fmt.block_elems)
     for r in range(3):
         assert_bits_equal(scalar_dequant(w[r].tolist(), name), got[r], f"{name} block {r}")
+
+
+def test_a_format_not_read_is_named_alike_everywhere(tmp_path):
+    """Q4_1 through the name, its id, the public dequantize, the main job's --quant and a GGUF
+    file: the same words (formats.not_read), never "unknown" (issue 42 item 9)."""
+    import subprocess
+    import sys
+
+    import torch_argon
+    from torch_argon.quant.formats import not_read
+    words = not_read("Q4_1")
+    assert words.startswith("Q4_1, which torch_argon does not read (GGML type 3; it reads F32")
+    for qtype in ("Q4_1", "q4_1", 3):
+        with pytest.raises(ValueError, match=re.escape(words)):
+            qformat(qtype)
+    with pytest.raises(ValueError, match=re.escape(words)):
+        torch_argon.dequantize(torch.zeros(2, 20, dtype=torch.uint8), "Q4_1", 32)
+    got = subprocess.run([sys.executable, "-m", "torch_argon", "--quant", "Q4_1"],
+                         capture_output=True, text=True, timeout=300)
+    assert got.returncode == 2 and words in got.stderr and "unknown" not in got.stderr
+    gguf_files = pytest.importorskip("gguf_files", reason="the GGUF files need the gguf package")
+    path = tmp_path / "q4_1.gguf"
+    gguf_files.write_moe_file(path, n_blocks=1, formats=("Q4_1", "Q4_1", "Q6_K"))
+    import torch_argon.gguf as ag
+    with pytest.raises(ag.GGUFError, match=re.escape("is stored as " + words)):
+        ag.load_moe_layers(str(path))

@@ -1,6 +1,6 @@
 """The quantized Triton kernels of torch_argon/triton_ops (quant_blocks, dequantize_kernel,
-moe_qmm_kernel, quant_ops, quant_experts) against torch_argon.quant.dequantize_reference and the
-fp32 / float64 references:
+moe_qmm_kernel, quant_ops) and the triton_quantized experts (torch_argon/experts) against
+torch_argon.quant.dequantize_reference and the fp32 / float64 references:
 - CUDA, every format: dequantize bit for bit (NaN as NaN) with finite and with inf/NaN scales;
   the fused gather + gate/up + SwiGLU GEMM, the gathered and the row-ordered GEMM and the
   moe_qmm_out kernel within QREL_TOL of fp32 (tests/quant_triton_cases.py: relative Frobenius
@@ -23,6 +23,7 @@ import torch
 
 import torch_argon
 from torch_argon import reference, triton_ops
+from torch_argon.experts import run_implementation
 from torch_argon.quant import FORMATS, dequantize_reference, qformat, random_quantized
 from torch_argon.testing import backends
 from routing_cases import make_ids, make_weights
@@ -164,7 +165,7 @@ def test_quant_experts_compile_fullgraph_cuda():
     ops = backends.get("cuda").ops
 
     def experts(x, ids, w, q):
-        return triton_ops.moe_experts_triton_quant(x, ids, w, q, tile_m=16, ops=ops)
+        return run_implementation("triton_quantized", x, ids, w, q, tile_m=16, ops=ops)
 
     eager = experts(x, ids, w, q)
     torch._dynamo.reset()
@@ -177,7 +178,7 @@ def test_quant_experts_cuda_graph():
     x, wgu, wd, ids, w = _small_problem(T=40)
     q = _quant_experts(x, wgu, wd)
     ops = backends.get("cuda").ops
-    run = lambda: triton_ops.moe_experts_triton_quant(x, ids, w, q, tile_m=16, ops=ops)  # noqa
+    run = lambda: run_implementation("triton_quantized", x, ids, w, q, tile_m=16, ops=ops)  # noqa
     eager = run()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -233,7 +234,7 @@ def _bad_args():
     (lambda a: {**a, "w": a["w"][..., :-1]}, "w_q has 143 bytes per row, but Q4_K rows"),
     (lambda a: {**a, "w": a["w"].view(torch.int8)}, "w_q must be uint8"),
     (lambda a: {**a, "n_in": 250}, "Q4_K needs the input dim to be a multiple of 256"),
-    (lambda a: {**a, "qtype": "Q4_1"}, "unknown quantized type 'Q4_1'"),
+    (lambda a: {**a, "qtype": "Q4_1"}, "quantized type Q4_1, which torch_argon does not read"),
     (lambda a: {**a, "qtype": "Q8_0"}, "w_q has 144 bytes per row, but Q8_0 rows of n_in=256"),
     (lambda a: {**a, "w": a["w"][:, :-1]}, r"w_q must be \[E, 2I, row_bytes\]"),
     (lambda a: {**a, "x": a["x"][:, :128]}, r"a \[rows, n_in=256\] and w_q"),

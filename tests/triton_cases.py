@@ -5,6 +5,7 @@ import torch
 
 from routing_cases import make_ids, make_weights
 from torch_argon import reference, triton_ops
+from torch_argon.experts import run_implementation
 from torch_argon.triton_ops import configs
 from torch_argon.triton_ops.configs import MMConfig
 
@@ -175,7 +176,8 @@ def run_case(name, device, dtype, ops, variant=None, configs_pair=None):
     poison_allocator(d)
     check("down (row-ordered)", triton_ops.moe_mm_triton(want_h.to(d), wdd, *args), want_y)
     poison_allocator(d)
-    got = triton_ops.moe_experts_triton(xd, ids.to(d), w.to(d), wgud, wdd, tile_m=tm, ops=ops)
+    got = run_implementation("triton_dense", xd, ids.to(d), w.to(d), (wgud, wdd), tile_m=tm,
+                             ops=ops)
     err = rel_err(got, want_layer)
     if got.shape != want_layer.shape or err > tol:
         failures.append(f"experts path: rel err {err:.2e} (shape {tuple(got.shape)})")
@@ -258,8 +260,8 @@ def run_variant(name, variant, device, dtype, ops, configs_pair=None):
         if chosen != (cfg_gu, cfg_dn):
             failures.append(f"{variant}: the table lookup chose {chosen}")
         poison_allocator(d)
-        got = triton_ops.moe_experts_triton(xd, ids.to(d), w.to(d), wgud, wdd, tile_m=tm,
-                                            ops=ops)
+        got = run_implementation("triton_dense", xd, ids.to(d), w.to(d), (wgud, wdd),
+                                 tile_m=tm, ops=ops)
     finally:
         configs.set_table(None)
     err = rel_err(got, want_layer)

@@ -20,7 +20,7 @@ PYTHON=${PYTHON:-python3}
 TI=$("$PYTHON" -c 'import torch.utils.cpp_extension as c; print(c.include_paths()[0])')
 OUT=${GLUE_OUT:-build/mps_glue}
 mkdir -p "$OUT"
-"$PYTHON" tools/metal_codegen.py --out build/argon_generated >/dev/null  # metal_source.inc
+"$PYTHON" -m build_tools.metal_codegen --out build/argon_generated >/dev/null  # metal_source.inc
 
 TARGET=(-target arm64-apple-macos14 -isysroot "$SDK")
 FLAGS=(-x objective-c++ -std=c++20 -fobjc-arc -fvisibility=hidden "${TARGET[@]}"

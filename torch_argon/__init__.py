@@ -4,11 +4,12 @@
     xs = torch_argon.moe_gather(x, plan)
     ...
 or the whole layer: torch_argon.moe_layer(x, router_weight, (w_gate_up, w_down), top_k).
+Which implementation runs a layer's experts, and why: torch_argon.experts.explain(x, experts).
 """
 import torch
 
 from . import _C  # noqa: F401  (registers the ops of every compiled backend)
-from . import nn, quant, reference
+from . import experts, nn, quant, reference
 from .ops import OpSet, argon_ops
 from .plan import MoEPlan
 from .layer import moe_experts, moe_layer

@@ -5,7 +5,7 @@ Mirrors argon::plan_dims in csrc/checks.cpp.
 """
 import torch
 
-META_SIZE = 4  # n_rows, n_tiles, n_valid_entries, n_bad_ids (csrc/plan_layout.h)
+META_SIZE = 4  # n_rows, n_tiles, n_valid_entries, n_bad_ids (csrc/shared/plan_params.h)
 META_N_ROWS, META_N_TILES, META_N_VALID, META_N_BAD_IDS = range(META_SIZE)
 
 

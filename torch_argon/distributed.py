@@ -13,8 +13,8 @@ Two dispatch modes, the same result (docs/distributed.md):
                 one all_to_all_single, read on the host: the one host sync, for the split sizes
                 (and the cross-rank checks). It then sends each entry's row of x, and the row's
                 expert id local to the receiver, to the owner; the owner runs its experts on the
-                rows it got (moe_experts with one slot of weight 1 per row, which returns each
-                expert output exactly); the rows go back, and the sender combines them with the
+                rows it got (one slot of weight 1 per row, which returns each expert output
+                exactly); the rows go back, and the sender combines them with the
                 routing weights by moe_combine: ascending k, fp32, one rounding, as the
                 single-process layer does. Each expert sees the same rows in the same order as in
                 the single-process layer over the ranks' tokens concatenated in rank order.
@@ -35,6 +35,12 @@ x, ids and weights first, so it needs the same T on every rank) or "replicated" 
 passes the same tokens and gets the whole output; "all_to_all" then dispatches one block of
 ceil(T / W) tokens per rank and all-gathers the outputs).
 
+Both modes are PrepareFinalize variants of the layer's one experts flow (experts/flow.py:
+AllToAll and NoSync below): they decide which tokens the local experts run and where the outputs
+go; the plan, gather, GEMMs and combine of the local experts are the flow's, run by the
+implementation the registry chose once for the call (with its tile_m rule, applied to the
+entries this rank's experts expect).
+
 Errors: every argument error, cross-rank mismatch (n_experts, expert weights' shapes or types,
 dtypes, a group other than the one the weights were split for) and out-of-range id is found by
 one collective every rank reaches (the header trade) before any data collective, and every rank
@@ -48,9 +54,11 @@ from typing import NamedTuple, Optional
 import torch
 import torch.distributed as dist
 
-from .layer import moe_experts
+from .experts import flow, registry
+from .experts.arguments import check_experts_arguments
+from .experts.base import ExpertsCall
+from .experts.flow import Batch, PrepareFinalize
 from .ops import argon_ops
-from .paths import choose_experts_path
 from .weights import as_expert_weights
 
 MODES = ("auto", "all_to_all", "no_sync")
@@ -257,7 +265,7 @@ def _capturing() -> bool:
 
 
 def _argument_error(x, topk_ids, topk_weights, experts, n_experts, mode, tokens, shared,
-                    residual):
+                    residual, activation, activation_quant):
     """The first thing wrong with this rank's own arguments, as a ValueError, or None."""
     if mode not in MODES:
         return ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -265,21 +273,10 @@ def _argument_error(x, topk_ids, topk_weights, experts, n_experts, mode, tokens,
         return ValueError(f"tokens must be one of {TOKENS}, got {tokens!r}")
     if isinstance(n_experts, bool) or not isinstance(n_experts, int) or n_experts < 1:
         return ValueError(f"n_experts must be a positive int, got {n_experts!r}")
-    if x.dim() != 2:
-        return ValueError(f"x must be 2-D [T, H], got shape {tuple(x.shape)}")
-    T, H = x.shape
-    if topk_ids.dim() != 2 or topk_ids.shape[0] != T:
-        return ValueError(f"topk_ids must be [T={T}, K], got {tuple(topk_ids.shape)}")
-    if topk_ids.dtype not in (torch.int32, torch.int64):
-        return ValueError(f"topk_ids must be int32 or int64, got {topk_ids.dtype}")
-    if tuple(topk_weights.shape) != tuple(topk_ids.shape):
-        return ValueError(f"topk_weights must have topk_ids' shape {tuple(topk_ids.shape)}, got "
-                          f"{tuple(topk_weights.shape)}")
-    for name, t in (("shared", shared), ("residual", residual)):
-        if t is not None and tuple(t.shape) != (T, H):
-            return ValueError(f"{name} must be [T, H] = [{T}, {H}], got {tuple(t.shape)}")
     try:
-        experts.check(H)
+        check_experts_arguments(x, topk_ids, topk_weights, experts, shared=shared,
+                                residual=residual, activation=activation,
+                                activation_quant=activation_quant)
     except ValueError as e:
         return e
     return None
@@ -288,7 +285,7 @@ def _argument_error(x, topk_ids, topk_weights, experts, n_experts, mode, tokens,
 def ep_moe_experts(x, topk_ids, topk_weights, local_experts, *, n_experts: int, group=None,
                    mode: str = "auto", tokens: str = "sharded", tile_m: Optional[int] = None,
                    shared=None, residual=None, ops=argon_ops, path: str = "auto",
-                   check: bool = True, activation: str = "silu"):
+                   check: bool = True, activation: str = "silu", activation_quant: str = "auto"):
     """The routed experts of one layer with the experts split over the ranks of `group`.
 
     Every rank of the group calls it, with the same n_experts, mode, tokens and dtypes.
@@ -302,7 +299,7 @@ def ep_moe_experts(x, topk_ids, topk_weights, local_experts, *, n_experts: int, 
     mode: "auto", "all_to_all" or "no_sync" (module docstring; "auto": choose_mode).
     tokens: "sharded" or "replicated".
     shared, residual: optional [T, H] added in the combine, as moe_experts does.
-    tile_m, ops, path, activation: as moe_experts, for the local experts' GEMMs.
+    tile_m, ops, path, activation, activation_quant: as moe_experts, for the local experts.
     check: trade a header first and raise on every rank if any rank is wrong (one small
         collective read on the host). The all_to_all mode trades it anyway (it carries the split
         sizes); for "no_sync" it is the only host sync, skipped inside torch.compile and CUDA
@@ -313,12 +310,17 @@ def ep_moe_experts(x, topk_ids, topk_weights, local_experts, *, n_experts: int, 
     (replicated).
     """
     W, rank = _group_size_rank(group)
+    experts = impl = call = None
     try:
         experts = shard_experts(local_experts, n_experts, group)
         local_error = _argument_error(x, topk_ids, topk_weights, experts, n_experts, mode,
-                                      tokens, shared, residual)
+                                      tokens, shared, residual, activation, activation_quant)
+        if local_error is None:  # the implementation, chosen once for the local experts
+            call = ExpertsCall.of(x, experts, ops=ops, tile_m=tile_m, activation=activation,
+                                  activation_quant=activation_quant)
+            impl = registry.choose(call, path)
     except (TypeError, ValueError) as e:
-        experts, local_error = None, e
+        local_error = e
     capturing = _capturing()
     trade = check and not capturing
     if local_error is not None and not trade and mode != "all_to_all":
@@ -334,12 +336,12 @@ def ep_moe_experts(x, topk_ids, topk_weights, local_experts, *, n_experts: int, 
                                          W=W, rank=rank, ops=ops)
     starts = expert_starts(n_experts, W)
     if mode == "all_to_all":
-        out = _all_to_all(block, hs, experts, group=group, W=W, starts=starts, rank=rank,
-                          tile_m=tile_m, ops=ops, path=path, activation=activation)
-        return block.finish(out, group=group, W=W)
-    return _no_sync(x, topk_ids, topk_weights, experts, starts[rank], starts[rank + 1],
-                    shared=shared, residual=residual, tokens=tokens, group=group, W=W, rank=rank,
-                    tile_m=tile_m, ops=ops, path=path, activation=activation)
+        dispatch = AllToAll(block, hs, group=group, W=W, starts=starts, ops=ops)
+    else:
+        dispatch = NoSync(starts[rank], starts[rank + 1], tokens=tokens, group=group, W=W,
+                          rank=rank)
+    return flow.run(impl, call, topk_ids, topk_weights, prepare_finalize=dispatch,
+                    shared=shared, residual=residual)
 
 
 def _trade_headers(x, topk_ids, topk_weights, experts, n_experts, mode, tokens, shared, residual,
@@ -384,10 +386,18 @@ def _header(x, topk_ids, topk_weights, experts, n_experts, mode, tokens, local_e
                   top_k=topk_ids.shape[1], n_experts=n_experts, local_experts=experts.n_experts,
                   inter=getattr(experts, "inter", 0), x_dtype=_code(x.dtype),
                   ids_dtype=_code(topk_ids.dtype), weights_dtype=_code(topk_weights.dtype),
-                  experts=_code(f"{experts.kind}:{experts.dtype}"), T=x.shape[0])
+                  experts=_code(_signature(experts)), T=x.shape[0])
     for name, v in values.items():
         header[_F[name]] = int(v)
     return header
+
+
+def _signature(experts) -> str:
+    """The experts' kind and number format, as the ranks must agree on them."""
+    if experts.kind == "dense":
+        return f"dense:{experts.dtype}"
+    return "quantized:" + ",".join(f"{part}={w.qtype.name}"
+                                   for part, w in experts.parts().items())
 
 
 class _Block(NamedTuple):
@@ -444,29 +454,40 @@ def _local_index(n_experts, starts, device):
     return idx.to(device)
 
 
-def _all_to_all(block, hs, experts, *, group, W, starts, rank, tile_m, ops, path, activation):
-    x, plan = block.x, block.plan
-    send, recv = hs.send_rows, hs.recv_rows
-    n_send, n_recv = sum(send), sum(recv)
-    H = x.shape[1]
-    # The plan's first n_send rows are the valid entries, sorted by expert, hence by owner.
-    rows = ops.moe_gather(x, plan)[:n_send]
-    row_ids = torch.repeat_interleave(_local_index(len(plan.counts), tuple(starts), x.device),
-                                      plan.counts.long(), output_size=n_send)
-    got = x.new_empty((n_recv, H))
-    dist.all_to_all_single(got, rows, recv, send, group=group)
-    got_ids = row_ids.new_empty((n_recv,))
-    dist.all_to_all_single(got_ids, row_ids, recv, send, group=group)
-    if n_recv:
-        ones = torch.ones((n_recv, 1), dtype=torch.float32, device=x.device)
-        done = moe_experts(got, got_ids[:, None], ones, experts, tile_m=tile_m, ops=ops,
-                           path=path, activation=activation)
-    else:
-        done = got
-    back = x.new_empty((n_send, H))
-    dist.all_to_all_single(back, done, send, recv, group=group)
-    return ops.moe_combine(back, plan, block.weights, shared=block.shared,
-                           residual=block.residual, out_dtype=x.dtype)
+class AllToAll(PrepareFinalize):
+    """The all_to_all mode (module docstring): prepare sends each planned entry's row of x, with
+    the row's expert id local to the receiver, to the rank owning the expert, and hands the
+    local experts the rows this rank got, one slot of weight 1 each (so each expert output
+    comes back exactly); finalize sends the outputs back and combines them with the routing
+    weights, in this rank's plan of its block."""
+
+    def __init__(self, block, hs, *, group, W, starts, ops):
+        self.block, self.hs, self.group, self.W = block, hs, group, W
+        self.starts, self.ops = starts, ops
+
+    def prepare(self, x, topk_ids, topk_weights, *, shared=None, residual=None, out_dtype=None):
+        block, send, recv = self.block, self.hs.send_rows, self.hs.recv_rows
+        n_send, n_recv = sum(send), sum(recv)
+        plan, H = block.plan, block.x.shape[1]
+        # The plan's first n_send rows are the valid entries, sorted by expert, hence by owner.
+        rows = self.ops.moe_gather(block.x, plan)[:n_send]
+        row_ids = torch.repeat_interleave(
+            _local_index(len(plan.counts), tuple(self.starts), block.x.device),
+            plan.counts.long(), output_size=n_send)
+        got = block.x.new_empty((n_recv, H))
+        dist.all_to_all_single(got, rows, recv, send, group=self.group)
+        got_ids = row_ids.new_empty((n_recv,))
+        dist.all_to_all_single(got_ids, row_ids, recv, send, group=self.group)
+        ones = torch.ones((n_recv, 1), dtype=torch.float32, device=got.device)
+        return Batch(got, got_ids[:, None], ones, None, None, block.x.dtype, n_recv)
+
+    def finalize(self, done, batch):
+        block, send, recv = self.block, self.hs.send_rows, self.hs.recv_rows
+        back = block.x.new_empty((sum(send), block.x.shape[1]))
+        dist.all_to_all_single(back, done, send, recv, group=self.group)
+        out = self.ops.moe_combine(back, block.plan, block.weights, shared=block.shared,
+                                   residual=block.residual, out_dtype=block.x.dtype)
+        return block.finish(out, group=self.group, W=self.W)
 
 
 # torch 2.13 renames all_gather_into_tensor (2.11, on the GPU machines, has only that name).
@@ -479,41 +500,53 @@ def _all_gather(t, *, group, W):
     return out
 
 
-def _no_sync(x, topk_ids, topk_weights, experts, lo, hi, *, shared, residual, tokens, group, W,
-             rank, tile_m, ops, path, activation):
-    T, H = x.shape
-    if tokens == "sharded":
-        x_all = _all_gather(x, group=group, W=W)
-        ids_all = _all_gather(topk_ids, group=group, W=W)
-        w_all = _all_gather(topk_weights, group=group, W=W)
-        C = T
-    else:
-        x_all, ids_all, w_all = x, topk_ids, topk_weights
-        C = math.ceil(T / W)
-    mine = (ids_all >= lo) & (ids_all < hi)
-    local_ids = torch.where(mine, ids_all - lo, torch.full_like(ids_all, -1))
-    if tile_m is None:  # from the entries expected here (1/W of them), not all masked ones
-        tile_m = choose_experts_path(x_all, experts, ops, n_entries=ids_all.numel() // W,
-                                     path=path).tile_m
-    partial = moe_experts(x_all, local_ids, w_all, experts, tile_m=tile_m, ops=ops, path=path,
-                          out_dtype=torch.float32, activation=activation)
-    if partial.shape[0] < W * C:  # replicated, T not a multiple of W
-        partial = torch.cat([partial, partial.new_zeros((W * C - partial.shape[0], H))])
-    # Every rank's partial of this rank's block of C tokens, then their sum in rank order.
-    parts = torch.empty_like(partial)
-    dist.all_to_all_single(parts, partial, group=group)
-    parts = parts.view(W, C, H)
-    acc = parts[0].clone()
-    for s in range(1, W):
-        acc += parts[s]
-    if tokens == "sharded":
+class NoSync(PrepareFinalize):
+    """The no_sync mode (module docstring): prepare hands the local experts every token of the
+    group (all-gathered when sharded) with other ranks' experts masked to -1, combined into
+    unrounded fp32 partial sums; finalize trades the partials so each rank sums its block of
+    tokens' in rank order, adds shared and residual, rounds once (and all-gathers the rounded
+    blocks for replicated tokens)."""
+
+    def __init__(self, lo, hi, *, tokens, group, W, rank):
+        self.lo, self.hi, self.tokens = lo, hi, tokens
+        self.group, self.W, self.rank = group, W, rank
+
+    def prepare(self, x, topk_ids, topk_weights, *, shared=None, residual=None, out_dtype=None):
+        W, T = self.W, x.shape[0]
+        if self.tokens == "sharded":
+            x_all = _all_gather(x, group=self.group, W=W)
+            ids_all = _all_gather(topk_ids, group=self.group, W=W)
+            w_all = _all_gather(topk_weights, group=self.group, W=W)
+            C = T
+        else:
+            x_all, ids_all, w_all = x, topk_ids, topk_weights
+            C = math.ceil(T / W)
+        mine = (ids_all >= self.lo) & (ids_all < self.hi)
+        local_ids = torch.where(mine, ids_all - self.lo, torch.full_like(ids_all, -1))
+        # n_entries: the entries expected here (1/W of them), not all the masked ones
+        return Batch(x_all, local_ids, w_all, None, None, torch.float32, ids_all.numel() // W,
+                     state=(x, shared, residual, C))
+
+    def finalize(self, partial, batch):
+        x, shared, residual, C = batch.state
+        W, (T, H) = self.W, x.shape
+        if partial.shape[0] < W * C:  # replicated, T not a multiple of W
+            partial = torch.cat([partial, partial.new_zeros((W * C - partial.shape[0], H))])
+        # Every rank's partial of this rank's block of C tokens, then their sum in rank order.
+        parts = torch.empty_like(partial)
+        dist.all_to_all_single(parts, partial, group=self.group)
+        parts = parts.view(W, C, H)
+        acc = parts[0].clone()
+        for s in range(1, W):
+            acc += parts[s]
+        if self.tokens == "sharded":
+            for t in (shared, residual):
+                if t is not None:
+                    acc += t.float()
+            return acc.to(x.dtype)
+        rows = slice(min(self.rank * C, T), min((self.rank + 1) * C, T))
         for t in (shared, residual):
             if t is not None:
-                acc += t.float()
-        return acc.to(x.dtype)
-    rows = slice(min(rank * C, T), min((rank + 1) * C, T))
-    for t in (shared, residual):
-        if t is not None:
-            acc[:rows.stop - rows.start] += t[rows].float()
-    full = _all_gather(acc.to(x.dtype), group=group, W=W)
-    return full[:T]
+                acc[:rows.stop - rows.start] += t[rows].float()
+        full = _all_gather(acc.to(x.dtype), group=self.group, W=W)
+        return full[:T]

@@ -9,9 +9,11 @@
 Each MoE block becomes a `torch_argon.nn.MoE` whose experts are `nn.QuantExperts`: the bytes of
 `blk.N.ffn_{gate,up,down}_exps` (or the fused `ffn_gate_up_exps`) exactly as the file stores them,
 one format per tensor, copied to the device once and never dequantized; gate and up of one format
-are concatenated (one GEMM), of two formats kept apart. The router (`ffn_gate_inp`) and the shared
-expert (`ffn_*_shexp`, Qwen2-MoE / Qwen3-Next) are small and stay dense: dequantized if stored
-quantized. The file's metadata is read memory-mapped (the `gguf` package's reader); the expert
+are concatenated (one GEMM), of two formats kept apart. Experts stored as plain floats (F32, F16,
+BF16: a converter's output before quantizing) are dense: `nn.Experts` stacks in the layer's dtype,
+run by the dense kernels (decided once, as the block loads: quant.build_experts). The router
+(`ffn_gate_inp`) and the shared expert (`ffn_*_shexp`, Qwen2-MoE / Qwen3-Next) are small and stay
+dense: dequantized if stored quantized. The file's metadata is read memory-mapped (the `gguf` package's reader); the expert
 bytes are read from the file straight into their tensors; nothing but the tensors asked for is
 read.
 
@@ -26,8 +28,9 @@ from typing import Optional
 import numpy as np
 import torch
 
-from .nn import MoE, QuantExperts, SwiGLUMLP, TopKRouter
-from .quant import FORMATS, QuantizedExperts, QuantizedWeight, dequantize_reference, qformat
+from .nn import MoE, SwiGLUMLP, TopKRouter, experts_module
+from .quant import QuantizedWeight, build_experts, dequantize_reference, qformat
+from .quant.formats import NOT_READ, not_read
 
 
 @dataclass(frozen=True)
@@ -144,9 +147,8 @@ class GGUFMoE:
 
     def _format(self, name, t):
         type_name = t.tensor_type.name
-        if type_name not in FORMATS:
-            raise GGUFError(f"{self.path}: tensor {name!r} is stored as {type_name}, which "
-                            f"torch_argon does not read (supported: {', '.join(FORMATS)})")
+        if type_name in NOT_READ:
+            raise GGUFError(f"{self.path}: tensor {name!r} is stored as {not_read(type_name)}")
         return qformat(type_name)
 
     def quantized(self, name, shape, device) -> QuantizedWeight:
@@ -189,22 +191,26 @@ class GGUFMoE:
         values = dequantize_reference(rows, fmt, n_in)
         return values.reshape(shape).to(device=device, dtype=dtype)
 
-    def experts(self, block, device) -> QuantizedExperts:
-        """The quantized experts of MoE block `block`."""
+    def experts(self, block, device, dtype=torch.float32):
+        """The experts of MoE block `block` on `device`, as torch_argon.quant.build_experts
+        makes them: QuantizedExperts over the file's blocks, or DenseExperts in `dtype` when the
+        file stores them as plain floats (F32 / F16 / BF16)."""
         c = self.config
         E, H, I = c.n_experts, c.hidden, c.inter
         down = self.quantized(self._expert_name(block, "down"), (E, H, I), device)
         fused = self._expert_name(block, "gate_up")
         if fused in self.tensors:
-            return QuantizedExperts(down=down,
-                                    gate_up=self.quantized(fused, (E, 2 * I, H), device))
+            return build_experts(down, gate_up=self.quantized(fused, (E, 2 * I, H), device),
+                                 float_dtype=dtype)
         gate = self.quantized(self._expert_name(block, "gate"), (E, I, H), device)
         up = self.quantized(self._expert_name(block, "up"), (E, I, H), device)
-        return QuantizedExperts.from_parts(gate, up, down)
+        return build_experts(down, gate=gate, up=up, float_dtype=dtype)
 
-    def moe_layer(self, block, *, device="cpu", dtype=torch.float32, tile_m=None) -> MoE:
+    def moe_layer(self, block, *, device="cpu", dtype=torch.float32, tile_m=None,
+                  activation_quant="auto") -> MoE:
         """MoE block `block` as a torch_argon.nn.MoE on `device`: the router (and shared expert)
-        in `dtype`, the experts in their GGUF blocks."""
+        in `dtype`, the experts in their GGUF blocks (or, stored as plain floats, as `dtype`
+        stacks). activation_quant: the layer option (nn.MoE)."""
         c = self.config
         if block not in c.moe_blocks:
             raise GGUFError(f"{self.path}: block {block} has no experts (MoE blocks: "
@@ -232,12 +238,15 @@ class GGUFMoE:
                 shared_gate.weight = torch.nn.Parameter(
                     self.dense(f"{prefix}gate_inp_shexp.weight", (1, c.hidden), **kw),
                     requires_grad=False)
-        return MoE.from_modules(router, QuantExperts(self.experts(block, device)), shared,
-                                shared_gate, tile_m=tile_m)
+        return MoE.from_modules(router, experts_module(self.experts(block, device, dtype)),
+                                shared, shared_gate, tile_m=tile_m,
+                                activation_quant=activation_quant)
 
-    def moe_layers(self, *, device="cpu", dtype=torch.float32, blocks=None, tile_m=None):
+    def moe_layers(self, *, device="cpu", dtype=torch.float32, blocks=None, tile_m=None,
+                   activation_quant="auto"):
         """{block index: nn.MoE} for every MoE block (or those in `blocks`)."""
-        return {b: self.moe_layer(b, device=device, dtype=dtype, tile_m=tile_m)
+        return {b: self.moe_layer(b, device=device, dtype=dtype, tile_m=tile_m,
+                                  activation_quant=activation_quant)
                 for b in (self.config.moe_blocks if blocks is None else blocks)}
 
     def expert_bytes(self, block) -> int:
@@ -246,6 +255,8 @@ class GGUFMoE:
         return sum(int(self.tensors[n].n_bytes) for n in names if n in self.tensors)
 
 
-def load_moe_layers(path, *, device="cpu", dtype=torch.float32, blocks=None, tile_m=None):
+def load_moe_layers(path, *, device="cpu", dtype=torch.float32, blocks=None, tile_m=None,
+                    activation_quant="auto"):
     """The MoE blocks of a GGUF file as {block index: torch_argon.nn.MoE} (see GGUFMoE)."""
-    return GGUFMoE(path).moe_layers(device=device, dtype=dtype, blocks=blocks, tile_m=tile_m)
+    return GGUFMoE(path).moe_layers(device=device, dtype=dtype, blocks=blocks, tile_m=tile_m,
+                                    activation_quant=activation_quant)

@@ -9,6 +9,7 @@ from typing import Optional
 import torch
 from torch import nn
 
+from .experts.arguments import check_options
 from .layer import moe_experts, shared_expert
 from .ops import argon_ops, OpSet
 from .routing import SCORINGS, route
@@ -37,12 +38,53 @@ class TopKRouter(nn.Module):
         return f"top_k={self.top_k}, scoring={self.scoring}, renormalize={self.renormalize}"
 
 
-class Experts(nn.Module):
+class ExpertWeightsModule(nn.Module):
+    """A module holding expert weights as its tensors, which hands the layer one expert-weights
+    object (`expert_weights()`), built and validated once: at construction, and again only when
+    the tensors it was built from change: after `.to()` / `.cuda()` / `.half()` / `to_empty()`
+    (nn.Module._apply, which replaces buffers and the data of parameters) and after one of
+    WEIGHT_ATTRIBUTES is assigned (load_state_dict(assign=True) included). load_state_dict's
+    usual in-place copy keeps the same tensors, so the object stays valid. A forward reads it
+    as it is: no rebuilding, no re-validation per call."""
+
+    WEIGHT_ATTRIBUTES = ()  # the attributes the object is built from
+
+    def build_expert_weights(self):
+        """The expert-weights object over this module's current tensors."""
+        raise NotImplementedError
+
+    def expert_weights(self):
+        weights = self.__dict__.get("_expert_weights")
+        if weights is None:
+            weights = self.__dict__["_expert_weights"] = self.build_expert_weights()
+        return weights
+
+    def _apply(self, fn, recurse=True):
+        out = super()._apply(fn, recurse)
+        self.__dict__["_expert_weights"] = self.build_expert_weights()
+        return out
+
+    def __setattr__(self, name, value):
+        super().__setattr__(name, value)
+        if name in self.WEIGHT_ATTRIBUTES:
+            self.__dict__["_expert_weights"] = None  # built again at the next use
+
+    def __getstate__(self):
+        # A copy or an unpickled module builds its own object over its own tensors (a view of
+        # a parameter that requires grad would not deepcopy).
+        state = super().__getstate__()
+        state.pop("_expert_weights", None)
+        return state
+
+
+class Experts(ExpertWeightsModule):
     """E SwiGLU experts stored as two stacks, with transformers' names:
     gate_up_proj [E, 2I, H] (each expert's gate rows, then its up rows) and down_proj [E, H, I].
     With is_transposed=True they are stored [E, H, 2I] and [E, I, H] instead (checkpoints that
     keep x @ W layouts) and handed to moe_mm as transposed views, never copied.
     """
+
+    WEIGHT_ATTRIBUTES = ("gate_up_proj", "down_proj")
 
     def __init__(self, n_experts, hidden_size, intermediate_size, *, is_transposed=False,
                  device=None, dtype=None):
@@ -55,6 +97,17 @@ class Experts(nn.Module):
         self.down_proj = nn.Parameter(torch.empty(down, **kw))
         nn.init.normal_(self.gate_up_proj, std=H ** -0.5)
         nn.init.normal_(self.down_proj, std=I ** -0.5)
+        self.expert_weights()
+
+    @classmethod
+    def from_weights(cls, weights: DenseExperts, *, requires_grad=False):
+        """An Experts module holding a DenseExperts' stacks as its parameters (not copied)."""
+        E, H, I = weights.n_experts, weights.hidden, weights.inter
+        self = cls(E, H, I, device="meta")
+        self.gate_up_proj = nn.Parameter(weights.gate_up, requires_grad=requires_grad)
+        self.down_proj = nn.Parameter(weights.down, requires_grad=requires_grad)
+        self.expert_weights()
+        return self
 
     @classmethod
     def from_per_expert(cls, modules, names=None):
@@ -91,9 +144,10 @@ class Experts(nn.Module):
                     linear.weight = nn.Parameter(view, requires_grad=linear.weight.requires_grad)
         self.gate_up_proj = nn.Parameter(gate_up, requires_grad=first_gate.requires_grad)
         self.down_proj = nn.Parameter(down, requires_grad=first_down.requires_grad)
+        self.expert_weights()
         return self
 
-    def expert_weights(self) -> DenseExperts:
+    def build_expert_weights(self) -> DenseExperts:
         """The stacks as the layer takes them (views: [E, 2I, H] and [E, H, I])."""
         return dense_stacks(self)
 
@@ -101,31 +155,41 @@ class Experts(nn.Module):
         return f"gate_up_proj={tuple(self.gate_up_proj.shape)}, is_transposed={self.is_transposed}"
 
 
-class QuantExperts(nn.Module):
+class QuantExperts(ExpertWeightsModule):
     """E gated experts whose weights stay quantized (GGUF blocks): uint8 buffers
     `gate_up_blocks` (or `gate_blocks` and `up_blocks`) and `down_blocks`, so `.to(device)` and
     state_dict carry the packed bytes; `expert_weights()` gives the QuantizedExperts the layer
-    runs (torch_argon.quant.weights)."""
+    runs (torch_argon.quant.weights), over these buffers."""
 
     PARTS = ("gate_up", "gate", "up", "down")
+    WEIGHT_ATTRIBUTES = tuple(f"{part}_blocks" for part in PARTS) + ("activation_quant",)
 
     def __init__(self, weights):
         super().__init__()
         self._formats = {}
-        for part in self.PARTS:
-            w = getattr(weights, part)
-            if w is not None:
-                self.register_buffer(f"{part}_blocks", w.data)
-                self._formats[part] = (w.qtype, w.n_in)
+        self.activation_quant = weights.activation_quant
+        for part, w in weights.parts().items():
+            self.register_buffer(f"{part}_blocks", w.data)
+            self._formats[part] = (w.qtype, w.n_in)
+        self.expert_weights()
 
-    def expert_weights(self):
+    def build_expert_weights(self):
         from .quant.weights import QuantizedExperts, QuantizedWeight
         return QuantizedExperts(**{part: QuantizedWeight(getattr(self, f"{part}_blocks"), *fmt)
-                                   for part, fmt in self._formats.items()})
+                                   for part, fmt in self._formats.items()},
+                                activation_quant=self.activation_quant)
 
     def extra_repr(self):
         return ", ".join(f"{part}={fmt[0].name} [{tuple(getattr(self, part + '_blocks').shape)}]"
                          for part, fmt in self._formats.items())
+
+
+def experts_module(weights):
+    """The experts module holding an expert-weights object's tensors (not copied): Experts for
+    DenseExperts (frozen parameters), QuantExperts for QuantizedExperts."""
+    if weights.kind == "dense":
+        return Experts.from_weights(weights)
+    return QuantExperts(weights)
 
 
 def expert_weights(experts):
@@ -175,18 +239,19 @@ class MoE(nn.Module):
     group calls forward together. ep_mode ("auto", "all_to_all", "no_sync") and ep_tokens
     ("sharded": each rank's own tokens; "replicated": the same tokens on every rank) are passed
     to distributed.ep_moe_experts.
+
+    activation_quant: "auto", "none" or "q8": whether quantized experts quantize the
+    activations to 8-bit blocks (layer.moe_experts; "auto": the experts' own setting).
     """
 
     def __init__(self, hidden_size, intermediate_size, n_experts, top_k, *, scoring="softmax",
                  renormalize=False, shared_intermediate_size=None, shared_expert_gate=True,
                  is_transposed=False, tile_m=None, ops: Optional[OpSet] = None,
                  activation="silu", device=None, dtype=None, process_group=None,
-                 ep_mode="auto", ep_tokens="sharded"):
+                 ep_mode="auto", ep_tokens="sharded", activation_quant="auto"):
         super().__init__()
         kw = dict(device=device, dtype=dtype)
-        self.tile_m = tile_m
-        self.activation = activation
-        self.ops = ops or argon_ops
+        self._set_options(tile_m, ops, activation, activation_quant)
         self._set_parallel(n_experts, process_group, ep_mode, ep_tokens)
         self.gate = TopKRouter(hidden_size, n_experts, top_k, scoring=scoring,
                                renormalize=renormalize, **kw)
@@ -204,6 +269,11 @@ class MoE(nn.Module):
             if shared_expert_gate:
                 self.shared_expert_gate = nn.Linear(hidden_size, 1, bias=False, **kw)
 
+    def _set_options(self, tile_m, ops, activation, activation_quant):
+        check_options(activation, activation_quant)
+        self.tile_m, self.ops = tile_m, ops or argon_ops
+        self.activation, self.activation_quant = activation, activation_quant
+
     def _set_parallel(self, n_experts, process_group, ep_mode, ep_tokens):
         self.n_experts, self.process_group = n_experts, process_group
         self.ep_mode, self.ep_tokens = ep_mode, ep_tokens
@@ -211,7 +281,8 @@ class MoE(nn.Module):
     @classmethod
     def from_modules(cls, gate, experts, shared_expert=None, shared_expert_gate=None, *,
                      tile_m=None, ops: Optional[OpSet] = None, activation="silu",
-                     process_group=None, ep_mode="auto", ep_tokens="sharded", n_experts=None):
+                     process_group=None, ep_mode="auto", ep_tokens="sharded", n_experts=None,
+                     activation_quant="auto"):
         """Wraps existing modules, sharing their parameters (nothing is copied).
 
         gate: a router whose forward(x [T, H]) returns (logits, weights [T, K], ids [T, K]).
@@ -224,12 +295,11 @@ class MoE(nn.Module):
         process_group, ep_mode, ep_tokens: expert parallel (see the class); `experts` then holds
             all n_experts experts (this rank's share is taken as views) or only this rank's.
         n_experts: the router's expert count (default: the rows of gate.weight).
+        activation_quant: see the class.
         """
         self = cls.__new__(cls)
         nn.Module.__init__(self)
-        self.tile_m = tile_m
-        self.activation = activation
-        self.ops = ops or argon_ops
+        self._set_options(tile_m, ops, activation, activation_quant)
         if n_experts is None and process_group is not None:
             n_experts = gate.weight.shape[0]
         self._set_parallel(n_experts, process_group, ep_mode, ep_tokens)
@@ -242,8 +312,6 @@ class MoE(nn.Module):
         x = x.reshape(-1, shape[-1])
         _, weights, ids = self.gate(x)
         experts = expert_weights(self.experts)
-        if self.process_group is None:  # ep_moe_experts checks on every rank together
-            experts.check(x.shape[-1])
         shared = None
         if self.shared_expert is not None:
             s = self.shared_expert
@@ -255,17 +323,21 @@ class MoE(nn.Module):
             residual = residual.reshape(x.shape)
         if self.process_group is None:
             out = moe_experts(x, ids, weights, experts, tile_m=self.tile_m, shared=shared,
-                              residual=residual, ops=self.ops, activation=self.activation)
+                              residual=residual, ops=self.ops, activation=self.activation,
+                              activation_quant=self.activation_quant)
         else:
             from .distributed import ep_moe_experts
             out = ep_moe_experts(x, ids, weights, experts, n_experts=self.n_experts,
                                  group=self.process_group, mode=self.ep_mode,
                                  tokens=self.ep_tokens, tile_m=self.tile_m, shared=shared,
-                                 residual=residual, ops=self.ops, activation=self.activation)
+                                 residual=residual, ops=self.ops, activation=self.activation,
+                                 activation_quant=self.activation_quant)
         return out.reshape(shape)
 
     def extra_repr(self):
         text = f"tile_m={self.tile_m}, activation={self.activation}"
+        if self.activation_quant != "auto":
+            text += f", activation_quant={self.activation_quant}"
         if self.process_group is None:
             return text
         return (f"{text}, n_experts={self.n_experts}, expert parallel "

@@ -1,7 +1,7 @@
 """Python API over torch.ops.argon.*, and the fake (meta) impls that let torch.compile trace it.
 
-`OpSet` holds the public functions for one op library: `argon` (dispatched by device) or
-`argon_host` (the .metal kernels on host threads). The package exports the `argon` set.
+`OpSet` holds the public functions for one op library: `argon` (dispatched by device), or a test
+module's (`argon_host`: the .metal kernels on host threads). The package exports the `argon` set.
 """
 import operator
 from types import SimpleNamespace
@@ -14,7 +14,9 @@ from ._shapes import META_N_BAD_IDS
 from .plan import MoEPlan
 from .quant import dequantize_reference, qformat
 
-LIBRARIES = ("argon", "argon_host")
+# The op libraries with fakes and the eager plan fast path: `argon`, and those a test module
+# adds (add_library: torch_argon._C_test's argon_host, loaded by torch_argon.testing.backends).
+LIBRARIES = ["argon"]
 # The ops of the C++ op table (csrc/op_table.h): each functional form, then its _out form.
 FUNCTIONAL_OPS = _C.op_names()
 OP_NAMES = tuple(n for name in FUNCTIONAL_OPS for n in (name, f"{name}_out"))
@@ -45,12 +47,19 @@ def _register_fakes(lib: str) -> None:
         torch.library.register_fake(f"{lib}::{name}")(fake)
 
 
-for _lib in LIBRARIES:
-    _register_fakes(_lib)
-# The metal_cuda test backend's library (the .metal kernels compiled for CUDA) exists only in
-# CUDA builds; it has no CPU kernels and no eager plan fast path, so it is not in LIBRARIES.
-if hasattr(torch.ops.argon_metal_cuda, "moe_plan"):
-    _register_fakes("argon_metal_cuda")
+_register_fakes("argon")
+_WITH_FAKES = {"argon"}
+
+
+def add_library(name: str, plan_fast_path: bool = True) -> None:
+    """Registers the fakes of op library `name` (one of a test module's: its schemas are the op
+    table's), and with plan_fast_path its eager plan fast path (csrc/plan_fresh.cpp)."""
+    if name in _WITH_FAKES:
+        return
+    _register_fakes(name)
+    _WITH_FAKES.add(name)
+    if plan_fast_path:
+        LIBRARIES.append(name)
 
 
 @torch.library.custom_op("argon::_check_float_dequantize_out", mutates_args=())

@@ -2,11 +2,13 @@
 backend. Each function takes and returns what the public op of the same name does.
 """
 import torch
-import torch.nn.functional as F
 
+from . import activations
 from ._shapes import META_SIZE, plan_rows
 from .plan import MoEPlan
 from .quant import dequantize_reference
+from .quant.activation_q8 import check_activation_quant, q8_activations
+
 
 def _check_ids(topk_ids, n_expert):
     bad = (topk_ids < -1) | (topk_ids >= n_expert)
@@ -80,20 +82,11 @@ def moe_combine(y, pos, topk_weights, shared=None, residual=None, out_dtype=None
     return acc.to(out_dtype or y.dtype)
 
 
-def _gelu_erf(g):
-    """g * Phi(g) in float64, rounded once: F.gelu overflows to inf for g >= 2^127, where the
-    true value (g itself) is finite and every backend returns it."""
-    g64 = g.double()
-    return (g64 * (0.5 * (1.0 + torch.erf(g64 * 0.7071067811865476)))).to(g.dtype)
-
-
-ACTIVATIONS = {"silu": F.silu, "gelu": _gelu_erf,
-               "gelu_tanh": lambda g: F.gelu(g, approximate="tanh")}
+ACTIVATIONS = activations.REFERENCE
 
 
 def swiglu(gate, up=None, out_dtype=None, activation="silu"):
-    if activation not in ACTIVATIONS:
-        raise ValueError(f'activation must be one of "silu", "gelu", "gelu_tanh", got "{activation}"')
+    activations.check(activation)
     if up is None:
         gate, up = gate.chunk(2, dim=-1)
     return (ACTIVATIONS[activation](gate.float()) * up.float()).to(out_dtype or gate.dtype)
@@ -114,9 +107,12 @@ def dequantize(w_q, qtype, n_in):
     return dequantize_reference(w_q, qtype, n_in)
 
 
-def moe_qmm(xs, w_q, qtype, n_in, tile_expert, tile_m):
+def moe_qmm(xs, w_q, qtype, n_in, tile_expert, tile_m, activation_quant="none"):
     """moe_mm with the weights dequantized (exactly, float32) first: the products and sums in
-    float64, rounded once to xs's dtype."""
+    float64, rounded once to xs's dtype. activation_quant="q8": xs is first replaced by its
+    8-bit block quantization d * q (quant/activation_q8.py), as the integer kernels see it."""
+    check_activation_quant(activation_quant)
+    a = q8_activations(xs) if activation_quant == "q8" else xs
     out = torch.zeros(xs.shape[0], w_q.shape[1], dtype=xs.dtype, device=xs.device)
     row_expert = tile_expert.long().repeat_interleave(tile_m)
     for e in row_expert.unique().tolist():
@@ -124,7 +120,7 @@ def moe_qmm(xs, w_q, qtype, n_in, tile_expert, tile_m):
             continue
         rows = row_expert == e
         w = dequantize_reference(w_q[e], qtype, n_in)
-        out[rows] = (xs[rows].double() @ w.double().T).to(xs.dtype)
+        out[rows] = (a[rows].double() @ w.double().T).to(xs.dtype)
     return out
 
 

@@ -23,7 +23,8 @@ from torch.utils.cpp_extension import load_inline
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import torch_argon  # noqa: E402
-from bench_cuda import E, TM, host_us_interleaved, routing  # noqa: E402
+from bench_cuda import E, K, TM, host_us_interleaved  # noqa: E402
+from torch_argon.testing.routing import routing  # noqa: E402
 
 SRC = r"""
 #include <ATen/ATen.h>
@@ -65,7 +66,7 @@ def main():
                 extra_cflags=["-O2"], verbose=False)
     P = torch.ops.eager_probe
     x = torch.zeros(1, device="cuda")
-    ids, w = routing(128, "uniform")
+    ids, w = routing(128, E, K, "uniform", device="cuda")
     plan = torch_argon.argon_ops.moe_plan(ids, w, E, TM)
     outs = plan.tensors()
     plan_op, plan_out_op = torch.ops.argon.moe_plan.default, torch.ops.argon.moe_plan_out.default

@@ -1,6 +1,6 @@
 """Rules of the Metal Shading Language that a C++ compiler does not enforce, checked on .metal files
 through libclang's AST (over the strict <metal_stdlib> of strict/), and on their kernel
-signatures (tools/metal_kernels.py, the parser the generators use):
+signatures (build_tools/metal_kernels.py, the parser the generators use):
 
   no recursion (a cycle in the call graph), virtual functions, exceptions (throw / try),
   new / delete, goto, lambdas, function pointers (variables, parameters, fields: a template
@@ -18,10 +18,10 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the checkout: build_tools
 sys.path.insert(0, HERE)
-import metal_codegen  # noqa: E402
-import metal_kernels as mk  # noqa: E402
+from build_tools import metal_codegen  # noqa: E402
+from build_tools import metal_kernels as mk  # noqa: E402
 from strict_compile import STRICT_DIR, without_host_names  # noqa: E402
 
 THREADGROUP_LIMIT = 32768
@@ -157,7 +157,7 @@ def lint_ast(path, include_dirs, kernel_functions, report, info):
 def lint_file(path, include_dirs=()):
     """(problems, notes) of one .metal file."""
     problems, notes = [], []
-    dirs = [os.path.dirname(os.path.abspath(path)), metal_codegen.METAL_DIR, *include_dirs]
+    dirs = [os.path.dirname(os.path.abspath(path)), *metal_codegen.INCLUDE_DIRS, *include_dirs]
     kernel_functions = set()  # C++ names: a template's, for its instantiations
     try:
         for k in mk.parse_file(path, dirs):

@@ -17,8 +17,8 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-import metal_codegen  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the checkout: build_tools
+from build_tools import metal_codegen  # noqa: E402
 
 STRICT_DIR = os.path.join(HERE, "strict")
 FLAGS = ["-x", "c++", "-std=c++17", "-fsyntax-only", "-ferror-limit=20",
@@ -52,13 +52,13 @@ def compile_text(text, name, include_dirs, clang=None):
 
 
 def compile_file(path, include_dirs=(), clang=None):
-    dirs = [os.path.dirname(os.path.abspath(path)), metal_codegen.METAL_DIR, *include_dirs]
+    dirs = [os.path.dirname(os.path.abspath(path)), *metal_codegen.INCLUDE_DIRS, *include_dirs]
     return compile_text(open(path).read(), os.path.relpath(path), dirs, clang)
 
 
 def library_targets():
     """(name, text, include dirs) of everything the check compiles by default."""
-    out = [(os.path.relpath(p), open(p).read(), [metal_codegen.METAL_DIR])
+    out = [(os.path.relpath(p), open(p).read(), list(metal_codegen.INCLUDE_DIRS))
            for p in metal_codegen.library_files()]
     out.append(("<flattened library: build/argon_generated/metal_source.inc>",
                 metal_codegen.flattened_library(), []))
@@ -74,7 +74,7 @@ def main(argv):
         return 0
     if argv:
         targets = [(os.path.relpath(p), open(p).read(), [os.path.dirname(os.path.abspath(p)),
-                                                       metal_codegen.METAL_DIR]) for p in argv]
+                                                       *metal_codegen.INCLUDE_DIRS]) for p in argv]
     else:
         targets = library_targets()
     failed = 0

@@ -1,6 +1,6 @@
 #include "checks.h"
 
-#include "swiglu_params.h"
+#include "shared/activation.h"
 
 #include <algorithm>
 #include <limits>
@@ -226,12 +226,13 @@ void check_combine(const at::Tensor& y, const at::Tensor& pos, const at::Tensor&
 SwigluArgs check_swiglu_inputs(const at::Tensor& gate, const std::optional<at::Tensor>& up,
                                c10::string_view activation) {
   int act = -1;
-  for (const auto& [name, code] : {std::pair{"silu", ARGON_ACT_SILU},
-                                   std::pair{"gelu", ARGON_ACT_GELU},
-                                   std::pair{"gelu_tanh", ARGON_ACT_GELU_TANH}}) {
-    if (activation == name) act = code;
-  }
-  TORCH_CHECK_VALUE(act >= 0, "activation must be one of \"silu\", \"gelu\", \"gelu_tanh\", got \"",
+  std::string names;  // the activations, from the one table of them (shared/activation.h)
+#define ARGON_ACTIVATION_CODE(name, code)             \
+  if (activation == #name) act = code;                \
+  names += std::string(names.empty() ? "" : ", ") + "\"" #name "\"";
+  ARGON_ACTIVATIONS(ARGON_ACTIVATION_CODE)
+#undef ARGON_ACTIVATION_CODE
+  TORCH_CHECK_VALUE(act >= 0, "activation must be one of ", names, ", got \"",
                     std::string(activation), "\"");
   check_dim(gate, "gate", 2, up.has_value() ? "[R, I]" : "[R, 2*I] (gate half, then up half)");
   check_float(gate, "gate");

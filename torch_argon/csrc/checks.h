@@ -14,7 +14,7 @@
 #include <tuple>
 
 #include "op_signatures.h"
-#include "plan_params.h"
+#include "shared/plan_params.h"
 #include "quant_formats.h"
 
 namespace argon {

@@ -23,8 +23,10 @@
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 
-#include <cstring>
+#include <deque>
+#include <string>
 #include <tuple>
+#include <utility>
 
 #include "checks.h"
 #include "op_signatures.h"
@@ -94,6 +96,22 @@ bool fast_path_applies(PyObject* ids, PyObject* w, PyObject* n_expert, PyObject*
   return !(c10::GradMode::is_enabled() && THPVariable_Unpack(w).requires_grad());
 }
 
+// The moe_plan_out handle of op library `lib` ("argon", or a test module's library), found once
+// per library; nullptr where the library has none. The libraries are few and never unloaded, so
+// the handles are kept for the process's life (a deque: the pointers handed out stay valid).
+// Called with the GIL held, which guards the table.
+const c10::TypedOperatorHandle<PlanOutFn>* plan_out_op(const char* lib) {
+  static std::deque<std::pair<std::string, c10::TypedOperatorHandle<PlanOutFn>>> found;
+  for (const auto& [name, op] : found) {
+    if (name == lib) return &op;
+  }
+  const auto handle =
+      c10::Dispatcher::singleton().findSchema({std::string(lib) + "::moe_plan_out", ""});
+  if (!handle.has_value()) return nullptr;
+  found.emplace_back(lib, handle->typed<PlanOutFn>());
+  return &found.back().second;
+}
+
 // The plan as an instance of `plan_type` (a tuple subclass of eight fields: the seven tensors,
 // then tile_m), made here as tuple.__new__ makes one, without the named tuple's Python __new__
 // (callgrind, CPU, T = 1: that call was 3.8K of the Python API's 32K instructions per call).
@@ -132,12 +150,9 @@ PyObject* plan_fresh(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nar
   args += 1;  // the rest as before the plan type came first
   const char* lib = PyUnicode_AsUTF8(args[0]);
   if (lib == nullptr) return nullptr;
-  // The op handles of the two op libraries, found once.
-  static const auto argon_op = find_op<PlanOutFn>("argon", "moe_plan_out");
-  static const auto host_op = find_op<PlanOutFn>("argon_host", "moe_plan_out");
-  const bool host = std::strcmp(lib, "argon_host") == 0;
-  if (!host && std::strcmp(lib, "argon") != 0) {
-    PyErr_Format(PyExc_ValueError, "plan_fresh: unknown op library '%s'", lib);
+  const c10::TypedOperatorHandle<PlanOutFn>* op = plan_out_op(lib);
+  if (op == nullptr) {
+    PyErr_Format(PyExc_ValueError, "plan_fresh: no op library '%s' with a moe_plan_out", lib);
     return nullptr;
   }
   if (!fast_path_applies(args[1], args[2], args[3], args[4])) Py_RETURN_NONE;
@@ -149,7 +164,7 @@ PyObject* plan_fresh(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nar
   PlanOutputs out;
   {
     pybind11::gil_scoped_release no_gil;  // as torch's own ops do around their kernels
-    out = plan_in_one_buffer(host ? host_op : argon_op, ids, w, n_expert, tile_m);
+    out = plan_in_one_buffer(*op, ids, w, n_expert, tile_m);
   }
   return wrap_plan(plan_type, std::move(out), args[4]);
   END_HANDLE_TH_ERRORS

@@ -6,7 +6,7 @@
 #pragma once
 #include <cstdint>
 
-#include "quant_params.h"
+#include "shared/quant_params.h"
 
 namespace argon {
 

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from ..gguf import GGUFError, GGUFMoE
-from ..nn import MoE, QuantExperts
+from ..nn import ExpertWeightsModule, MoE, experts_module
 
 # GGUF arch -> transformers model_type
 MODEL_TYPES = {"qwen3moe": "qwen3_moe", "qwen2moe": "qwen2_moe", "llama": "mixtral",
@@ -172,13 +172,41 @@ def _rebuild_rotary(model, device):
             model.set_submodule(name, fresh)
 
 
-def from_gguf(path, *, device="cpu", dtype=torch.float32, tile_m=None):
-    """The transformers causal-LM of GGUF MoE file `path` on `device`, its non-expert weights in
-    `dtype` and its sparse MoE blocks torch_argon.nn.MoE layers on the file's packed experts.
+def _device_to_load_onto(device):
+    """from_gguf's `device` as a torch.device that can hold the file's weights, or a ValueError
+    that names the argument: checked before the file is read."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"from_gguf: device={device!r} is not a torch device ({e})") from None
+    if dev.type == "meta":
+        raise ValueError("from_gguf: device='meta' holds no data, but from_gguf loads the file's "
+                         "weights; for a model without weights, build it on the meta device "
+                         "with transformers and patch it (torch_argon.integrations.transformers)")
+    if dev.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"from_gguf: device={device!r}: torch_argon runs on cpu, cuda and mps")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        built = "" if torch.version.cuda else " (this torch is built without CUDA)"
+        raise ValueError(f"from_gguf: device={device!r}: torch sees no CUDA device{built}")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ValueError(f"from_gguf: device={device!r}: torch sees "
+                         f"{torch.cuda.device_count()} CUDA device(s)")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"from_gguf: device={device!r}: torch sees no MPS device")
+    return dev
 
-    Raises GGUFError naming the file and the tensor or key for files that cannot be built
-    (truncated, missing tensors, formats torch_argon does not run, shapes that disagree with the
-    metadata)."""
+
+def from_gguf(path, *, device="cpu", dtype=torch.float32, tile_m=None, activation_quant="auto"):
+    """The transformers causal-LM of GGUF MoE file `path` on `device`, its non-expert weights in
+    `dtype` and its sparse MoE blocks torch_argon.nn.MoE layers on the file's packed experts
+    (experts stored as plain floats: dense stacks in `dtype`). activation_quant: the layers'
+    option (nn.MoE).
+
+    Raises ValueError naming `device` for a device that cannot hold the weights (meta, one torch
+    does not see), and GGUFError naming the file and the tensor or key for files that cannot be
+    built (truncated, missing tensors, formats torch_argon does not run, shapes that disagree
+    with the metadata)."""
+    device = _device_to_load_onto(device)
     transformers = _require_transformers()
     f = GGUFMoE(path)
     config = gguf_config(f)
@@ -189,13 +217,16 @@ def from_gguf(path, *, device="cpu", dtype=torch.float32, tile_m=None):
     classes = block_classes()
     # The sparse blocks become argon layers first, so the dense expert stacks of the meta model
     # are dropped before anything is materialised.
+    expert_params = set()  # the experts' own parameters (float experts): loaded already
     for name, module in list(model.named_modules()):
         if isinstance(module, classes):
             block = int(name.split(".")[2])
-            experts = QuantExperts(f.experts(block, device))
+            experts = experts_module(f.experts(block, device, dtype))
+            expert_params.update(f"{name}.experts.{p}" for p, _ in experts.named_parameters())
             model.set_submodule(name, MoE.from_modules(
                 module.gate, experts, getattr(module, "shared_expert", None),
-                getattr(module, "shared_expert_gate", None), tile_m=tile_m))
+                getattr(module, "shared_expert_gate", None), tile_m=tile_m,
+                activation_quant=activation_quant))
     params = dict(model.named_parameters())
     llama_heads = ({"num_attention_heads": config.num_attention_heads,
                     "num_key_value_heads": config.num_key_value_heads}
@@ -212,7 +243,7 @@ def from_gguf(path, *, device="cpu", dtype=torch.float32, tile_m=None):
             _dense(f, name, t, params[target].shape, dtype, device, heads), requires_grad=False)
     if config.tie_word_embeddings:
         loaded.pop("lm_head.weight", None)
-    missing = [n for n in params if n not in loaded
+    missing = [n for n in params if n not in loaded and n not in expert_params
                and not (config.tie_word_embeddings and n == "lm_head.weight")]
     if missing:
         raise GGUFError(f"{f.path}: missing tensor {gguf_name(missing[0])!r} (the model's "
@@ -234,12 +265,14 @@ def from_gguf(path, *, device="cpu", dtype=torch.float32, tile_m=None):
 
 # ---- (a) the architectures transformers keeps packed: its GgufExperts on argon ---------------
 
-class ArgonGgufExperts(torch.nn.Module):
+class ArgonGgufExperts(ExpertWeightsModule):
     """Drop-in for transformers' GgufExperts (transformers.integrations.gguf.utils): the same
     uint8 parameters `gate_up_proj` [E, 2I, row bytes] and `down_proj` [E, H, row bytes] (shared,
     not copied) and the same forward(hidden_states, top_k_index, top_k_weights), run on
-    torch_argon's quantized experts path (moe_qmm with the SwiGLU between) instead of the hub
+    torch_argon's quantized experts (moe_qmm with the SwiGLU between) instead of the hub
     kernel's mul_mat_id."""
+
+    WEIGHT_ATTRIBUTES = ("gate_up_proj", "down_proj")
 
     def __init__(self, gguf_experts):
         super().__init__()
@@ -258,7 +291,7 @@ class ArgonGgufExperts(torch.nn.Module):
         self.down_proj = gguf_experts.down_proj
         self.expert_weights()  # refuse formats argon does not run, here rather than mid-forward
 
-    def expert_weights(self):
+    def build_expert_weights(self):
         from ..quant import QuantizedExperts, QuantizedWeight
         return QuantizedExperts(
             gate_up=QuantizedWeight(self.gate_up_proj, self.gate_up_type, self.hidden_dim),

@@ -45,8 +45,8 @@ import importlib
 import warnings
 
 import torch
-import torch.nn.functional as F
 
+from .. import activations
 from ..layer import moe_experts
 from ..nn import MoE, expert_weights
 
@@ -132,13 +132,6 @@ def block_classes():
 
 # ---- activations ---------------------------------------------------------------------------
 
-# argon's name for each gated activation, with its reference. GELU (tanh) differs from GELU
-# (erf) by up to ~1e-3 on the probe, far above the probe's tolerance, so the two are told apart.
-_ACTIVATIONS = {
-    "silu": F.silu,
-    "gelu": F.gelu,
-    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
-}
 
 
 def activation_of(act_fn):
@@ -156,7 +149,9 @@ def activation_of(act_fn):
             return None
         if not isinstance(got, torch.Tensor) or got.device.type != "cpu":
             return None
-        for name, reference in _ACTIVATIONS.items():
+        # GELU (tanh) differs from GELU (erf) by up to ~1e-3 on the probe, far above the
+        # tolerance, so the two are told apart.
+        for name, reference in activations.REFERENCE.items():
             if torch.allclose(got, reference(probe), rtol=1e-9, atol=1e-9):
                 return name
     return None
@@ -299,12 +294,14 @@ def patched_class(cls):
 class PatchReport(list):
     """What patch() did: the list of the qualified names of the blocks patched (so it compares
     equal to that list), with `.skipped`: {name: why} for the supported blocks left as they were
-    (strict=False), and `.activations`: {name: "silu" | "gelu" | "gelu_tanh"}."""
+    (strict=False), `.activations`: {name: "silu" | "gelu" | "gelu_tanh"}, and `.nothing_to_patch`:
+    why the model offered no block to patch ("" when it did)."""
 
-    def __init__(self, patched=(), skipped=None, activations=None):
+    def __init__(self, patched=(), skipped=None, activations=None, nothing_to_patch=""):
         super().__init__(patched)
         self.skipped = dict(skipped or {})
         self.activations = dict(activations or {})
+        self.nothing_to_patch = nothing_to_patch
 
     @property
     def patched(self):
@@ -312,13 +309,26 @@ class PatchReport(list):
 
     def summary(self):
         text = f"torch_argon patched {len(self)} MoE block(s)"
+        if self.nothing_to_patch:
+            text += f": {self.nothing_to_patch}"
         if self.skipped:
             text += f", skipped {len(self.skipped)}: " + "; ".join(
                 f"{n}: {why}" for n, why in self.skipped.items())
         return text
 
     def __repr__(self):
-        return f"PatchReport(patched={list(self)!r}, skipped={self.skipped!r})"
+        why = f", nothing_to_patch={self.nothing_to_patch!r}" if self.nothing_to_patch else ""
+        return f"PatchReport(patched={list(self)!r}, skipped={self.skipped!r}{why})"
+
+
+def _nothing_to_patch(model, classes, already):
+    """Why a model offered patch() no block: every MoE block patched already, or none of a
+    supported class."""
+    if already:
+        return (f"its {len(already)} MoE block(s) are patched already "
+                f"({', '.join(already[:3])}{', ...' if len(already) > 3 else ''})")
+    return (f"{type(model).__name__} has no sparse MoE block of a supported class "
+            f"({', '.join(c.__name__ for c in classes) or 'none in this transformers'})")
 
 
 def patch(model, *, tile_m=None, ops=None, strict=True, on_grad="fallback", process_group=None,
@@ -331,6 +341,8 @@ def patch(model, *, tile_m=None, ops=None, strict=True, on_grad="fallback", proc
     built under torch.device("meta")): nothing is allocated or moved.
     strict: raise when a supported block cannot be swapped (unusual config); with
         strict=False such blocks are left as they are, and a warning names them and why.
+        A model with no block to patch (none of a supported class, or all patched already)
+        gives an empty report that says why (.nothing_to_patch), with a warning.
     on_grad: what a patched block does when its forward needs gradients (see the module doc):
         "fallback" runs the block's own forward, "raise" raises.
     process_group: run the experts expert parallel over this torch.distributed group (every
@@ -344,7 +356,10 @@ def patch(model, *, tile_m=None, ops=None, strict=True, on_grad="fallback", proc
         raise ValueError(f"patch: on_grad must be one of {ON_GRAD}, got {on_grad!r}")
     classes = block_classes()
     report = PatchReport()
+    already = []
     for name, module in list(model.named_modules()):
+        if isinstance(module, ArgonBlock):
+            already.append(name)
         if not isinstance(module, classes) or isinstance(module, ArgonBlock):
             continue
         reason = why_unsupported(module)
@@ -367,7 +382,9 @@ def patch(model, *, tile_m=None, ops=None, strict=True, on_grad="fallback", proc
             model.__dict__[_SHARDED] = True
         report.append(name)
         report.activations[name] = moe.activation
-    if report.skipped:
+    if not report and not report.skipped:
+        report.nothing_to_patch = _nothing_to_patch(model, classes, already)
+    if report.skipped or report.nothing_to_patch:
         warnings.warn(report.summary(), stacklevel=2)
     return report
 

@@ -1,20 +1,14 @@
-// The gated epilogue's activation, shared by the Metal kernels and their host build: swiglu's
-// `activation` argument as a code in the params, and the activation itself in fp32.
-//   ARGON_ACT_SILU       silu(g) = g / (1 + exp(-g))                         (SwiGLU)
-//   ARGON_ACT_GELU       gelu(g) = 0.5 g (1 + erf(g / sqrt 2))                (GeGLU, erf form)
-//   ARGON_ACT_GELU_TANH  0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3)))      (tanh approximation)
-// Computed as g * (0.5 (1 + erf)) (the same product as torch's 0.5 g (1 + erf), rounded once):
-// the factor in [0, 1] keeps g near FLT_MAX finite whatever order a compiler multiplies in (an
-// nvcc build gave inf for g >= 2^127). csrc/cpu, csrc/cuda and the Triton epilogue do the same. Metal has no erf: argon_erf is our own, within 3 ulp of erf in fp32.
-// The codes live in swiglu_params.h (shared with the host C++); this header is for kernels.
+// The gated epilogue's activation for the Metal kernels: the formulas of csrc/shared/
+// activation.h with Metal's exp and tanh and an erf of our own (Metal has none), argon_erf,
+// within 3 ulp of erf in fp32; the host build runs this same code, not libm's erf.
 #pragma once
 #include <metal_stdlib>
 
-#include "swiglu_params.h"
+#include "shared/activation.h"
 
 using namespace metal;
 
-// erf in fp32 (the host build runs this same code, not libm's erf). |x| < 1: x * P(x^2), a least-squares fit of erf(x)/x; 1 <= |x| < 4:
+// erf in fp32. |x| < 1: x * P(x^2), a least-squares fit of erf(x)/x; 1 <= |x| < 4:
 // 1 - exp(Q(|x|)), a fit of log(erfc(x)); beyond 4, erfc(x) < 2e-8 is below half an ulp of 1.
 inline float argon_erf(float x) {
   const float a = fabs(x);
@@ -46,14 +40,10 @@ inline float argon_erf(float x) {
   return x < 0.0f ? -r : (x == x ? r : x);
 }
 
-// The activation of g in fp32.
-inline float argon_activation(float g, unsigned act) {
-  if (act == ARGON_ACT_GELU) {
-    return g * (0.5f * (1.0f + argon_erf(g * 0.7071067811865476f)));
-  }
-  if (act == ARGON_ACT_GELU_TANH) {
-    const float inner = 0.7978845608028654f * (g + 0.044715f * g * g * g);
-    return g * (0.5f * (1.0f + tanh(inner)));
-  }
-  return g / (1.0f + exp(-g));
-}
+// The primitives of the shared activations (csrc/shared/activation.h) on Metal: a kernel calls
+// argon_activation<ArgonMetalMath>(g, code).
+struct ArgonMetalMath {
+  static inline float expf(float x) { return exp(x); }
+  static inline float erff(float x) { return argon_erf(x); }
+  static inline float tanhf(float x) { return tanh(x); }
+};

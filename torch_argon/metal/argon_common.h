@@ -4,7 +4,7 @@
 #pragma once
 #include <metal_stdlib>
 
-#include "argon_params.h"
+#include "shared/argon_params.h"
 
 using namespace metal;
 

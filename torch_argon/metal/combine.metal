@@ -6,7 +6,7 @@
 // Launch: grid (T, ceil(H / 256)) threadgroups of 256 threads; one output element per thread.
 // Any K; no synchronisation.
 #include "argon_common.h"
-#include "combine_params.h"
+#include "shared/combine_params.h"
 
 #if defined(__METAL_VERSION__) && __METAL_VERSION__ >= 320
 #pragma METAL fp contract(off)

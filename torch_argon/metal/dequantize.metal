@@ -11,7 +11,7 @@
 // Limits: w is contiguous rows of row_bytes bytes; out is contiguous [rows, n_in] float32; the
 //   chunk count fits 64 bits and its threadgroups 32.
 #include "argon_common.h"
-#include "quant_blocks.h"
+#include "shared/quant_blocks.h"
 
 template <typename Block, uint ELEMS, void (*DQ)(device const Block*, uint, thread float*)>
 kernel void dequantize_blocks(device const uchar* w [[buffer(0)]],

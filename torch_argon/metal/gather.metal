@@ -10,7 +10,7 @@
 // handles row r (rows on x: the dimension with the largest limit); the lane is its
 // thread_index_in_threadgroup (threadgroups are one-dimensional). No synchronisation.
 #include "argon_common.h"
-#include "gather_params.h"
+#include "shared/gather_params.h"
 
 inline int gather_token(device const int* sorted_token, uint r, constant ArgonGatherParams& p) {
   const int t = sorted_token[r];

@@ -14,7 +14,7 @@
 //   fp32 dot product. Grid (R, ceil(N / 256)) of 256 threads.
 // Limits: N, Kd < 2^32; xs and w may have any strides (64-bit element strides in the params).
 #include "argon_common.h"
-#include "moe_mm_params.h"
+#include "shared/moe_mm_params.h"
 
 #if defined(__METAL_VERSION__) && __METAL_VERSION__ >= 320
 #pragma METAL fp contract(off)

@@ -28,7 +28,7 @@
 //   in w_tile (real GGUF weights are far below); the halves' rounding (2^-11 relative) is the
 //   kernel's error against the fp32 reference beyond the summation order.
 #include "argon_common.h"
-#include "quant_blocks.h"
+#include "shared/quant_blocks.h"
 
 #if defined(__METAL_VERSION__) && __METAL_VERSION__ >= 320
 #pragma METAL fp contract(off)

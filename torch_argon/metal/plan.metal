@@ -8,7 +8,7 @@
 // Limits (plan_params.h): E <= ARGON_PLAN_MAX_EXPERTS; any K (repeated ids included); T*K plus
 // padding must fit int32 rows (checked by the host).
 #include "argon_common.h"
-#include "plan_params.h"
+#include "shared/plan_params.h"
 
 #if defined(__METAL_VERSION__) && __METAL_VERSION__ >= 320
 #pragma METAL fp contract(off)

@@ -4,8 +4,10 @@ benches. Layouts and formulas: docs/quantized-formats.md."""
 from .formats import FORMATS, QFormat, check_quantized, qformat, row_bytes
 from .reference import dequantize_reference
 from .synthetic import force_finite_scales, random_quantized
-from .weights import QuantizedExperts, QuantizedWeight, concat_rows
+from .weights import (ACTIVATION_QUANT, QuantizedExperts, QuantizedWeight, build_experts,
+                      concat_rows)
 
 __all__ = ["FORMATS", "QFormat", "check_quantized", "qformat", "row_bytes",
            "dequantize_reference", "random_quantized", "force_finite_scales",
-           "QuantizedWeight", "QuantizedExperts", "concat_rows"]
+           "QuantizedWeight", "QuantizedExperts", "build_experts", "concat_rows",
+           "ACTIVATION_QUANT"]

@@ -37,6 +37,11 @@ class QFormat:
     block_bytes: int   # bytes per block
     fields: tuple      # of Field, in byte order, tiling the block
     formula: str       # the dequant of one value, in words (docs/quantized-formats.md has it all)
+    tables: tuple = ()  # the lookup tables of quant/tables.py its dequant reads
+
+    # Kernel traits the C++/Metal rows (csrc/shared/quant_params.h, written by
+    # tools/gen_quant_tables.py) and the Triton constants (triton_ops/quant_blocks.py) come from;
+    # tests/test_format_records.py checks them against these records.
 
     @property
     def is_float(self):
@@ -48,6 +53,13 @@ class QFormat:
         return 8.0 * self.block_bytes / self.block_elems
 
     @property
+    def word_aligned(self):
+        """Blocks a multiple of 4 bytes whose byte fields start 4-byte aligned: a kernel may
+        read the quant bytes as 32-bit words wherever the row starts aligned."""
+        return (not self.is_float and self.block_bytes % 4 == 0
+                and all(f.offset % 4 == 0 for f in self.fields if f.kind == "u8"))
+
+    @property
     def fp16_offsets(self):
         """Byte offsets of the fp16 fields of one block (scales; every element for F16)."""
         return tuple(f.offset + 2 * i for f in self.fields if f.kind == "f16"
@@ -57,12 +69,12 @@ class QFormat:
         return f"QFormat({self.name}, id {self.type_id}, {self.block_elems}/{self.block_bytes} B)"
 
 
-def _fmt(name, type_id, block_elems, formula, *fields):
+def _fmt(name, type_id, block_elems, formula, *fields, tables=()):
     offset, laid = 0, []
     for fname, nbytes, kind, what in fields:
         laid.append(Field(fname, offset, nbytes, kind, what))
         offset += nbytes
-    return QFormat(name, type_id, block_elems, offset, tuple(laid), formula)
+    return QFormat(name, type_id, block_elems, offset, tuple(laid), formula, tuple(tables))
 
 
 _LIST = (
@@ -81,16 +93,19 @@ _LIST = (
          ("qs", 16, "u8", "low 4 bits: q[j] low nibble of byte j, q[j+16] high nibble")),
     _fmt("IQ4_NL", 20, QK, "x[i] = d * IQ4_NL_VALUES[q[i]]",
          ("d", 2, "f16", "block scale"),
-         ("qs", 16, "u8", "q[j] low nibble of byte j, q[j+16] high nibble")),
+         ("qs", 16, "u8", "q[j] low nibble of byte j, q[j+16] high nibble"),
+         tables=("IQ4_NL_VALUES",)),
     _fmt("MXFP4", 39, QK, "x[i] = 2^(e-128) * MXFP4_VALUES_X2[q[i]]",
          ("e", 1, "e8m0", "block exponent (2^(e-128) as ggml decodes it; e=255 is 2^127)"),
-         ("qs", 16, "u8", "e2m1 codes: q[j] low nibble of byte j, q[j+16] high nibble")),
+         ("qs", 16, "u8", "e2m1 codes: q[j] low nibble of byte j, q[j+16] high nibble"),
+         tables=("MXFP4_VALUES_X2",)),
     _fmt("IQ4_XS", 23, QK_K,
          "x[32s+k] = d * (ls[s] - 32) * IQ4_NL_VALUES[q], 6-bit ls[s] from scales_l/scales_h",
          ("d", 2, "f16", "super-block scale"),
          ("scales_h", 2, "u16", "bits 2s..2s+1: high 2 bits of sub-block scale s"),
          ("scales_l", 4, "u8", "low 4 bits of scale s: nibble s%2 of byte s/2"),
-         ("qs", 128, "u8", "16 bytes per sub-block s: low nibbles x[32s+j], high x[32s+16+j]")),
+         ("qs", 128, "u8", "16 bytes per sub-block s: low nibbles x[32s+j], high x[32s+16+j]"),
+         tables=("IQ4_NL_VALUES",)),
     _fmt("Q4_K", 12, QK_K, "x = (d * sc[s]) * q - (dmin * m[s]), 8 sub-blocks of 32",
          ("d", 2, "f16", "super-block scale of the sub-block scales"),
          ("dmin", 2, "f16", "super-block scale of the sub-block mins"),
@@ -111,7 +126,8 @@ _LIST = (
          "x[8g+k] = (d * (0.5 + ls[g/2]) * 0.25 * GRID[idx][k]) * sign_k, 32 groups of 8",
          ("d", 2, "f16", "super-block scale"),
          ("qs", 64, "u16", "per group: 9-bit grid index | 7-bit sign index << 9"),
-         ("scales", 8, "u8", "4-bit scale per 16 values: nibble i%2 of byte i/2")),
+         ("scales", 8, "u8", "4-bit scale per 16 values: nibble i%2 of byte i/2"),
+         tables=("IQ2XS_GRID", "IQ2XS_SIGNS")),
     _fmt("Q3_K", 11, QK_K, "x = (d * (sc[i/16] - 32)) * (q2 - (hbit ? 0 : 4))",
          ("hmask", 32, "u8", "bit b of byte j: high bit of x[32b+j] (set = no -4)"),
          ("qs", 64, "u8", "2-bit q: byte 32h+j, bits 2k.. hold x[128h+32k+j]"),
@@ -123,7 +139,8 @@ _LIST = (
          ("qs", 64, "u8", "low 8 bits of the 9-bit grid index of group g"),
          ("qh", 8, "u8", "bit g%8 of byte g/8: bit 8 of group g's index"),
          ("signs", 32, "u8", "bit i%8 of byte i/8: x[i] negative"),
-         ("scales", 4, "u8", "4-bit scale per 32 values: nibble s%2 of byte s/2")),
+         ("scales", 4, "u8", "4-bit scale per 32 values: nibble s%2 of byte s/2"),
+         tables=("IQ3S_GRID",)),
     _fmt("Q2_K", 10, QK_K, "x = (d * (sc & 15)) * q - (dmin * (sc >> 4)), sc per 16 values",
          ("scales", 16, "u8", "per 16 values: scale low nibble, min high nibble"),
          ("qs", 64, "u8", "2-bit q: byte 32h+j, bits 2k.. hold x[128h+32k+j]"),
@@ -134,9 +151,32 @@ _LIST = (
 FORMATS = {f.name: f for f in _LIST}
 _BY_ID = {f.type_id: f for f in _LIST}
 
+# The GGUF tensor types torch_argon does not read (gguf.GGMLQuantizationType, 0.19), by name and
+# id: asked for one, every entry point says so in the same words (not_read), not "unknown".
+NOT_READ = {"Q4_1": 3, "Q5_1": 7, "Q8_1": 9, "Q8_K": 15, "IQ2_XXS": 16, "IQ3_XXS": 18,
+            "IQ1_S": 19, "IQ2_S": 22, "I8": 24, "I16": 25, "I32": 26, "I64": 27, "F64": 28,
+            "IQ1_M": 29, "TQ1_0": 34, "TQ2_0": 35, "NVFP4": 40, "Q1_0": 41}
+_NOT_READ_BY_ID = {v: k for k, v in NOT_READ.items()}
+
 
 def supported_names():
     return ", ".join(FORMATS)
+
+
+def not_read(name):
+    """How every entry point names a GGUF type torch_argon does not read (a NOT_READ name):
+    "Q4_1, which torch_argon does not read (GGML type 3; it reads F32, ...)"."""
+    return (f"{name}, which torch_argon does not read (GGML type {NOT_READ[name]}; it reads "
+            f"{supported_names()})")
+
+
+def _unknown(qtype):
+    name = getattr(qtype, "name", qtype if isinstance(qtype, str) else None)
+    if isinstance(name, str) and name.strip().upper() in NOT_READ:
+        return ValueError("quantized type " + not_read(name.strip().upper()))
+    if isinstance(qtype, int) and not isinstance(qtype, bool) and int(qtype) in _NOT_READ_BY_ID:
+        return ValueError("quantized type " + not_read(_NOT_READ_BY_ID[int(qtype)]))
+    return ValueError(f"unknown quantized type {qtype!r}; torch_argon reads {supported_names()}")
 
 
 def qformat(qtype):
@@ -147,7 +187,7 @@ def qformat(qtype):
     if isinstance(qtype, str):
         fmt = FORMATS.get(qtype.strip().upper())
         if fmt is None:
-            raise ValueError(f"unknown quantized type {qtype!r}; supported: {supported_names()}")
+            raise _unknown(qtype)
         return fmt
     name = getattr(qtype, "name", None)
     if isinstance(name, str) and name.upper() in FORMATS:
@@ -161,7 +201,7 @@ def qformat(qtype):
         fmt = _BY_ID.get(int(qtype))
         if fmt is not None:
             return fmt
-    raise ValueError(f"unknown quantized type {qtype!r}; supported: {supported_names()}")
+    raise _unknown(qtype)
 
 
 def row_bytes(qtype, n_in):

@@ -8,18 +8,36 @@
   mps         torch.ops.argon, Metal kernels via MPS      MPS tensors
   metal_cuda  torch.ops.argon_metal_cuda: the .metal      CUDA tensors
               kernels compiled by nvcc (a test backend: the Metal kernels as SIMT code)
+
+metal_host and metal_cuda are test executors: they live in torch_argon._C_test, which
+scripts/test.sh and CI build (ARGON_TEST_BUILD=1) and a user's install does not. Importing this
+module loads it where it exists; where it does not, those backends say why they are unavailable.
 """
+import importlib
 import inspect
 from dataclasses import dataclass
 from types import SimpleNamespace
 
 import torch
 
-from .. import reference
+from .. import ops, reference
 from ..ops import FUNCTIONAL_OPS, OpSet
 from ..plan import MoEPlan
 
 NAMES = ("reference", "cpu", "metal_host", "cuda", "mps", "metal_cuda")
+
+
+def _load_test_module():
+    """torch_argon._C_test, with its op libraries' fakes registered; or the reason it is absent."""
+    try:
+        importlib.import_module("torch_argon._C_test")
+    except ImportError as e:
+        return ("torch_argon._C_test (the test executors) is not built: build with "
+                f"ARGON_TEST_BUILD=1, as scripts/test.sh does ({e})")
+    ops.add_library("argon_host")
+    if _has_kernel("argon_metal_cuda", "CUDA"):
+        ops.add_library("argon_metal_cuda", plan_fast_path=False)  # has no CPU kernels
+    return ""
 
 
 def _reference_namespace():
@@ -67,6 +85,9 @@ def _has_kernel(lib, dispatch_key):
         return False
 
 
+TEST_MODULE_MISSING = _load_test_module()
+
+
 @dataclass
 class Backend:
     name: str
@@ -85,8 +106,11 @@ def get(name: str) -> Backend:
     if name == "cpu":
         return Backend(name, "cpu", OpSet(torch.ops.argon))
     if name == "metal_host":
-        reason = "" if _has_kernel("argon_host", "CPU") else "built without the Metal-on-host runtime"
-        return Backend(name, "cpu", OpSet(torch.ops.argon_host), reason)
+        reason = TEST_MODULE_MISSING or (
+            "" if _has_kernel("argon_host", "CPU") else "built without the Metal-on-host runtime")
+        # Unavailable: the library may not exist, so the OpSet is argon's (tests skip first).
+        return Backend(name, "cpu", OpSet(torch.ops.argon_host if not reason else torch.ops.argon),
+                       reason)
     if name == "cuda":
         reason = ("torch sees no CUDA device" if not torch.cuda.is_available()
                   else "" if _has_kernel("argon", "CUDA") else "built without CUDA kernels")
@@ -97,8 +121,9 @@ def get(name: str) -> Backend:
         return Backend(name, "mps", OpSet(torch.ops.argon), reason)
     if name == "metal_cuda":
         reason = ("torch sees no CUDA device" if not torch.cuda.is_available()
-                  else "" if _has_kernel("argon_metal_cuda", "CUDA")
-                  else "built without CUDA (the metal_cuda backend comes with the CUDA kernels)")
+                  else TEST_MODULE_MISSING or ("" if _has_kernel("argon_metal_cuda", "CUDA") else
+                                               "built without CUDA (the metal_cuda backend comes "
+                                               "with the CUDA kernels)"))
         # Unavailable: the library may not exist, so the OpSet is argon's (tests skip first).
         ns = torch.ops.argon_metal_cuda if not reason else torch.ops.argon
         return Backend(name, "cuda", OpSet(ns), reason)

@@ -123,15 +123,21 @@ def config_for(swiglu: bool, block_m: int, rows_per_expert: float) -> MMConfig:
 TILE_M_LIMITS = {16: 10.0, 32: 20.0}
 
 
+def tile_m_for_load(n_entries: int, n_expert: int, limits: dict, largest: int) -> int:
+    """The smallest tile_m whose limit (in `limits`, ascending) holds the mean rows per expert
+    T*K/E, else `largest`: the shape of the tile_m rule of each Triton GEMM."""
+    rows = n_entries / max(n_expert, 1)
+    for tm, limit in limits.items():
+        if rows <= limit:
+            return tm
+    return largest
+
+
 def default_tile_m(n_entries: int, n_expert: int) -> int:
     """The default rule: a tile that holds a typical expert's rows (T*K/E), so most experts own
     one tile and their weights are streamed once; 64 from 20 rows per expert up (several tiles
     per expert then run side by side and share the weight blocks in L2)."""
-    rows = n_entries / max(n_expert, 1)
-    for tm, limit in TILE_M_LIMITS.items():
-        if rows <= limit:
-            return tm
-    return 64
+    return tile_m_for_load(n_entries, n_expert, TILE_M_LIMITS, 64)
 
 
 # ---- the measured table ----------------------------------------------------------------------

@@ -37,6 +37,7 @@ import triton
 
 from .. import _C
 from .._shapes import META_N_TILES, META_SIZE
+from ..activations import code as activation_code
 from ..ops import refuse_gradients
 from . import configs
 from .configs import MMConfig, block_m_for, config_for, mean_rows_per_expert
@@ -85,16 +86,6 @@ def _check(a, w, tile_expert, meta, tile_m, sorted_token, swiglu, row_token=None
     if w.device != a.device:
         raise ValueError(f"{op}: w is on {w.device}, a on {a.device}")
     return check_plan_arguments(a, "a", tile_expert, meta, tile_m, sorted_token, row_token)
-
-
-ACTIVATIONS = {"silu": 0, "gelu": 1, "gelu_tanh": 2}  # the ARGON_ACT_* codes
-
-
-def activation_code(activation: str) -> int:
-    if activation not in ACTIVATIONS:
-        raise ValueError(f'activation must be one of "silu", "gelu", "gelu_tanh", got '
-                         f'"{activation}"')
-    return ACTIVATIONS[activation]
 
 
 def launch_moe_mm(a, w, tile_expert, meta, tile_m, sorted_token, out, *, swiglu,

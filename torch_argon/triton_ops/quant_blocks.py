@@ -61,8 +61,9 @@ TAB_IQ2XS_SIGNS = tl.constexpr(4128)    # 128 rows x 8 signs (+1.0 / -1.0)
 TAB_IQ3S_GRID = tl.constexpr(5152)      # 512 rows x 4 magnitudes
 TABLE_SIZE = 7200
 
-# Formats whose quant-byte runs sit at 4-byte aligned offsets in 4-byte aligned blocks.
-WORD_FORMATS = ("IQ4_XS", "Q4_K", "Q5_K", "Q2_K")
+# Formats whose quant-byte runs sit at 4-byte aligned offsets in 4-byte aligned blocks (the
+# records' word_aligned trait).
+WORD_FORMATS = tuple(f.name for f in FORMATS.values() if f.word_aligned)
 
 
 def words_ok(fmt, *tensors_and_strides) -> bool:

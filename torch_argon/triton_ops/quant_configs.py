@@ -22,7 +22,7 @@ the reasoning below.
 """
 from dataclasses import dataclass, replace
 
-from .configs import INF
+from .configs import INF, TILE_M_LIMITS, tile_m_for_load
 
 
 @dataclass(frozen=True)
@@ -75,14 +75,12 @@ def qmm_config(fmt, swiglu: bool, block_m: int, rows_per_expert: float) -> QMMCo
 
 
 # Largest mean rows per expert (T*K/E) for which each tile_m is chosen; beyond, 64 (the largest
-# BLOCK_M). The dense layer's limits (configs.TILE_M_LIMITS), to be measured for this kernel.
-QUANT_TILE_M_LIMITS = {16: 10.0, 32: 20.0}
+# BLOCK_M). The dense kernel's default limits (configs.TILE_M_LIMITS) until this kernel's are
+# measured (bench/bench_quant.py times the layer with this rule).
+QUANT_TILE_M_LIMITS = dict(TILE_M_LIMITS)
 
 
 def quant_layer_tile_m(n_entries: int, n_expert: int) -> int:
-    """tile_m for the quantized layer's plan, from the mean rows per expert (shapes only)."""
-    rows = n_entries / max(n_expert, 1)
-    for tm, limit in QUANT_TILE_M_LIMITS.items():
-        if rows <= limit:
-            return tm
-    return QMAX_BLOCK_M
+    """tile_m for the quantized layer's plan (the triton_quantized implementation's rule), from
+    the mean rows per expert (shapes only)."""
+    return tile_m_for_load(n_entries, n_expert, QUANT_TILE_M_LIMITS, QMAX_BLOCK_M)

@@ -8,7 +8,7 @@
 
 #include "../checks.h"
 #include "../op_signatures.h"
-#include "quant_blocks_cpu.h"  // last: see the header
+#include "quant_blocks_cpu.h"
 
 namespace argon {
 namespace {

@@ -30,7 +30,7 @@
 #include "../float_dispatch.h"
 #include "../op_signatures.h"
 #include "cpu_clones.h"
-#include "quant_blocks_cpu.h"  // last: see the header
+#include "quant_blocks_cpu.h"
 
 namespace argon {
 namespace {

@@ -1,5 +1,5 @@
 // swiglu on the CPU: out = act(g) * u in fp32, rounded once, act = silu(g) = g / (1 + exp(-g)),
-// or gelu in its erf or tanh form (metal/activation.h has the formulas). Inputs as two [R, I]
+// or gelu in its erf or tanh form (csrc/shared/activation.h: the formulas). Inputs as two [R, I]
 // tensors or one [R, 2I] tensor (gate half, then up half).
 // One pass over each row: load, widen to fp32, silu, multiply, round once, store; no
 // temporaries. The row loop is plain C++ that GCC vectorises, with SSE2 in the baseline build
@@ -16,7 +16,7 @@
 #include <limits>
 
 #include "../checks.h"
-#include "swiglu_params.h"
+#include "shared/activation.h"
 #include "../float_dispatch.h"
 #include "../op_signatures.h"
 #include "cpu_clones.h"
@@ -58,18 +58,21 @@ inline float exp_f32(float y) {
                 : overflow ? std::numeric_limits<float>::infinity() : e;
 }
 
-// The activations in fp32, as torch computes them (libm's erf and tanh for the gelus: those
-// loops stay scalar; the silu one vectorises through exp_f32).
+// The primitives of the shared activations: exp_f32 (so the silu loop vectorises), libm's erf
+// and tanh (those loops stay scalar).
+struct CpuMath {
+  static float expf(float x) { return exp_f32(x); }
+  static float erff(float x) { return std::erf(x); }
+  static float tanhf(float x) { return std::tanh(x); }
+};
 struct Silu {
-  static float apply(float x) { return x / (1.f + exp_f32(-x)); }
+  static float apply(float x) { return argon_silu<CpuMath>(x); }
 };
 struct Gelu {
-  static float apply(float x) { return x * (0.5f * (1.f + std::erf(x * 0.7071067811865476f))); }
+  static float apply(float x) { return argon_gelu<CpuMath>(x); }
 };
 struct GeluTanh {
-  static float apply(float x) {
-    return x * (0.5f * (1.f + std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x))));
-  }
+  static float apply(float x) { return argon_gelu_tanh<CpuMath>(x); }
 };
 
 // Rows [0, rows) of out (contiguous, I per row) from g and u (element stride 1, any row stride).

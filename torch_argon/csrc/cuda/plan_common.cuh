@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "../plan_layout.h"
+#include "shared/plan_params.h"
 #include "cuda_common.cuh"
 
 namespace argon::cuda {

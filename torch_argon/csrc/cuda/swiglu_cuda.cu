@@ -1,5 +1,5 @@
 // swiglu on CUDA: out = act(g) * u in fp32, rounded once; act = silu(g) = g / (1 + exp(-g)), or
-// gelu in its erf or tanh form (metal/activation.h has the formulas), a template parameter.
+// gelu in its erf or tanh form (csrc/shared/activation.h: the formulas), a template parameter.
 //
 // Inputs: two [R, I] tensors, or one [R, 2I] tensor whose second half is `up` (same row, I
 // columns on). Launch: a flat grid-stride loop over (row, vector) pairs; each thread loads V
@@ -9,7 +9,7 @@
 #include <torch/library.h>
 
 #include "../checks.h"
-#include "swiglu_params.h"
+#include "shared/activation.h"
 #include "../op_signatures.h"
 #include "../float_dispatch.h"
 #include "cuda_common.cuh"
@@ -17,13 +17,12 @@
 namespace argon::cuda {
 namespace {
 
-__device__ __forceinline__ float activation(float g, int act) {
-  if (act == ARGON_ACT_GELU) return g * (0.5f * (1.f + erff(g * 0.7071067811865476f)));
-  if (act == ARGON_ACT_GELU_TANH) {
-    return g * (0.5f * (1.f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g))));
-  }
-  return g / (1.f + expf(-g));
-}
+// The primitives of the shared activations: CUDA's expf, erff, tanhf.
+struct CudaMath {
+  static __host__ __device__ __forceinline__ float expf(float x) { return ::expf(x); }
+  static __host__ __device__ __forceinline__ float erff(float x) { return ::erff(x); }
+  static __host__ __device__ __forceinline__ float tanhf(float x) { return ::tanhf(x); }
+};
 
 template <typename in_t, typename out_t, int V, int Act>
 __global__ void __launch_bounds__(256)
@@ -39,7 +38,7 @@ __global__ void __launch_bounds__(256)
     load_as_float<in_t, V>(up + r * u_stride + c, u);
     Vec<out_t, V> o;
 #pragma unroll
-    for (int e = 0; e < V; ++e) o.v[e] = from_float<out_t>(activation(g[e], Act) * u[e]);
+    for (int e = 0; e < V; ++e) o.v[e] = from_float<out_t>(argon_activation<CudaMath>(g[e], Act) * u[e]);
     *reinterpret_cast<Vec<out_t, V>*>(out + r * I + c) = o;
   }
 }

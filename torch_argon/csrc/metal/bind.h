@@ -1,5 +1,5 @@
 // Binding a kernel's arguments by parameter name. The names and [[buffer(i)]] indices come from a
-// table that setup.py generates from the .metal files' kernel signatures (tools/metal_codegen.py,
+// table that setup.py generates from the .metal files' kernel signatures (build_tools/metal_codegen.py,
 // the same parse that generates the host adapters), so the recipe never spells an index: a
 // buffer reordered in a kernel moves its binding with it on every backend. Misuse is an error
 // when the recipe is recorded (before anything is encoded): a kernel or parameter name the table

@@ -6,13 +6,13 @@
 #pragma once
 #include <cstdint>
 
-#include "combine_params.h"
-#include "gather_params.h"
+#include "shared/combine_params.h"
+#include "shared/gather_params.h"
 #include "metal/encoder.h"
-#include "moe_mm_params.h"
-#include "plan_params.h"
-#include "quant_params.h"
-#include "swiglu_params.h"
+#include "shared/moe_mm_params.h"
+#include "shared/plan_params.h"
+#include "shared/quant_params.h"
+#include "shared/swiglu_params.h"
 
 namespace argon::metal {
 

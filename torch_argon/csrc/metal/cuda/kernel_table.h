@@ -1,7 +1,7 @@
 // The metal_cuda backend's table of compiled .metal kernels: name -> launcher of the kernel's
 // generated __global__ wrapper, which takes the encoder's bindings ([[buffer(i)]] <- slot i) as
 // its arguments. setup.py generates one CUDA unit per .metal file that compiles it through the
-// CUDA prelude and registers its kernels here (tools/metal_codegen.py:
+// CUDA prelude and registers its kernels here (build_tools/metal_codegen.py:
 // build/argon_generated/cuda_kernels/). Free of torch.
 #pragma once
 #include <cuda_runtime.h>

@@ -2,7 +2,7 @@
 // the encoder's bindings and the lane's position, plus whether it synchronises (threadgroup memory,
 // barriers, simd collectives), which decides between lane threads and a plain loop.
 // setup.py generates one translation unit per .metal file that compiles it and registers its
-// kernels here (tools/metal_codegen.py: build/argon_generated/host_kernels/).
+// kernels here (build_tools/metal_codegen.py: build/argon_generated/host_kernels/).
 #pragma once
 #include <cstring>
 #include <string>

@@ -52,6 +52,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -213,6 +214,16 @@ LanePosition position(const ThreadGroupRun& r, uint32_t lane) {
   return p;
 }
 
+void lane_threw(ThreadGroupRun& r, uint32_t lane, const char* what) {
+  const std::string msg = "lane " + std::to_string(lane) + " threw: " + what;
+  if (r.schedule == Schedule::Free) {
+    std::lock_guard<std::mutex> lock(r.m);
+    mark_failed(r, msg);
+  } else {
+    mark_failed(r, msg);
+  }
+}
+
 // Runs lane `lane` of r to its end; a failure of the threadgroup unwinds it early.
 void lane_body(ThreadGroupRun& r, uint32_t lane, const LanePosition& pos) {
   tls_pos = &pos;
@@ -222,12 +233,9 @@ void lane_body(ThreadGroupRun& r, uint32_t lane, const LanePosition& pos) {
     (*r.fn)(pos);
   } catch (const Abort&) {
   } catch (const std::exception& e) {
-    if (r.schedule == Schedule::Free) {
-      std::lock_guard<std::mutex> lock(r.m);
-      mark_failed(r, std::string("lane ") + std::to_string(lane) + " threw: " + e.what());
-    } else {
-      mark_failed(r, std::string("lane ") + std::to_string(lane) + " threw: " + e.what());
-    }
+    lane_threw(r, lane, e.what());
+  } catch (...) {  // nothing may leave a lane: past a thread's or fiber's start it ends the process
+    lane_threw(r, lane, "an exception that is not a std::exception");
   }
 }
 
@@ -289,6 +297,9 @@ class LanePool {
 
 void run_threads(ThreadGroupRun& r) {
   static LanePool* pool = new LanePool();
+  // Every lane's thread exists before the first lane starts: a thread that cannot be made then
+  // raises with no lane holding a reference to r.
+  pool->get(r.n - 1);
   for (uint32_t l = 0; l < r.n; ++l) {
     Worker& w = *pool->get(l);
     std::lock_guard<std::mutex> lock(w.m);
@@ -400,6 +411,10 @@ void run_loop(const char* kernel, Dim3 groups, Dim3 threads, const LaneFn& fn) {
   const uint64_t n_threads = total < (1u << 16) ? 1 : std::min<uint64_t>(hw, n_groups);
   std::mutex err_m;
   std::string err;
+  const auto keep_error = [&](const char* what) {
+    std::lock_guard<std::mutex> lock(err_m);
+    if (err.empty()) err = what;
+  };
   auto work = [&](uint64_t g0, uint64_t g1) {
     try {
       ThreadGroupRun r;  // for position() only: nothing synchronises on this path
@@ -415,21 +430,26 @@ void run_loop(const char* kernel, Dim3 groups, Dim3 threads, const LaneFn& fn) {
         }
       }
     } catch (const std::exception& e) {
-      std::lock_guard<std::mutex> lock(err_m);
-      if (err.empty()) err = e.what();
+      keep_error(e.what());
+    } catch (...) {  // an exception leaving a std::thread's function ends the process
+      keep_error("an exception that is not a std::exception");
     }
     tls_pos = nullptr;
   };
-  if (n_threads <= 1) {
-    work(0, n_groups);
-  } else {
-    std::vector<std::thread> pool;
-    const uint64_t chunk = (n_groups + n_threads - 1) / n_threads;
-    for (uint64_t t = 0; t < n_threads; ++t) {
-      pool.emplace_back(work, t * chunk, std::min(n_groups, (t + 1) * chunk));
+  const uint64_t chunk = (n_groups + n_threads - 1) / n_threads;
+  std::vector<std::thread> pool;
+  uint64_t started = 0;
+  try {
+    for (; started + 1 < n_threads; ++started) {
+      pool.emplace_back(work, started * chunk, std::min(n_groups, (started + 1) * chunk));
     }
-    for (auto& t : pool) t.join();
+  } catch (const std::system_error&) {
+    // No more threads (a process or container limit): this thread runs the ranges left.
   }
+  for (uint64_t t = started; t < n_threads; ++t) {
+    work(std::min(n_groups, t * chunk), std::min(n_groups, (t + 1) * chunk));
+  }
+  for (auto& t : pool) t.join();
   if (!err.empty()) throw LaneError(std::string(kernel) + ": " + err);
 }
 
@@ -442,16 +462,16 @@ const LanePosition& current_lane() {
 
 void threadgroup_sync(const char* file, int line) {
   if (!tls_run) {
-    throw LaneError("threadgroup_barrier at " + site(file, line) +
-                    " in a kernel whose source shows no synchronisation (tools/metal_kernels.py)");
+    throw LaneError("threadgroup_barrier at " + site(file, line) + " in a kernel whose source "
+                    "shows no synchronisation (build_tools/metal_kernels.py)");
   }
   arrive(*tls_run, tls_run->tg, "threadgroup_barrier", file, line);
 }
 
 const uint64_t* simd_exchange_begin(uint64_t value, const char* file, int line) {
   if (!tls_run) {
-    throw LaneError("simd collective at " + site(file, line) +
-                    " in a kernel whose source shows no synchronisation (tools/metal_kernels.py)");
+    throw LaneError("simd collective at " + site(file, line) + " in a kernel whose source "
+                    "shows no synchronisation (build_tools/metal_kernels.py)");
   }
   ThreadGroupRun& r = *tls_run;
   SyncGroup& g = r.simd_of(tls_lane);

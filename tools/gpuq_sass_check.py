@@ -1,0 +1,112 @@
+"""Registers, spills and SASS instructions per weight value of the gpuq kernels (csrc/gpuq),
+compiled for sm_90 without a GPU: nvcc with -Xptxas -v, and the cuobjdump that Triton's package
+carries.
+
+    python tools/gpuq_sass_check.py                   # every format
+    python tools/gpuq_sass_check.py Q4_K IQ4_XS       # some
+
+For each format it prints every kernel's registers and spill bytes, and for the exact-path
+gate/up kernel at 8 tokens per warp (the small-T kernel: bf16, SwiGLU, NT=1) the instructions of
+its K loop per weight value a lane decodes, with the loop's most frequent instructions. The
+loop's values come from its HMMA count: per 32-value chunk the kernel issues 2 HMMA for each of
+its 2 weight row groups, plus 2 for the activation sums where the format needs them.
+"""
+import collections
+import glob
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+# Formats whose bf16 exact path needs no activation sums (signed codes, no min: csrc/gpuq).
+NO_SUMS = {"Q8_0", "IQ4_NL", "IQ4_XS"}
+SMALL_T_KERNEL = "Lb1ELi1ELb1ELb0E"  # <F, BF16=true, NT=1, SWIGLU=true, Q8=false>
+
+
+def cuobjdump():
+    found = glob.glob(os.path.join(sys.prefix, "lib", "python*", "site-packages", "triton",
+                                   "backends", "nvidia", "bin", "cuobjdump"))
+    return found[0] if found else "cuobjdump"
+
+
+def import_library():
+    """torch_argon.gpuq.library without the package's __init__ (no compiled extension needed)."""
+    import importlib.util
+    import types
+    if "torch_argon" not in sys.modules:
+        pkg = types.ModuleType("torch_argon")
+        pkg.__path__ = [os.path.join(ROOT, "torch_argon")]
+        sys.modules["torch_argon"] = pkg
+    return importlib.import_module("torch_argon.gpuq.library")
+
+
+def loop_histogram(sass_lines):
+    """(instruction count, Counter of opcodes) of the largest backward-branch loop."""
+    instr = []
+    for line in sass_lines:
+        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);", line)
+        if m:
+            instr.append((int(m.group(1), 16), m.group(2).strip()))
+    best = (0, collections.Counter())
+    for addr, text in instr:
+        t = re.search(r"BRA\s.*?0x([0-9a-f]+)", text)
+        if t and int(t.group(1), 16) < addr:
+            body = [x for a, x in instr if int(t.group(1), 16) <= a <= addr]
+            ops = collections.Counter(
+                (x.split()[1] if x.startswith("@") else x.split()[0]).split(".")[0] for x in body)
+            if len(body) > best[0]:
+                best = (len(body), ops)
+    return best
+
+
+def check(name, lib, work):
+    struct = lib.FORMAT_STRUCTS[name]
+    obj = os.path.join(work, f"{name}.o")
+    with open(os.path.join(work, "gpuq_tables.inc"), "w") as f:
+        f.write(lib.tables_source())
+    res = subprocess.run(
+        ["nvcc", "-std=c++17", "-O3", "-gencode=arch=compute_90,code=sm_90", "-Xptxas", "-v",
+         f"-DGPUQ_FORMAT={struct}", f"-DGPUQ_FORMAT_NAME={name}", f"-I{work}", f"-I{lib.SRC}",
+         "-c", os.path.join(lib.SRC, "gpuq_entry.cu"), "-o", obj],
+        capture_output=True, text=True)
+    if res.returncode:
+        print(f"{name}: nvcc failed\n{res.stderr[-2000:]}")
+        return False
+    kernels, current = [], None
+    for line in res.stderr.splitlines():  # ptxas -v: name, then spills, then registers
+        m = re.search(r"entry function '_ZN4gpuq10qmm_kernelINS_\d+Fmt\w+?E(\w+?)EEEvNS_", line)
+        if m:
+            current = [m.group(1), 0, 0]
+        elif current and "spill stores" in line:
+            current[2] = int(re.search(r"(\d+) bytes spill stores", line).group(1))
+        elif current and "Used" in line:
+            current[1] = int(re.search(r"Used (\d+) registers", line).group(1))
+            kernels.append(current)
+            current = None
+    regs = ", ".join(f"{k}: {r}" + (f" (spills {sp} B)" if sp else "") for k, r, sp in kernels)
+    sass = subprocess.run([cuobjdump(), "-sass", obj], capture_output=True, text=True).stdout
+    func = re.split(r"\n\s*Function : ", sass)
+    body = next((f for f in func if SMALL_T_KERNEL in f.split("\n", 1)[0]), "")
+    n, ops = loop_histogram(body.splitlines())
+    per_chunk = 4 + (0 if name in NO_SUMS else 2)  # HMMA per chunk: 2 groups x 2, + sums
+    values = ops["HMMA"] // per_chunk * 2 * 16  # chunks x 2 groups x 2 rows x 8 values
+    print(f"{name:7s} small-T loop: {n} instructions, {values} values per lane: "
+          f"{n / max(values, 1):.2f} per value; {dict(ops.most_common(8))}")
+    print(f"        {regs}")
+    return True
+
+
+def main(argv):
+    lib = import_library()
+    names = argv or list(lib.FORMAT_STRUCTS)
+    with tempfile.TemporaryDirectory() as work:
+        ok = all([check(n, lib, work) for n in names])
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

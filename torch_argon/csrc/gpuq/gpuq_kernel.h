@@ -1,0 +1,369 @@
+// The gpuq grouped GEMM: out[r, n] = sum_k A[r, k] * W_e[n, k] over a plan's tiles, with W_e an
+// expert's GGUF-quantized weights read as they are stored, for every format of gpuq_formats.h.
+//
+// Algorithm. The weights are the MMA's A operand (16 weight rows per m16n8k16 / m16n8k32), the
+// tokens its B operand (8 per MMA). Each lane decodes, for its two weight rows (g and g + 8 of
+// a 16-row group) and each 32-value chunk, its 8 codes straight from the GGUF bytes into the A
+// fragment (no shared memory, no dequantized tile): the integer codes, exact in bf16 / fp16 /
+// int8, and never scaled. The MMA sums codes times activations over one group of 16 or 32
+// values into a fresh fp32 (int32 for q8) partial, and the group's scale and min are applied to
+// that partial in fp32:
+//
+//     acc += s * P + z * Sigma,   z = -(s * BIAS + m),   Sigma = the group's activation sum
+//
+// where BIAS is what the code-to-operand conversion added (the exponent trick: bf16 bits
+// 0x4300 | u are 128 + u; fp16 0x6400 | u are 1024 + u) plus the format's offset. Sigma comes
+// from one more MMA per token block with an all-ones A. So the product is the exact-dequant
+// GEMM up to float32 rounding: no weight is rounded to bf16.
+//
+// Tiles of more than 8 tokens per warp (NT >= 2, bf16, not q8) take the scaled path instead:
+// the per-group epilogue would then cost 2 FFMA per accumulator per group, more than the MMAs,
+// so each lane scales its codes to bf16 weights (two bf16x2 FMAs per pair: the bias off, then
+// s * code - m, s and m rounded to bf16) and the MMA accumulates over the whole row: each weight
+// rounded to bf16 once more, as the Triton kernels round it (their tolerance, 1.5e-2).
+//
+// activation_quant "q8" (Q8 = true): the activations are int8 codes with a float scale per 32
+// values (quant/activation_q8.py; gpuq_quantize.h makes them), the MMA is int8 (m16n8k32, or
+// m16n8k16 for the formats with 16-value groups) into an int32 partial started at 0x4B400000
+// (the partial's float is then its bits less 12582912: no int-to-float conversion), and
+// acc += (s * d_a) * P + z * (d_a * Sigma_q).
+//
+// Launch shape: blocks of kWarps warps; block (x, y) computes rows [y * rows_per_warp, + rows)
+// of the plan (one tile's, or part of one) against columns [x * kWarps * 16 * WN, + ...), each
+// warp 16 * WN columns (SWIGLU: WN gate and WN up row groups, the epilogue act(gate) * up).
+// The K loop walks the row's blocks and their 32-value chunks; every lane loads its own bytes
+// (4-byte loads where the format's alignment allows) and its activations (8 bytes per token and
+// 16 values). Each warp is independent: no shared memory, no block barrier.
+//
+// Lab knobs (compile-time, for A/B runs; bench/quant_gpuq_notes.md has the measurements):
+// GPUQ_PREFETCH=1 prefetches each weight row's bytes 256 on into L1 at every block;
+// GPUQ_MIN_BLOCKS_NT1=n asks ptxas for n resident blocks of the 8-token kernels (4: 128
+// registers, 12 bytes spilled, 5-17% faster at T = 128 than 1 with 134 registers).
+//
+// Limits: n_in a multiple of the format's block; activations bf16 or fp16 rows with 16-byte
+// aligned rows; tensors aligned to the format's ALIGN; rows_per_warp <= 8 * NT and a divisor of
+// tile_m or tile_m itself; |codes| * 32 * 127 < 2^22 (true of every format).
+#pragma once
+#include "gpuq_formats.h"
+#include "gpuq_params.h"
+
+#ifndef GPUQ_PREFETCH
+#define GPUQ_PREFETCH 0
+#endif
+#ifndef GPUQ_MIN_BLOCKS_NT1
+#define GPUQ_MIN_BLOCKS_NT1 4
+#endif
+#if defined(__CUDACC__)
+#define GQ_KERNEL(NT) __global__ void __launch_bounds__(128, (NT) == 1 ? GPUQ_MIN_BLOCKS_NT1 : 1)
+#else
+#define GQ_KERNEL(NT) inline void
+#endif
+
+namespace gpuq {
+
+constexpr int kWarps = 4;
+constexpr uint32_t kMagicPartial = 0x4B400000u;  // int32 partials start here: float bits
+constexpr float kMagicPartialValue = 12582912.0f;
+
+// The bias the code-to-operand conversion adds to a format's true code, plus its OFF.
+template <class F, bool BF16, bool Q8>
+struct CodeBias {
+  static constexpr int value = Q8      ? (F::CODE == U7 ? F::OFF : 0)
+                               : !BF16 ? (F::CODE == U7 ? 1024 + F::OFF : 1152)
+                                       : (F::CODE == U7 ? 128 + F::OFF : (F::CODE == S6 ? 192 : 0));
+};
+
+// Two 16-bit operands from bytes 0 and 2 (lo) or 1 and 3 (hi) of a word of codes.
+template <class F, bool BF16>
+GQ_DEV void codes_to_pairs(uint32_t w, uint32_t& p02, uint32_t& p13) {
+  const uint32_t w13 = w >> 8;
+  if (!BF16) {  // fp16: 1024 + (u or v + 128), exact for any byte
+    const uint32_t flip = F::CODE == U7 ? 0u : 0x00800080u;
+    p02 = ((w ^ flip) & 0x00FF00FFu) | 0x64006400u;
+    p13 = ((w13 ^ flip) & 0x00FF00FFu) | 0x64006400u;
+  } else if (F::CODE == U7) {  // 128 + u
+    p02 = (w & 0x007F007Fu) | 0x43004300u;
+    p13 = (w13 & 0x007F007Fu) | 0x43004300u;
+  } else if (F::CODE == S6) {  // 192 + v: (v ^ 64) & 127 is v + 64 for v in [-64, 63]
+    p02 = ((w ^ 0x00400040u) & 0x007F007Fu) | 0x43004300u;
+    p13 = ((w13 ^ 0x00400040u) & 0x007F007Fu) | 0x43004300u;
+  } else {  // S8: (128 + low 7 bits) + (-128 or -256 by the sign bit) = v, exactly
+    p02 = bf16x2_add((w & 0x007F007Fu) | 0x43004300u, (w & 0x00800080u) ^ 0xC300C300u);
+    p13 = bf16x2_add((w13 & 0x007F007Fu) | 0x43004300u, (w13 & 0x00800080u) ^ 0xC300C300u);
+  }
+}
+
+GQ_DEV float apply_activation(int which, float g) {
+  if (which == kActGelu) return 0.5f * g * (1.0f + erff(g * 0.70710678118654752f));
+  if (which == kActGeluTanh) {
+    const float inner = 0.79788456080286536f * (g + 0.044715f * g * g * g);
+    return 0.5f * g * (1.0f + tanhf(inner));
+  }
+  return g / (1.0f + expf(-g));
+}
+
+GQ_DEV void store_value(const GemmParams& p, int64_t row, int col, float v) {
+  uint16_t* out = static_cast<uint16_t*>(p.out) + row * p.out_stride + col;
+  *out = p.out_bf16 ? float_to_bf16_bits(v) : float_to_half_bits(v);
+}
+
+template <class F, bool BF16, int NT, bool SWIGLU, bool Q8>
+GQ_KERNEL(NT) qmm_kernel(const GemmParams p) {
+  constexpr int WN = SWIGLU ? 1 : 2;           // output row groups per warp
+  constexpr int G = SWIGLU ? 2 * WN : WN;      // weight row groups per warp
+  constexpr int SUBS = F::BE / 32;             // chunks per block
+  constexpr int GROUPS = F::GROUPS;
+  constexpr int BIAS = CodeBias<F, BF16, Q8>::value;
+  constexpr bool SCALED = BF16 && !Q8 && NT >= 2;  // scaled bf16 weights, no group epilogue
+  constexpr bool NEEDS_SUM = !SCALED && (F::HAS_MIN || BIAS != 0);
+  constexpr int PREFETCH_AHEAD = 256;  // bytes past the current block
+
+  const int lane = lane_id(), g = lane >> 2, t = lane & 3;
+  const int64_t row0 = static_cast<int64_t>(block_y()) * p.rows_per_warp;
+  const int tile = static_cast<int>(row0 / p.tile_m);
+  const int col0 = (block_x() * kWarps + warp_id()) * 16 * WN;
+  if (col0 >= p.n_out) return;  // warp-uniform: the whole warp leaves
+  const int expert = p.tile_expert[tile];
+  const int n_tiles = p.meta ? p.meta[p.meta_n_tiles_index] : p.n_tiles_all;
+
+  float acc[G][NT][4];
+#pragma unroll
+  for (int gi = 0; gi < G; ++gi)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[gi][nt][j] = 0.f;
+
+  if (tile < n_tiles && expert >= 0 && expert < p.n_expert) {
+    // q8: every int32 partial starts at the magic, so that its bits are a float
+    const int32_t c0[4] = {int32_t(kMagicPartial), int32_t(kMagicPartial), int32_t(kMagicPartial),
+                           int32_t(kMagicPartial)};
+    // The lane's weight rows: g and g + 8 of each group, wrapped past n_out (stores are masked).
+    const uint8_t* wrow[G][2];
+#pragma unroll
+    for (int gi = 0; gi < G; ++gi)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int n = (col0 + 16 * (gi % WN) + g + 8 * h) % p.n_out;
+        const int64_t wn = n + ((SWIGLU && gi >= WN) ? p.n_out : 0);
+        wrow[gi][h] = p.w + expert * p.w_stride_e + wn * p.w_stride_n;
+      }
+    // The lane's B column: token slot nt * 8 + g; its x row (0 and masked when out of range).
+    const uint8_t* xrow[NT];
+    bool xok[NT];
+    // q8: the scale rows of the lane's accumulator tokens (slots nt * 8 + 2t, + 1).
+    const float* drow[NT][2];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const int slot = nt * 8 + g;
+      int64_t xr = slot < p.rows_per_warp ? row0 + slot : -1;
+      if (xr >= 0 && p.row_token) xr = p.row_token[xr];
+      xok[nt] = xr >= 0 && xr < p.n_a_rows;
+      xrow[nt] = static_cast<const uint8_t*>(p.x) + (xok[nt] ? xr : 0) * p.x_stride;
+      if (Q8) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int s2 = nt * 8 + 2 * t + j;
+          int64_t r = s2 < p.rows_per_warp ? row0 + s2 : -1;
+          if (r >= 0 && p.row_token) r = p.row_token[r];
+          drow[nt][j] = (r >= 0 && r < p.n_a_rows) ? p.x_scale + r * p.x_scale_stride : nullptr;
+        }
+      }
+    }
+
+    const int64_t row_bytes = static_cast<int64_t>(p.n_blocks) * F::BB;
+    for (int blk = 0; blk < p.n_blocks; ++blk) {
+      const int64_t ahead = static_cast<int64_t>(blk) * F::BB + PREFETCH_AHEAD + 64 * t;
+      if (GPUQ_PREFETCH && ahead < row_bytes) {
+#pragma unroll
+        for (int gi = 0; gi < G; ++gi)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) prefetch_l1(wrow[gi][h] + ahead);
+      }
+#pragma unroll
+      for (int ch = 0; ch < SUBS; ++ch) {
+        const int k0 = blk * F::BE + 32 * ch;  // the chunk's first value along the row
+        // B fragments: per token block and group word (L16: values 16w + 4t .. + 3).
+        uint32_t b[NT][2][2];
+        float sigma[NT][GROUPS][2];  // the lane's two tokens' sums per group (scaled for q8)
+        float da[NT][2];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          if (Q8) {
+            const int8_t* q = reinterpret_cast<const int8_t*>(xrow[nt]) + k0;
+            b[nt][0][0] = xok[nt] ? load_u32(reinterpret_cast<const uint8_t*>(q + 4 * t)) : 0u;
+            b[nt][1][0] = xok[nt] ? load_u32(reinterpret_cast<const uint8_t*>(q + 16 + 4 * t)) : 0u;
+#pragma unroll
+            for (int j = 0; j < 2; ++j) da[nt][j] = drow[nt][j] ? drow[nt][j][k0 / 32] : 0.f;
+          } else {
+            const uint8_t* xv = xrow[nt] + 2 * k0;
+#pragma unroll
+            for (int w = 0; w < 2; ++w) {
+              uint32_t v01 = 0, v23 = 0;
+              if (xok[nt]) {
+                v01 = load_u32(xv + 2 * (16 * w + 4 * t));
+                v23 = load_u32(xv + 2 * (16 * w + 4 * t) + 4);
+              }
+              b[nt][w][0] = byte_perm(v01, v23, 0x5410);  // values 0, 2
+              b[nt][w][1] = byte_perm(v01, v23, 0x7632);  // values 1, 3
+            }
+          }
+          if (NEEDS_SUM) {
+            if (Q8) {
+              const uint32_t ones[4] = {0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u};
+#pragma unroll
+              for (int gr = 0; gr < GROUPS; ++gr) {
+                int32_t qs[4];
+                if (GROUPS == 1) {
+                  const uint32_t bb[2] = {b[nt][0][0], b[nt][1][0]};
+                  mma_s8_k32(qs, ones, bb, c0);
+                } else {
+                  mma_s8_k16(qs, ones, &b[nt][gr][0], c0);
+                }
+#pragma unroll
+                for (int j = 0; j < 2; ++j)
+                  sigma[nt][gr][j] = (as_float(uint32_t(qs[j])) - kMagicPartialValue) * da[nt][j];
+              }
+            } else {
+              const uint32_t one = BF16 ? 0x3F803F80u : 0x3C003C00u;
+              const uint32_t ones[4] = {one, one, one, one};
+              const float zero[4] = {0.f, 0.f, 0.f, 0.f};
+              float sum[4];
+              if (GROUPS == 1) {
+                if (BF16) {
+                  mma_bf16(sum, ones, b[nt][0], zero);
+                  mma_bf16(sum, ones, b[nt][1], sum);
+                } else {
+                  mma_f16(sum, ones, b[nt][0], zero);
+                  mma_f16(sum, ones, b[nt][1], sum);
+                }
+                sigma[nt][0][0] = sum[0];
+                sigma[nt][0][1] = sum[1];
+              } else {
+#pragma unroll
+                for (int gr = 0; gr < GROUPS; ++gr) {
+                  if (BF16) mma_bf16(sum, ones, b[nt][gr], zero);
+                  else mma_f16(sum, ones, b[nt][gr], zero);
+                  sigma[nt][gr][0] = sum[0];
+                  sigma[nt][gr][1] = sum[1];
+                }
+              }
+            }
+          }
+        }
+
+#pragma unroll
+        for (int gi = 0; gi < G; ++gi) {
+          uint32_t wq[2][2];  // [row g / g + 8][word]
+          float s[2][GROUPS], m[2][GROUPS], z[2][GROUPS];
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            F::chunk(wrow[gi][h] + static_cast<int64_t>(blk) * F::BB, ch, t, wq[h], s[h], m[h]);
+#pragma unroll
+            for (int gr = 0; gr < GROUPS; ++gr) z[h][gr] = -(s[h][gr] * float(BIAS) + m[h][gr]);
+          }
+          if (Q8) {
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+              for (int gr = 0; gr < GROUPS; ++gr) {
+                int32_t part[4];
+                if (GROUPS == 1) {
+                  const uint32_t a[4] = {wq[0][0], wq[1][0], wq[0][1], wq[1][1]};
+                  const uint32_t bb[2] = {b[nt][0][0], b[nt][1][0]};
+                  mma_s8_k32(part, a, bb, c0);
+                } else {
+                  const uint32_t a[2] = {wq[0][gr], wq[1][gr]};
+                  mma_s8_k16(part, a, &b[nt][gr][0], c0);
+                }
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                  const float pf = as_float(uint32_t(part[j])) - kMagicPartialValue;
+                  float v = acc[gi][nt][j];
+                  if (NEEDS_SUM) v = fmaf(z[j / 2][gr], sigma[nt][gr][j % 2], v);
+                  acc[gi][nt][j] = fmaf(s[j / 2][gr] * da[nt][j % 2], pf, v);
+                }
+              }
+            }
+          } else {
+            uint32_t a[2][4];  // per word (k16 step): the A fragment
+#pragma unroll
+            for (int w = 0; w < 2; ++w) {
+              codes_to_pairs<F, BF16>(wq[0][w], a[w][0], a[w][2]);
+              codes_to_pairs<F, BF16>(wq[1][w], a[w][1], a[w][3]);
+            }
+            if (SCALED) {
+              const uint32_t minus_bias = pack_bf16x2(-float(BIAS), -float(BIAS));
+#pragma unroll
+              for (int w = 0; w < 2; ++w) {
+                const int gr = GROUPS == 1 ? 0 : w;
+                const uint32_t scale[2] = {pack_bf16x2(s[0][gr], s[0][gr]),
+                                           pack_bf16x2(s[1][gr], s[1][gr])};
+                const uint32_t neg_min[2] = {pack_bf16x2(-m[0][gr], -m[0][gr]),
+                                             pack_bf16x2(-m[1][gr], -m[1][gr])};
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {  // registers 0, 2: row g; 1, 3: row g + 8
+                  const uint32_t code = BIAS ? bf16x2_add(a[w][r], minus_bias) : a[w][r];
+                  a[w][r] = bf16x2_fma(code, scale[r & 1], neg_min[r & 1]);
+                }
+              }
+#pragma unroll
+              for (int nt = 0; nt < NT; ++nt) {
+                mma_bf16(acc[gi][nt], a[0], b[nt][0], acc[gi][nt]);
+                mma_bf16(acc[gi][nt], a[1], b[nt][1], acc[gi][nt]);
+              }
+            } else {
+#pragma unroll
+              for (int nt = 0; nt < NT; ++nt) {
+                const float zero[4] = {0.f, 0.f, 0.f, 0.f};
+                float part[GROUPS][4];
+                if (GROUPS == 1) {
+                  if (BF16) {
+                    mma_bf16(part[0], a[0], b[nt][0], zero);
+                    mma_bf16(part[0], a[1], b[nt][1], part[0]);
+                  } else {
+                    mma_f16(part[0], a[0], b[nt][0], zero);
+                    mma_f16(part[0], a[1], b[nt][1], part[0]);
+                  }
+                } else {
+#pragma unroll
+                  for (int gr = 0; gr < GROUPS; ++gr) {
+                    if (BF16) mma_bf16(part[gr], a[gr], b[nt][gr], zero);
+                    else mma_f16(part[gr], a[gr], b[nt][gr], zero);
+                  }
+                }
+#pragma unroll
+                for (int gr = 0; gr < GROUPS; ++gr)
+#pragma unroll
+                  for (int j = 0; j < 4; ++j) {
+                    float v = acc[gi][nt][j];
+                    if (NEEDS_SUM) v = fmaf(z[j / 2][gr], sigma[nt][gr][j % 2], v);
+                    acc[gi][nt][j] = fmaf(s[j / 2][gr], part[gr][j], v);
+                  }
+              }
+            }  // exact path
+          }
+        }
+      }
+    }
+  } else if (!p.zero_unused) {
+    return;  // an unused tile's rows stay as they are
+  }
+
+  // Epilogue: the lane holds columns col0 + 16 wn + g (+ 8) for tokens nt * 8 + 2t (+ 1).
+#pragma unroll
+  for (int wn = 0; wn < WN; ++wn)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int col = col0 + 16 * wn + g + 8 * (j / 2);
+        const int slot = nt * 8 + 2 * t + (j % 2);
+        if (col >= p.n_out || slot >= p.rows_per_warp) continue;
+        float v = acc[wn][nt][j];
+        if (SWIGLU) v = apply_activation(p.activation, v) * acc[wn + WN][nt][j];
+        store_value(p, row0 + slot, col, v);
+      }
+}
+
+}  // namespace gpuq

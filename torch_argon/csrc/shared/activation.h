@@ -1,0 +1,46 @@
+// The gated epilogue's activations in fp32, written once for every language (Metal, CUDA, C++):
+// swiglu's `activation` argument names one (ARGON_ACTIVATIONS: its name and its code in the
+// params), and argon_activation<M> computes it, M supplying the backend's exp, erf and tanh in
+// fp32 as static functions expf, erff, tanhf:
+//   silu       g / (1 + exp(-g))                                      (SwiGLU)
+//   gelu       g * (0.5 (1 + erf(g / sqrt 2)))                        (GeGLU, erf form)
+//   gelu_tanh  g * (0.5 (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))))    (tanh approximation)
+// GELU is the same product as torch's 0.5 g (1 + erf), rounded once, written as g times a
+// factor in [0, 1] so that g near FLT_MAX stays finite whatever order a compiler multiplies in
+// (an nvcc build gave inf for g >= 2^127 in the other order). The Triton epilogue does the same.
+// Backends' M: metal/activation.h (Metal has no erf: its own, within 3 ulp), csrc/cpu/
+// swiglu_cpu.cpp (an exp of its own that vectorises, libm's erf and tanh), csrc/cuda/
+// swiglu_cuda.cu (CUDA's expf, erff, tanhf).
+#pragma once
+#include "shared/portable.h"
+#include "shared/swiglu_params.h"
+
+// X(name, code): the activations by the name swiglu takes, with their ARGON_ACT_* code.
+#define ARGON_ACTIVATIONS(X)   \
+  X(silu, ARGON_ACT_SILU)      \
+  X(gelu, ARGON_ACT_GELU)      \
+  X(gelu_tanh, ARGON_ACT_GELU_TANH)
+
+template <typename M>
+ARGON_FN float argon_silu(float g) {
+  return g / (1.0f + M::expf(-g));
+}
+
+template <typename M>
+ARGON_FN float argon_gelu(float g) {
+  return g * (0.5f * (1.0f + M::erff(g * 0.7071067811865476f)));
+}
+
+template <typename M>
+ARGON_FN float argon_gelu_tanh(float g) {
+  const float inner = 0.7978845608028654f * (g + 0.044715f * g * g * g);
+  return g * (0.5f * (1.0f + M::tanhf(inner)));
+}
+
+// The activation with code `act` (ARGON_ACT_*; any other code is silu).
+template <typename M>
+ARGON_FN float argon_activation(float g, argon_u32 act) {
+  if (act == ARGON_ACT_GELU) return argon_gelu<M>(g);
+  if (act == ARGON_ACT_GELU_TANH) return argon_gelu_tanh<M>(g);
+  return argon_silu<M>(g);
+}
