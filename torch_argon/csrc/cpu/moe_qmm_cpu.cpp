@@ -86,8 +86,10 @@ int64_t weight_block(int64_t N, int64_t n_in, int64_t row_chunks) {
 }
 
 void moe_qmm_out_cpu(const Tensor& xs, const Tensor& w_q_in, int64_t qtype, int64_t n_in,
-                     const Tensor& tile_expert_in, int64_t tile_m, const Tensor& out) {
-  check_moe_qmm(xs, w_q_in, qtype, n_in, tile_expert_in, tile_m, out);
+                     const Tensor& tile_expert_in, int64_t tile_m,
+                     c10::string_view activation_quant, const Tensor& out) {
+  check_moe_qmm(xs, w_q_in, qtype, n_in, tile_expert_in, tile_m, activation_quant, out);
+  check_exact_activations_only(check_activation_quant(activation_quant), "the CPU yet");
   const Tensor tile_expert = tile_expert_in.contiguous();
   const int32_t* te = tile_expert.const_data_ptr<int32_t>();
   const int64_t n_tiles = tile_expert.size(0), E = w_q_in.size(0), N = w_q_in.size(1);
