@@ -1,8 +1,8 @@
 // The q8 kernels' steps written once in plain C++ (q8_kernels.h says what each computes), as
 // always-inline templates: each ISA file wraps them in functions compiled for its target, where
-// the compiler inlines and vectorises them for that instruction set. The portable and AVX2
-// variants take all three from here; the AVX-512 variant its quantize and decode (its GEMM is
-// written with VNNI intrinsics).
+// the compiler inlines and vectorises them for that instruction set. The portable variant takes
+// all three from here; the AVX2 and AVX-512 variants their quantize and decode (their GEMMs are
+// written with intrinsics).
 // Torch-free.
 #pragma once
 #include <cmath>
@@ -137,7 +137,7 @@ ARGON_Q8_INLINE void decode_panel(const uint8_t* w, int64_t row_stride, int64_t 
   }
 }
 
-// The GEMM in plain loops (the portable and AVX2 variants; bias 0: signed codes).
+// The GEMM in plain loops (the portable variant; bias 0: signed codes).
 ARGON_Q8_INLINE void gemm_rows(const Rows& x, int64_t r0, int64_t rows, const Panel& p, int sub,
                                bool with_min, float* c, int64_t ldc) {
   const int64_t n_in = p.n_in, subs = n_in / sub;
