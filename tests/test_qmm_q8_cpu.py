@@ -120,6 +120,29 @@ def test_q8_strided_inputs(isa):
     assert rel_err(got, want) < REL_TOL[torch.float32]
 
 
+def test_q8_activation_codes_bit_exact(isa):
+    """The kernels' quantization is activation_q8.py's, bit for bit: with Q8_0 weights that are
+    the identity (scale 1, one code 1 per row) every output is d * q of one activation, one
+    float32 product. Rows: Gaussian, ties at .5 (amax 127, so inv is 1), a block whose
+    127 / amax product lies 1e-7 below -83.5, and tiny values."""
+    n = 64
+    x = torch.randn(40, n, generator=gen(11)) * 3
+    x[0, :32] = torch.arange(32) - 15.5  # ties: codes round half to even
+    x[0, 0] = 127.0
+    x[1, :2] = torch.tensor([2.9639759063720703, -1.9487556219100952])
+    x[1, 2:32] = 0
+    x[2] *= 1e-30
+    w_q = torch.zeros(n, 2, 34, dtype=torch.uint8)  # row i: block i // 32 holds code 1 at i % 32
+    i = torch.arange(n)
+    w_q[i, i // 32, 1] = 0x3C  # fp16 1.0 (the other block's scale stays 0)
+    w_q[i, i // 32, 2 + i % 32] = 1
+    w_q = w_q.view(1, n, 68)
+    te = torch.zeros(40, dtype=torch.int32)
+    got = torch_argon.moe_qmm(x, w_q, "Q8_0", n, te, 1, activation_quant="q8")
+    from torch_argon.quant.activation_q8 import q8_activations
+    assert_bits_equal(got, q8_activations(x).float(), "d * q")
+
+
 def test_q8_special_activation_blocks(isa):
     """Blocks of zeros, of values below 3.7e-37 (127 / amax overflows: zero codes), a NaN and an
     infinity: the zero blocks add nothing, the non-finite ones make their row's outputs

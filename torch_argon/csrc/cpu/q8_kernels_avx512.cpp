@@ -25,10 +25,63 @@ namespace argon::q8 {
 #ifdef ARGON_X86_VARIANTS
 namespace {
 
+// 16 values of a contiguous row as float32, exactly (bf16: the bits shifted up; fp16: vcvtph2ps,
+// exact for every finite value and subnormal).
+ARGON_TARGET_AVX512 inline __m512 load16(Dtype dtype, const void* p) {
+  switch (dtype) {
+    case Dtype::kFloat32: return _mm512_loadu_ps(p);
+    case Dtype::kFloat16:
+      return _mm512_cvtph_ps(_mm256_loadu_si256(static_cast<const __m256i*>(p)));
+    case Dtype::kBFloat16:
+      return _mm512_castsi512_ps(_mm512_slli_epi32(
+          _mm512_cvtepu16_epi32(_mm256_loadu_si256(static_cast<const __m256i*>(p))), 16));
+  }
+  return _mm512_setzero_ps();
+}
+
+// quantize_block of q8_generic.h on registers: the same divisions, products and rounding (half
+// to even, explicit in the conversion), so the same codes and scales.
 ARGON_TARGET_AVX512 void quantize_avx512(Dtype dtype, const void* x, int64_t row_stride,
                                          int64_t col_stride, int64_t rows, int64_t n_in,
                                          int8_t* q, float* d, int32_t* sum) {
-  quantize_rows(dtype, x, row_stride, col_stride, rows, n_in, q, d, sum);
+  if (col_stride != 1) {
+    return quantize_rows(dtype, x, row_stride, col_stride, rows, n_in, q, d, sum);
+  }
+  const int64_t item = dtype == Dtype::kFloat32 ? 4 : 2;
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    const char* xr = static_cast<const char*>(x) + r * row_stride * item;
+    for (int64_t b = 0; b < n_in / kBlock; ++b) {
+      const __m512 v0 = load16(dtype, xr + (b * kBlock) * item);
+      const __m512 v1 = load16(dtype, xr + (b * kBlock + 16) * item);
+      const __mmask16 nan = _mm512_cmp_ps_mask(v0, v0, _CMP_UNORD_Q) |
+                            _mm512_cmp_ps_mask(v1, v1, _CMP_UNORD_Q);
+      const float amax = _mm512_reduce_max_ps(
+          _mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1)));
+      int8_t* qb = q + r * n_in + b * kBlock;
+      float* db = d + r * (n_in / kBlock) + b;
+      int32_t* sb = sum + r * (n_in / 16) + 2 * b;
+      const float inv = 127.0f / amax;
+      const bool finite = nan == 0 && amax <= std::numeric_limits<float>::max();
+      if (!finite || amax == 0.0f || !(inv <= std::numeric_limits<float>::max())) {
+        *db = !finite ? (nan != 0 ? std::numeric_limits<float>::quiet_NaN() : amax) : 0.0f;
+        std::memset(qb, 0, kBlock);
+        sb[0] = sb[1] = 0;
+        continue;
+      }
+      *db = amax / 127.0f;
+      const __m512 vinv = _mm512_set1_ps(inv), lim = _mm512_set1_ps(127.0f);
+      constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+      const __m512i q0 = _mm512_cvt_roundps_epi32(
+          _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(v0, vinv), -lim), lim), kNearest);
+      const __m512i q1 = _mm512_cvt_roundps_epi32(
+          _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(v1, vinv), -lim), lim), kNearest);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(qb), _mm512_cvtepi32_epi8(q0));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(qb + 16), _mm512_cvtepi32_epi8(q1));
+      sb[0] = _mm512_reduce_add_epi32(q0);
+      sb[1] = _mm512_reduce_add_epi32(q1);
+    }
+  }
 }
 
 template <typename D>
