@@ -10,35 +10,19 @@ against the exact product (activation_quant="none") by the activations' 8-bit ro
 <= 1e-2 relative on realistic data (random_quantized weights, Gaussian activations), the
 contract's bound. A wrong code, scale, min or sub-block gives errors of order 1.
 """
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
 import torch_argon
 from conftest import assert_bits_equal
+from cpu_isa_cases import isa  # noqa: F401 (the fixture)
 from routing_cases import make_ids, make_weights
 from test_quant_ops import REL_TOL, gen, qmm_case, rel_err
 from torch_argon import reference
 from torch_argon.quant import FORMATS, random_quantized
 
 QUANTIZED = [n for n, f in FORMATS.items() if not f.is_float]
-ISAS = ("portable", "avx2", "avx512", "amx")
 EXACT_TOL = 1e-2
-
-
-@pytest.fixture(params=ISAS)
-def isa(request):
-    """Runs the test with the CPU kernels of one ISA variant, restoring the choice after."""
-    here = torch.ops.argon_cpu.isas()
-    if request.param not in here:
-        pytest.skip(f"{request.param}: this CPU or build does not run it (variants here: {here})")
-    before = torch.ops.argon_cpu.isa()
-    torch.ops.argon_cpu.set_isa(request.param)
-    yield request.param
-    torch.ops.argon_cpu.set_isa(before)
 
 
 def q8(xs, w_q, name, n_in, plan, out=None):
@@ -212,43 +196,3 @@ def test_q8_compile_fullgraph():
     torch._dynamo.reset()
     assert_bits_equal(torch.compile(step, fullgraph=True)(*plan_args, x, w_q),
                       step(*plan_args, x, w_q), "compiled")
-
-
-# ---------------------------------------------------------------- the variant choice
-
-def test_variants_here_and_the_choice():
-    here = torch.ops.argon_cpu.isas()
-    assert here[0] == "portable" and set(here) <= set(ISAS)
-    assert "amx" not in here  # no AMX kernels in this build
-    assert torch.ops.argon_cpu.isa() in here
-
-
-@pytest.mark.parametrize("name,match", [
-    ("sse9", 'set_isa must be one of portable, avx2, avx512, amx, got "sse9"'),
-    ("amx", 'asks for the CPU variant "amx", which this build of torch_argon has no kernels for'),
-])
-def test_set_isa_refuses_what_cannot_run(name, match):
-    before = torch.ops.argon_cpu.isa()
-    with pytest.raises(ValueError, match=match):
-        torch.ops.argon_cpu.set_isa(name)
-    assert torch.ops.argon_cpu.isa() == before
-
-
-def run_with_env(value, code):
-    env = dict(os.environ, TORCH_ARGON_CPU_ISA=value)
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                          timeout=300)
-
-
-def test_environment_variable_forces_a_variant():
-    done = run_with_env("portable", "import torch, torch_argon; print(torch.ops.argon_cpu.isa())")
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "portable"
-
-
-def test_environment_variable_naming_a_missing_variant_raises_a_value_error():
-    code = ("import torch, torch_argon\n"
-            "try:\n    torch.ops.argon_cpu.isa()\nexcept ValueError as e:\n    print(e)\n")
-    done = run_with_env("amx", code)
-    assert done.returncode == 0, done.stderr
-    assert "TORCH_ARGON_CPU_ISA asks for the CPU variant \"amx\"" in done.stdout
