@@ -244,12 +244,25 @@ def cpu_line(ops, quant):
             f"([all CPU tables](bench/README.md#cpu)).")
 
 
+def cpu_gguf_llamacpp_line(records):
+    """bench/bench_gguf_llamacpp.py: GGUF prefill tokens/s against llama.cpp's best of repack
+    on/off, per activation_quant, as one line (the README's size limit)."""
+    parts = []
+    for mode in dict.fromkeys(r["activation_quant"] for r in records):
+        ratios = [r["argon_tokens_per_s"] / r["llamacpp_tokens_per_s"] for r in records
+                  if r["activation_quant"] == mode]
+        parts.append(f"{_span(ratios)}x ({mode})")
+    return (f"GGUF prefill vs llama.cpp, {len({r['format'] for r in records})} formats, 2 threads: "
+            + ", ".join(parts) + " its tokens/s.")
+
+
 # name: (the document holding its marker, its results files in bench/results, the function
 # making it from their parsed JSON, in that order).
 TABLES = {
     "h200-layer": ("README.md", ("h200.json",), layer_table),
     "h200-stages": ("bench/README.md", ("h200.json",), stage_table),
     "cpu-line": ("README.md", ("cpu.json", "cpu_quant.json"), cpu_line),
+    "cpu-llamacpp": ("README.md", ("cpu_gguf_llamacpp.json",), cpu_gguf_llamacpp_line),
     "h200-gemm-sweep": ("README.md", ("h200_gemm_sweep.json",), gemm_sweep_table),
     "h200-quant": ("README.md", ("h200_quant.json", "main_quant_h200.json"), quant_table),
     "gguf": ("README.md", ("cpu_gguf.json", "h200_gguf.json"), gguf_table),
