@@ -114,6 +114,12 @@ def worker(args):
                       "peak_reset": reset, "rows": int(plan.sorted_token.shape[0])}))
 
 
+def write_json(path, records):
+    if path:
+        with open(path, "w") as f:
+            json.dump(records, f, indent=1)
+
+
 def rounds(args, calls, rows):
     """The methods of ROUND_METHODS timed in interleaved rounds (one warm-up call each first);
     prints one JSON line: per method the median wall and CPU seconds."""
@@ -180,9 +186,7 @@ def rounds_main(args, formats):
                            load_average=[round(load0, 1), round(os.getloadavg()[0], 1)])
                 records.append(rec)
                 print(json.dumps(rec), flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(records, f, indent=1)
+    write_json(args.json, records)
     print()
     print(f"moe_qmm (\"none\" and \"q8\") vs dequantize+moe_mm on the CPU ({args.dtype} "
           f"activations, E={args.E} H={args.H} I={args.I} K={args.K}, tile_m 1, threads: "
@@ -274,9 +278,7 @@ def main():
                            repeats=args.repeats)
                 records.append(rec)
                 print(json.dumps(rec), flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(records, f, indent=1)
+    write_json(args.json, records)
     print()
     threads = args.threads or "torch's default"
     print(f"moe_qmm vs dequantize+moe_mm on the CPU ({args.dtype} activations, E={args.E} "
