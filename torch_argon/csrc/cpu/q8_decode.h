@@ -15,20 +15,12 @@
 //   kMin:   whether the format subtracts a min (Q4_K, Q5_K, Q2_K);
 //   chunk(b, c, code, s, m): values 32c .. 32c+31 of block b as 32 codes and 32 / kSub scales
 //   (and mins).
-// Torch-free (the ISA kernel files include it and compile on their own); compiled through the
-// host shim of <metal_stdlib> as quant_blocks_cpu.h is, for the block structs and field readers.
+// Torch-free (the ISA kernel files include it and compile on their own); the block structs and
+// field readers come from quant_blocks_host.h, so include it after torch's headers.
 #pragma once
-#include <metal_stdlib>
-
 #include <cstdint>
 
-#include "quant_blocks.h"
-
-#undef kernel
-#undef device
-#undef constant
-#undef threadgroup
-#undef thread
+#include "quant_blocks_host.h"
 
 namespace argon::q8 {
 

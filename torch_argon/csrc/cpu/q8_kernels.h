@@ -18,6 +18,7 @@
 // Torch-free: the ISA files include it and compile on their own.
 #pragma once
 #include <cstdint>
+#include <type_traits>
 
 namespace argon::q8 {
 
@@ -66,6 +67,19 @@ using DecodeFn = void (*)(const uint8_t* w, int64_t row_stride, int64_t cols, co
 // (all panel.groups * 16 of them are written). sub: 16 or 32; with_min: the panel has mins.
 using GemmFn = void (*)(const Rows& x, int64_t r0, int64_t rows, const Panel& panel, int sub,
                         bool with_min, float* c, int64_t ldc);
+
+// f(sub, with_min) with both as compile-time constants (std::integral_constant, bool_constant):
+// a variant's GEMM instantiates its kernel for the four (sub-block, min) kinds through it.
+template <typename F>
+inline void with_sub_and_min(int sub, bool with_min, F&& f) {
+  using Sub16 = std::integral_constant<int, 16>;
+  using Sub32 = std::integral_constant<int, 32>;
+  if (sub == 16) {
+    with_min ? f(Sub16{}, std::true_type{}) : f(Sub16{}, std::false_type{});
+  } else {
+    with_min ? f(Sub32{}, std::true_type{}) : f(Sub32{}, std::false_type{});
+  }
+}
 
 // Decoders in the order of ARGON_Q8_DECODERS (q8_decode.h).
 constexpr int kFormats = 13;

@@ -183,13 +183,9 @@ ARGON_TARGET_AVX512 void gemm_panel(const Rows& x, int64_t r0, int64_t rows, con
 
 ARGON_TARGET_AVX512 void gemm_avx512(const Rows& x, int64_t r0, int64_t rows, const Panel& p,
                                      int sub, bool with_min, float* c, int64_t ldc) {
-  if (sub == 16) {
-    with_min ? gemm_panel<16, true>(x, r0, rows, p, c, ldc)
-             : gemm_panel<16, false>(x, r0, rows, p, c, ldc);
-  } else {
-    with_min ? gemm_panel<32, true>(x, r0, rows, p, c, ldc)
-             : gemm_panel<32, false>(x, r0, rows, p, c, ldc);
-  }
+  with_sub_and_min(sub, with_min, [&](auto s, auto m) {
+    gemm_panel<decltype(s)::value, decltype(m)::value>(x, r0, rows, p, c, ldc);
+  });
 }
 
 constexpr Kernels kAvx512 =

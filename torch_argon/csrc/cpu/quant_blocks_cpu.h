@@ -1,22 +1,9 @@
 // The per-format chunk dequants of torch_argon/metal/quant_blocks.h for the CPU kernels, so the
-// CPU, the Metal kernels and the Metal-on-host runner share one implementation.
-// quant_blocks.h is written in Metal Shading Language and compiles as C++ through the host shim
-// of <metal_stdlib>, whose address-space keywords are macros (`device`, `constant`, `thread`,
-// `kernel`, `threadgroup`). They would rename torch's own identifiers (Tensor::device()), so
-// include this header after every other one; it removes the macros again.
-// The CPU build's -ffp-contract=off keeps each * and - of the formulas a separate rounding.
+// CPU, the Metal kernels and the Metal-on-host runner share one implementation. Include this
+// header after every other one (quant_blocks_host.h says why).
 #pragma once
-#include <metal_stdlib>
-
 #include "cpu_clones.h"
-
-#include "quant_blocks.h"
-
-#undef kernel
-#undef device
-#undef constant
-#undef threadgroup
-#undef thread
+#include "quant_blocks_host.h"
 
 namespace argon {
 
