@@ -370,7 +370,7 @@ def test_moe_qmm_rejects_bad_arguments(backend, change, match):
     out = torch.empty(args[0].shape[0] if args[0].dim() else 0, 24, device=backend.device,
                       dtype=args[0].dtype)
     with pytest.raises(ValueError, match=match):
-        backend.ops.ns.moe_qmm_out(*args, out)
+        backend.ops.ns.moe_qmm_out(*args, "none", out)
 
 
 def test_moe_qmm_rejects_bad_out(backend):
@@ -386,6 +386,41 @@ def test_moe_qmm_rejects_bad_out(backend):
     xs_in_buf, out_over_xs = buf[:R * 256].view(R, 256), buf[R * 232:R * 256].view(R, 24)
     with pytest.raises(ValueError, match="out overlaps the input xs"):
         backend.ops.moe_qmm(xs_in_buf, w_q, "Q4_K", n_in, plan, out=out_over_xs)
+
+
+def test_moe_qmm_rejects_unknown_activation_quant(backend):
+    """The one check of activation_quant's value, in the same words on every backend and in the
+    fake (torch.compile)."""
+    skip_without_quant_kernels(backend)
+    plan, xs, w_q, n_in = bad_qmm_inputs(backend.device)
+    match = 'activation_quant must be one of "none", "q8", got "q4"'
+    with pytest.raises(ValueError, match=match):
+        backend.ops.moe_qmm(xs, w_q, "Q4_K", n_in, plan, activation_quant="q4")
+    with pytest.raises(ValueError, match=match):
+        backend.ops.moe_qmm(xs, w_q, "Q4_K", n_in, plan, activation_quant="q4",
+                            out=torch.empty(xs.shape[0], 24, device=backend.device))
+    with pytest.raises(ValueError, match=match):
+        backend.ops.ns.moe_qmm(xs.to("meta"), w_q.to("meta"), 12, n_in,
+                               plan.tile_expert.to("meta"), plan.tile_m, "q4")
+
+
+def test_moe_qmm_q8_raises_where_it_has_no_kernels(backend):
+    """Backends without integer kernels refuse "q8" (never silently compute "none")."""
+    skip_without_quant_kernels(backend)
+    if backend.device == "cpu" and backend.name == "cpu":
+        pytest.skip("cpu: has q8 kernels (tests/test_qmm_q8_cpu.py)")
+    plan, xs, w_q, n_in = bad_qmm_inputs(backend.device)
+    with pytest.raises(ValueError, match='activation_quant="q8" has no kernels on Metal'):
+        backend.ops.moe_qmm(xs, w_q, "Q4_K", n_in, plan, activation_quant="q8")
+
+
+def test_python_backends_raise_the_same_q8_error():
+    """The CUDA registration (Python) words the error as the C++ check does."""
+    from torch_argon.quant.activation_q8 import check_exact_activations_only
+    with pytest.raises(ValueError, match='activation_quant="q8" has no kernels on CUDA '
+                       r'\(its integer kernels run on the CPU\); pass activation_quant="none"'):
+        check_exact_activations_only("q8", "CUDA")
+    check_exact_activations_only("none", "CUDA")
 
 
 def test_moe_qmm_rejects_out_of_range_experts_on_the_cpu():

@@ -266,10 +266,10 @@ def test_quant_op_kernels_bad_input():
                                       storage.view(torch.float32).view(1, 256))
     xs = torch.randn(a["tile_expert"].shape[0] * 16, 256)
     with pytest.raises(ValueError, match="moe_qmm_out: xs must be float16 / bfloat16 / float32"):
-        quant_ops.moe_qmm_out_cuda(xs.double(), w, 12, 256, a["tile_expert"], 16,
+        quant_ops.moe_qmm_out_cuda(xs.double(), w, 12, 256, a["tile_expert"], 16, "none",
                                    torch.empty(xs.shape[0], 512))
     with pytest.raises(ValueError, match=r"out must be torch.float32 of shape \(.*, 512\)"):
-        quant_ops.moe_qmm_out_cuda(xs, w, 12, 256, a["tile_expert"], 16,
+        quant_ops.moe_qmm_out_cuda(xs, w, 12, 256, a["tile_expert"], 16, "none",
                                    torch.empty(xs.shape[0], 512, dtype=torch.float16))
 
 

@@ -12,6 +12,7 @@ from . import _C
 from ._shapes import META_N_BAD_IDS, META_SIZE, plan_rows
 from .plan import MoEPlan
 from .quant import dequantize_reference, qformat
+from .quant.activation_q8 import check_activation_quant
 
 # The op libraries with fakes and the eager plan fast path: `argon`, and those a test module
 # adds (add_library: torch_argon._C_test's argon_host, loaded by torch_argon.testing.backends).
@@ -87,7 +88,8 @@ def _register_fakes(lib: str) -> None:
         return w_q.new_empty((*w_q.shape[:-1], n_in), dtype=torch.float32)
 
     @fake("moe_qmm")
-    def _(xs, w_q, qtype, n_in, tile_expert, tile_m):
+    def _(xs, w_q, qtype, n_in, tile_expert, tile_m, activation_quant="none"):
+        check_activation_quant(activation_quant)
         return xs.new_empty((xs.shape[0], w_q.shape[1]))
 
     for name in (n for n in OP_NAMES if n.endswith("_out")):
@@ -265,7 +267,7 @@ class OpSet:
         return out
 
     def moe_qmm(self, xs, w_q, qtype, n_in: int, plan, tile_m: Optional[int] = None, *,
-                out=None):
+                activation_quant: str = "none", out=None):
         """Grouped GEMM over the plan's tiles with quantized expert weights: out[rows of tile j]
         = xs[rows] @ dequantize(w_q[e])^T with e = tile_expert[j], accumulated in fp32 and
         rounded once to xs's dtype; rows of tiles whose expert is -1 are zero. The dequantized
@@ -275,12 +277,17 @@ class OpSet:
         w_q: uint8 [E, N, row_bytes], the GGUF blocks of E experts (each row one output feature).
         qtype: a GGUF type name ("Q4_K"), a gguf.GGMLQuantizationType or its int value.
         plan: a MoEPlan, or its tile_expert together with tile_m.
+        activation_quant: "none" (the exact-dequant product) or "q8" (xs rounded per row to
+        8-bit blocks first, then integer dot products: torch_argon/quant/activation_q8.py;
+        docs/contract.md says which backends have it and how close it stays).
         """
         fmt = qformat(qtype)
         tile_expert, tile_m = _tiles_of(plan, tile_m, "moe_qmm")
         if out is None:
-            return self.op.moe_qmm(xs, w_q, fmt.type_id, n_in, tile_expert, tile_m)
-        self.op.moe_qmm_out(xs, w_q, fmt.type_id, n_in, tile_expert, tile_m, out)
+            return self.op.moe_qmm(xs, w_q, fmt.type_id, n_in, tile_expert, tile_m,
+                                   activation_quant)
+        self.op.moe_qmm_out(xs, w_q, fmt.type_id, n_in, tile_expert, tile_m, activation_quant,
+                            out)
         return out
 
 

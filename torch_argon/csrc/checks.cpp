@@ -271,9 +271,23 @@ const QuantFormat& check_dequantize(const at::Tensor& w_q, int64_t qtype, int64_
   return fmt;
 }
 
+ActivationQuant check_activation_quant(c10::string_view activation_quant) {
+  if (activation_quant == "none") return ActivationQuant::kNone;
+  TORCH_CHECK_VALUE(activation_quant == "q8", "activation_quant must be one of \"none\", "
+                    "\"q8\", got \"", std::string(activation_quant), "\"");
+  return ActivationQuant::kQ8;
+}
+
+void check_exact_activations_only(ActivationQuant activation_quant, const char* backend) {
+  TORCH_CHECK_VALUE(activation_quant == ActivationQuant::kNone, "activation_quant=\"q8\" has "
+                    "no kernels on ", backend, " (its integer kernels run on the CPU); pass "
+                    "activation_quant=\"none\" there, the exact-dequant product");
+}
+
 const QuantFormat& check_moe_qmm(const at::Tensor& xs, const at::Tensor& w_q, int64_t qtype,
                                  int64_t n_in, const at::Tensor& tile_expert, int64_t tile_m,
-                                 const at::Tensor& out) {
+                                 c10::string_view activation_quant, const at::Tensor& out) {
+  check_activation_quant(activation_quant);
   const QuantFormat& fmt = check_qtype(qtype);
   check_quantized_weight(w_q, fmt, n_in, 3, "[E, N, row_bytes]");
   check_dim(xs, "xs", 2, "[R, n_in]");

@@ -66,11 +66,17 @@ void check_quantized_weight(const at::Tensor& w_q, const QuantFormat& fmt, int64
 // dequantize: w_q [..., N, row_bytes] (>= 2 dims), out float32 [..., N, n_in].
 const QuantFormat& check_dequantize(const at::Tensor& w_q, int64_t qtype, int64_t n_in,
                                     const at::Tensor& out);
+// moe_qmm's activation_quant: "none" (exact-dequant product) or "q8" (activations rounded to
+// 8-bit blocks first: torch_argon/quant/activation_q8.py).
+enum class ActivationQuant { kNone, kQ8 };
+ActivationQuant check_activation_quant(c10::string_view activation_quant);
+// The ValueError of a backend without q8 kernels (the same words as the Python backends').
+void check_exact_activations_only(ActivationQuant activation_quant, const char* backend);
 // moe_qmm: xs [R, n_in] float, w_q [E, N, row_bytes], tile_expert [R/tile_m] int32, out [R, N]
-// of xs's dtype.
+// of xs's dtype, activation_quant as above.
 const QuantFormat& check_moe_qmm(const at::Tensor& xs, const at::Tensor& w_q, int64_t qtype,
                                  int64_t n_in, const at::Tensor& tile_expert, int64_t tile_m,
-                                 const at::Tensor& out);
+                                 c10::string_view activation_quant, const at::Tensor& out);
 
 bool is_float_data(at::ScalarType t);  // fp32, fp16, bf16
 

@@ -84,13 +84,14 @@ struct Functional {
   }
 
   static Tensor moe_qmm(const Tensor& xs, const Tensor& w_q, int64_t qtype, int64_t n_in,
-                        const Tensor& tile_expert, int64_t tile_m) {
+                        const Tensor& tile_expert, int64_t tile_m,
+                        c10::string_view activation_quant) {
     TORCH_CHECK_VALUE(xs.dim() == 2, "xs must be 2-D [R, n_in], got shape ", xs.sizes());
     TORCH_CHECK_VALUE(w_q.dim() == 3, "w_q must be 3-D [E, N, row_bytes], got shape ",
                       w_q.sizes());
     Tensor out = at::empty({xs.size(0), w_q.size(1)}, xs.options());
     static auto op = find_op<MoeQmmOutFn>(NS, "moe_qmm_out");
-    op.call(xs, w_q, qtype, n_in, tile_expert, tile_m, out);
+    op.call(xs, w_q, qtype, n_in, tile_expert, tile_m, activation_quant, out);
     return out;
   }
 

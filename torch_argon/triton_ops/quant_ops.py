@@ -21,7 +21,7 @@ CUDA kernels of the op table's quantized ops (registered by register_cuda_kernel
 exist and have no CUDA kernel yet):
 
   argon::dequantize_out(w_q, qtype, n_in, out)  float32 [..., N, n_in], bit-exact
-  argon::moe_qmm_out(xs, w_q, qtype, n_in, tile_expert, tile_m, out)
+  argon::moe_qmm_out(xs, w_q, qtype, n_in, tile_expert, tile_m, activation_quant, out)
       the grouped GEMM with row-ordered xs (fp16 / bf16 / fp32), rows of unused tiles zero.
 """
 import os
@@ -32,6 +32,7 @@ from torch._subclasses.fake_tensor import is_fake
 from torch.library import triton_op, wrap_triton
 
 from .._shapes import META_N_TILES
+from ..quant.activation_q8 import check_activation_quant, check_exact_activations_only
 from ..quant.formats import check_quantized, qformat
 from .configs import mean_rows_per_expert
 from .dequantize_kernel import dequantize_kernel
@@ -275,7 +276,8 @@ def dequantize_triton(w_q, qtype, n_in, out_dtype=torch.float32):
     return out
 
 
-def moe_qmm_out_cuda(xs, w_q, qtype, n_in, tile_expert, tile_m, out):
+def moe_qmm_out_cuda(xs, w_q, qtype, n_in, tile_expert, tile_m, activation_quant, out):
+    check_activation_quant(activation_quant)
     fmt, rows = _check_qmm("moe_qmm_out", xs, w_q, qtype, n_in, None, tile_expert, None, tile_m,
                            None, False, a_name="xs",
                            float_dtypes=(torch.float16, torch.bfloat16, torch.float32))
@@ -284,6 +286,7 @@ def moe_qmm_out_cuda(xs, w_q, qtype, n_in, tile_expert, tile_m, out):
         raise ValueError(f"out must be {xs.dtype} of shape {want} on {xs.device}, got "
                          f"{out.dtype} of shape {tuple(out.shape)} on {out.device}")
     _check_no_overlap("moe_qmm_out", out, xs=xs, w_q=w_q, tile_expert=tile_expert)
+    check_exact_activations_only(activation_quant, "CUDA")
     if out.numel():
         launch_moe_qmm(xs, w_q, fmt, n_in, device_tables(xs.device), tile_expert, None, tile_m,
                        None, out, swiglu=False, zero_unused=True)
