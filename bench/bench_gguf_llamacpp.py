@@ -139,8 +139,8 @@ def write_file(path, fmt, args):
     gpt2 tokenizer without merges ("cannot find tokenizer merges"), transformers takes either."""
     import gguf
 
-    sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
-    from gguf_files import write_model_file
+    sys.path[:0] = [ROOT]
+    from torch_argon.testing.gguf_files import write_model_file
     add_merges = gguf.GGUFWriter.add_token_merges
     gguf.GGUFWriter.add_token_merges = lambda self, merges: add_merges(self, list(merges) or
                                                                         ['! "'])
