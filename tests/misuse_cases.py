@@ -424,7 +424,7 @@ def qmm_call(change, out=False):
         if not out:
             return (lambda xs, w, te: ops.op.moe_qmm(xs, w, qtype, n_in, te, tm)), (xs, w_q, te)
         o = torch.empty(xs.shape[0] if xs.dim() else 0, 24, device=d, dtype=xs.dtype)
-        return ((lambda xs, w, te, o: ops.op.moe_qmm_out(xs, w, qtype, n_in, te, tm, o)),
+        return ((lambda xs, w, te, o: ops.op.moe_qmm_out(xs, w, qtype, n_in, te, tm, "none", o)),
                 (xs, w_q, te, o))
     return make
 
@@ -472,6 +472,25 @@ for name, match, out_of in [
          lambda xs, d: torch.empty(24, xs.shape[0], device=d).t()),
 ]:
     misuse(match, name=f"moe_qmm_{name}", quantized=True)(qmm_into(out_of))
+
+
+def qmm_activation_quant(mode, out):
+    def make(ops, d):
+        plan, xs, w_q = qmm_inputs(ops, d)
+        if not out:
+            return ((lambda xs, w, te: ops.moe_qmm(xs, w, "Q4_K", 256, te, 16,
+                                                   activation_quant=mode)),
+                    (xs, w_q, plan.tile_expert))
+        return ((lambda xs, w, te, o: ops.moe_qmm(xs, w, "Q4_K", 256, te, 16,
+                                                  activation_quant=mode, out=o)),
+                (xs, w_q, plan.tile_expert, torch.empty(xs.shape[0], 24, device=d)))
+    return make
+
+
+for out in (False, True):
+    misuse('activation_quant must be one of "none", "q8", got "q4"', quantized=True,
+           name=f"moe_qmm{'_out' if out else ''}_activation_quant_q4")(
+        qmm_activation_quant("q4", out))
 
 
 @misuse("out overlaps the input xs", quantized=True)

@@ -145,7 +145,7 @@ def run_qmm_case(name, device, dtype, *, T=8, E=3, K=2, tm=16, dist="neg_some", 
     if full and not FORMATS[name].is_float:  # the op takes block formats (the contract)
         out = torch.full((h_in.shape[0], H), float("nan"), dtype=dtype, device=d)
         quant_ops.moe_qmm_out_cuda(h_in.to(d), wdd, FORMATS[name].type_id, I, dplan.tile_expert,
-                                   tm, out)
+                                   tm, "none", out)
         check("moe_qmm_out (NaN-prefilled out)", out, want_y)
     if experts:
         failures += run_experts_case(name, device, dtype, T=T, E=E, K=K, tm=tm, dist=dist,
@@ -200,7 +200,7 @@ def run_partial_tile_case(device, dtype=torch.float16, name="Q8_0"):
                                 tm)
         out = torch.full(want.shape, float("nan"), dtype=xdtype, device=device)
         quant_ops.moe_qmm_out_cuda(xs.to(device), wd.to(device), FORMATS[name].type_id, I,
-                                   plan.tile_expert.to(device), tm, out)
+                                   plan.tile_expert.to(device), tm, "none", out)
         err = rel_err(out.cpu(), want)
         if not err <= QREL_TOL[xdtype]:
             failures.append(f"moe_qmm_out tile_m={tm} {xdtype}: rel err {err:.2e}")
@@ -248,7 +248,7 @@ def registration_case():
     _stand_in_libraries.append(lib)
     lib.define("dequantize_out(Tensor w_q, int qtype, int n_in, Tensor(a!) out) -> ()")
     lib.define("moe_qmm_out(Tensor xs, Tensor w_q, int qtype, int n_in, Tensor tile_expert, "
-               "int tile_m, Tensor(a!) out) -> ()")
+               "int tile_m, str activation_quant, Tensor(a!) out) -> ()")
     failures = []
     done = quant_ops.register_cuda_kernels("argon_qtest", "CPU")
     if done != ["dequantize_out", "moe_qmm_out"]:
@@ -266,7 +266,7 @@ def registration_case():
     xs = torch.randn(32, 64)
     res = torch.full((32, 4), float("nan"))
     torch.ops.argon_qtest.moe_qmm_out(xs, w.view(1, 4, 36), FORMATS["Q4_0"].type_id, 64, te, 16,
-                                      res)
+                                      "none", res)
     want = xs[:16] @ dequantize_reference(w, "Q4_0", 64).T
     if not (torch.allclose(res[:16], want, rtol=1e-5, atol=1e-5) and (res[16:] == 0).all()):
         failures.append("moe_qmm_out through the dispatcher differs")

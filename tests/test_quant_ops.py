@@ -341,9 +341,33 @@ def test_compile_fullgraph():
 
 # ---------------------------------------------------------------- bad input
 
+def bad_qmm_inputs(device):
+    plan, xs, w_q, n_in = qmm_case("Q4_K", 20, 2, 4, 16, "uniform", 24, 1, torch.float32)
+    return plan.to(device), xs.to(device), w_q.to(device), n_in
+
+
+def test_moe_qmm_q8_raises_where_it_has_no_kernels(backend):
+    """Backends without integer kernels refuse "q8" (never silently compute "none")."""
+    skip_without_quant_kernels(backend)
+    if backend.device == "cpu" and backend.name == "cpu":
+        pytest.skip("cpu: has q8 kernels (tests/test_qmm_q8_cpu.py)")
+    plan, xs, w_q, n_in = bad_qmm_inputs(backend.device)
+    with pytest.raises(ValueError, match='activation_quant="q8" has no kernels on Metal'):
+        backend.ops.moe_qmm(xs, w_q, "Q4_K", n_in, plan, activation_quant="q8")
+
+
+def test_python_backends_raise_the_same_q8_error():
+    """The CUDA registration (Python) words the error as the C++ check does."""
+    from torch_argon.quant.activation_q8 import check_exact_activations_only
+    with pytest.raises(ValueError, match='activation_quant="q8" has no kernels on CUDA '
+                       r'\(its integer kernels run on the CPU\); pass activation_quant="none"'):
+        check_exact_activations_only("q8", "CUDA")
+    check_exact_activations_only("none", "CUDA")
+
+
 def test_moe_qmm_rejects_out_of_range_experts_on_the_cpu():
     """A value check (argument misuses: tests/misuse_cases.py)."""
-    plan, xs, w_q, n_in = qmm_case("Q4_K", 20, 2, 4, 16, "uniform", 24, 1, torch.float32)
+    plan, xs, w_q, n_in = bad_qmm_inputs("cpu")
     te = plan.tile_expert.clone()
     te[0] = 4
     with pytest.raises(ValueError, match=r"tile_expert\[0\] = 4 is out of range"):

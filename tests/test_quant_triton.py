@@ -266,10 +266,12 @@ def test_quant_op_kernels_bad_input():
         ("dequantize_out", (w, 12, 100, torch.empty(3, 512, 100))),
         ("dequantize_out", (storage[:144].view(1, 144), 12, 256,
                             storage.view(torch.float32).view(1, 256))),
-        ("moe_qmm_out", (xs.double(), w, 12, 256, a["tile_expert"], 16,
+        ("moe_qmm_out", (xs.double(), w, 12, 256, a["tile_expert"], 16, "none",
                          torch.empty(xs.shape[0], 512))),
-        ("moe_qmm_out", (xs, w, 12, 256, a["tile_expert"], 16,
+        ("moe_qmm_out", (xs, w, 12, 256, a["tile_expert"], 16, "none",
                          torch.empty(xs.shape[0], 512, dtype=torch.float16))),
+        ("moe_qmm_out", (xs, w, 12, 256, a["tile_expert"], 16, "q4",
+                         torch.empty(xs.shape[0], 512))),
     ]
     for name, args in calls:
         with pytest.raises(ValueError) as on_cpu:

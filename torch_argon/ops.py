@@ -265,7 +265,7 @@ class OpSet:
         return out
 
     def moe_qmm(self, xs, w_q, qtype, n_in: int, plan, tile_m: Optional[int] = None, *,
-                out=None):
+                activation_quant: str = "none", out=None):
         """Grouped GEMM over the plan's tiles with quantized expert weights: out[rows of tile j]
         = xs[rows] @ dequantize(w_q[e])^T with e = tile_expert[j], accumulated in fp32 and
         rounded once to xs's dtype; rows of tiles whose expert is -1 are zero. The dequantized
@@ -275,13 +275,18 @@ class OpSet:
         w_q: uint8 [E, N, row_bytes], the GGUF blocks of E experts (each row one output feature).
         qtype: a GGUF type name ("Q4_K"), a gguf.GGMLQuantizationType or its int value.
         plan: a MoEPlan, or its tile_expert together with tile_m.
+        activation_quant: "none" (the exact-dequant product) or "q8" (xs rounded per row to
+        8-bit blocks first, then integer dot products: torch_argon/quant/activation_q8.py;
+        docs/contract.md says which backends have it and how close it stays).
         """
         fmt = qformat(qtype)
         n_in = _as_int(n_in, "n_in")
         tile_expert, tile_m = _tiles_of(plan, tile_m, "moe_qmm")
         if out is None:
-            return self.op.moe_qmm(xs, w_q, fmt.type_id, n_in, tile_expert, tile_m)
-        self.op.moe_qmm_out(xs, w_q, fmt.type_id, n_in, tile_expert, tile_m, out)
+            return self.op.moe_qmm(xs, w_q, fmt.type_id, n_in, tile_expert, tile_m,
+                                   activation_quant)
+        self.op.moe_qmm_out(xs, w_q, fmt.type_id, n_in, tile_expert, tile_m, activation_quant,
+                            out)
         return out
 
 

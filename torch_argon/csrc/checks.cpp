@@ -368,8 +368,23 @@ const QuantFormat& check_dequantize(const at::Tensor& w_q, int64_t qtype, int64_
   return check_qtype(qtype);
 }
 
+ActivationQuant check_activation_quant(c10::string_view activation_quant) {
+  if (activation_quant == "none") return ActivationQuant::kNone;
+  TORCH_CHECK_VALUE(activation_quant == "q8", "activation_quant must be one of \"none\", "
+                    "\"q8\", got \"", std::string(activation_quant), "\"");
+  return ActivationQuant::kQ8;
+}
+
+void check_exact_activations_only(ActivationQuant activation_quant, const char* backend) {
+  TORCH_CHECK_VALUE(activation_quant == ActivationQuant::kNone, "activation_quant=\"q8\" has "
+                    "no kernels on ", backend, " (its integer kernels run on the CPU); pass "
+                    "activation_quant=\"none\" there, the exact-dequant product");
+}
+
 SymShape check_moe_qmm_inputs(const at::Tensor& xs, const at::Tensor& w_q, int64_t qtype,
-                              int64_t n_in, const at::Tensor& tile_expert, int64_t tile_m) {
+                              int64_t n_in, const at::Tensor& tile_expert, int64_t tile_m,
+                              c10::string_view activation_quant) {
+  check_activation_quant(activation_quant);
   check_quantized_weight(w_q, check_qtype(qtype), n_in, 3, "[E, N, row_bytes]");
   check_dim(xs, "xs", 2, "[R, n_in]");
   check_float(xs, "xs");
@@ -382,8 +397,9 @@ SymShape check_moe_qmm_inputs(const at::Tensor& xs, const at::Tensor& w_q, int64
 
 const QuantFormat& check_moe_qmm(const at::Tensor& xs, const at::Tensor& w_q, int64_t qtype,
                                  int64_t n_in, const at::Tensor& tile_expert, int64_t tile_m,
-                                 const at::Tensor& out) {
-  const SymShape shape = check_moe_qmm_inputs(xs, w_q, qtype, n_in, tile_expert, tile_m);
+                                 c10::string_view activation_quant, const at::Tensor& out) {
+  const SymShape shape =
+      check_moe_qmm_inputs(xs, w_q, qtype, n_in, tile_expert, tile_m, activation_quant);
   check_out(out, "out", shape, xs.scalar_type(), xs.device());
   check_no_overlap({{"out", &out}}, {{"xs", &xs}, {"w_q", &w_q}, {"tile_expert", &tile_expert}});
   return check_qtype(qtype);

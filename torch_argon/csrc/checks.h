@@ -115,13 +115,20 @@ const QuantFormat& check_dequantize(const at::Tensor& w_q, int64_t qtype, int64_
 // The `out` of a dequantize of w_q's rows to n_in values, for any format, the plain float ones
 // included (the Python API reinterprets those without a kernel and checks their out with this).
 void check_dequantize_buffer(const at::Tensor& w_q, int64_t n_in, const at::Tensor& out);
+// moe_qmm's activation_quant: "none" (exact-dequant product) or "q8" (activations rounded to
+// 8-bit blocks first: torch_argon/quant/activation_q8.py).
+enum class ActivationQuant { kNone, kQ8 };
+ActivationQuant check_activation_quant(c10::string_view activation_quant);
+// The ValueError of a backend without q8 kernels (the same words as the Python backends').
+void check_exact_activations_only(ActivationQuant activation_quant, const char* backend);
 // moe_qmm: xs [R, n_in] float, w_q [E, N, row_bytes], tile_expert [R/tile_m] int32, out [R, N]
-// of xs's dtype.
+// of xs's dtype, activation_quant as above.
 SymShape check_moe_qmm_inputs(const at::Tensor& xs, const at::Tensor& w_q, int64_t qtype,
-                              int64_t n_in, const at::Tensor& tile_expert, int64_t tile_m);
+                              int64_t n_in, const at::Tensor& tile_expert, int64_t tile_m,
+                              c10::string_view activation_quant);
 const QuantFormat& check_moe_qmm(const at::Tensor& xs, const at::Tensor& w_q, int64_t qtype,
                                  int64_t n_in, const at::Tensor& tile_expert, int64_t tile_m,
-                                 const at::Tensor& out);
+                                 c10::string_view activation_quant, const at::Tensor& out);
 
 bool is_float_data(at::ScalarType t);  // fp32, fp16, bf16
 

@@ -51,9 +51,10 @@ struct DispatchOut {
     op.call(w_q, qtype, n_in, out);
   }
   static void moe_qmm_out(const Tensor& xs, const Tensor& w_q, int64_t qtype, int64_t n_in,
-                          const Tensor& tile_expert, int64_t tile_m, const Tensor& out) {
+                          const Tensor& tile_expert, int64_t tile_m,
+                          c10::string_view activation_quant, const Tensor& out) {
     static auto op = find_op<MoeQmmOutFn>(NS, "moe_qmm_out");
-    op.call(xs, w_q, qtype, n_in, tile_expert, tile_m, out);
+    op.call(xs, w_q, qtype, n_in, tile_expert, tile_m, activation_quant, out);
   }
 };
 
@@ -87,8 +88,9 @@ struct ChecksOnly {
     check_dequantize(w_q, qtype, n_in, out);
   }
   static void moe_qmm_out(const Tensor& xs, const Tensor& w_q, int64_t qtype, int64_t n_in,
-                          const Tensor& tile_expert, int64_t tile_m, const Tensor& out) {
-    check_moe_qmm(xs, w_q, qtype, n_in, tile_expert, tile_m, out);
+                          const Tensor& tile_expert, int64_t tile_m,
+                          c10::string_view activation_quant, const Tensor& out) {
+    check_moe_qmm(xs, w_q, qtype, n_in, tile_expert, tile_m, activation_quant, out);
   }
 };
 
@@ -147,10 +149,12 @@ struct Functional {
   }
 
   static Tensor moe_qmm(const Tensor& xs, const Tensor& w_q, int64_t qtype, int64_t n_in,
-                        const Tensor& tile_expert, int64_t tile_m) {
+                        const Tensor& tile_expert, int64_t tile_m,
+                        c10::string_view activation_quant) {
     Tensor out = at::empty_symint(
-        check_moe_qmm_inputs(xs, w_q, qtype, n_in, tile_expert, tile_m), xs.options());
-    Out::moe_qmm_out(xs, w_q, qtype, n_in, tile_expert, tile_m, out);
+        check_moe_qmm_inputs(xs, w_q, qtype, n_in, tile_expert, tile_m, activation_quant),
+        xs.options());
+    Out::moe_qmm_out(xs, w_q, qtype, n_in, tile_expert, tile_m, activation_quant, out);
     return out;
   }
 };

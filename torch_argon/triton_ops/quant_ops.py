@@ -21,7 +21,7 @@ CUDA kernels of the op table's quantized ops (registered by register_cuda_kernel
 exist and have no CUDA kernel yet):
 
   argon::dequantize_out(w_q, qtype, n_in, out)  float32 [..., N, n_in], bit-exact
-  argon::moe_qmm_out(xs, w_q, qtype, n_in, tile_expert, tile_m, out)
+  argon::moe_qmm_out(xs, w_q, qtype, n_in, tile_expert, tile_m, activation_quant, out)
       the grouped GEMM with row-ordered xs (fp16 / bf16 / fp32), rows of unused tiles zero.
 """
 import os
@@ -34,6 +34,7 @@ from torch.library import triton_op, wrap_triton
 from .. import _C
 from .._shapes import META_N_TILES
 from ..ops import refuse_gradients
+from ..quant.activation_q8 import check_exact_activations_only
 from ..quant.formats import check_quantized, qformat
 from .configs import mean_rows_per_expert
 from .ops import check_plan_arguments
@@ -235,8 +236,9 @@ def dequantize_triton(w_q, qtype, n_in, out_dtype=torch.float32):
     return out
 
 
-def moe_qmm_out_cuda(xs, w_q, qtype, n_in, tile_expert, tile_m, out):
-    _C.meta.moe_qmm_out(xs, w_q, qtype, n_in, tile_expert, tile_m, out)
+def moe_qmm_out_cuda(xs, w_q, qtype, n_in, tile_expert, tile_m, activation_quant, out):
+    _C.meta.moe_qmm_out(xs, w_q, qtype, n_in, tile_expert, tile_m, activation_quant, out)
+    check_exact_activations_only(activation_quant, "CUDA")
     if out.numel():
         launch_moe_qmm(xs, w_q, qformat(qtype), n_in, device_tables(xs.device), tile_expert, None,
                        tile_m, None, out, swiglu=False, zero_unused=True)
