@@ -317,7 +317,7 @@ def ep_moe_experts(x, topk_ids, topk_weights, local_experts, *, n_experts: int, 
                                       tokens, shared, residual, activation, activation_quant)
         if local_error is None:  # the implementation, chosen once for the local experts
             call = ExpertsCall.of(x, experts, ops=ops, tile_m=tile_m, activation=activation,
-                                  activation_quant=activation_quant)
+                                  activation_quant=activation_quant, routing=topk_weights)
             impl = registry.choose(call, path)
     except (TypeError, ValueError) as e:
         local_error = e

@@ -51,12 +51,19 @@ _register_fakes("argon")
 _WITH_FAKES = {"argon"}
 
 
+def _register_formulas(lib: str) -> None:
+    from .autograd import register_formulas  # it builds an OpSet: defined below
+
+    register_formulas(lib)
+
+
 def add_library(name: str, plan_fast_path: bool = True) -> None:
     """Registers the fakes of op library `name` (one of a test module's: its schemas are the op
     table's), and with plan_fast_path its eager plan fast path (csrc/plan_fresh.cpp)."""
     if name in _WITH_FAKES:
         return
     _register_fakes(name)
+    _register_formulas(name)
     _WITH_FAKES.add(name)
     if plan_fast_path:
         LIBRARIES.append(name)
@@ -230,6 +237,31 @@ class OpSet:
         self.op.swiglu_out(gate, up, activation, out)
         return out
 
+    def swiglu_backward(self, grad_out, gate, up=None, *, activation: str = "silu", out=None):
+        """The gradient of swiglu's inputs: [R, 2I] in gate's dtype, d gate | d up, with
+        d gate = grad_out * up * act'(gate) and d up = grad_out * act(gate), in fp32, each
+        rounded once. gate / up as swiglu takes them; grad_out [R, I] of any float dtype."""
+        if out is None:
+            return self.op.swiglu_backward(grad_out, gate, up, activation)
+        self.op.swiglu_backward_out(grad_out, gate, up, activation, out)
+        return out
+
+    def moe_mm_weight_grad(self, xs, grad_out, plan, n_expert: int,
+                           tile_m: Optional[int] = None, *, out=None):
+        """The gradient of moe_mm's weights: out[e] = sum over the rows r of the tiles of
+        expert e of grad_out[r]^T xs[r], [E, N, Kd] in xs's dtype (moe_mm's w layout),
+        accumulated in fp32 in a fixed order (no atomics: the same bytes run to run) and rounded
+        once; experts without tiles get zeros.
+
+        plan: a MoEPlan, or its tile_expert together with tile_m.
+        """
+        tile_expert, tile_m = _tiles_of(plan, tile_m, "moe_mm_weight_grad")
+        n_expert = _as_int(n_expert, "n_expert")
+        if out is None:
+            return self.op.moe_mm_weight_grad(xs, grad_out, tile_expert, tile_m, n_expert)
+        self.op.moe_mm_weight_grad_out(xs, grad_out, tile_expert, tile_m, n_expert, out)
+        return out
+
     def moe_mm(self, xs, w, plan, tile_m: Optional[int] = None, *, out=None):
         """Grouped GEMM over the plan's tiles: out[rows of tile j] = xs[rows] @ w[e]^T with
         e = tile_expert[j]; rows of tiles whose expert is -1 are zero.
@@ -291,3 +323,4 @@ class OpSet:
 
 
 argon_ops = OpSet(torch.ops.argon)
+_register_formulas("argon")

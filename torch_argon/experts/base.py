@@ -20,6 +20,9 @@ class ExpertsCall:
     rule picks it). activation: the gated epilogue's ("silu", "gelu", "gelu_tanh").
     activation_quant: the mode asked for: the caller's, or the weights' own where the caller
         said "auto" (ExpertsCall.of).
+    records_grad: autograd records this call (grad mode on, and x, an expert weight or the
+        routing weights require grad): only implementations with backward formulas run it,
+        with intermediates that are never overwritten (autograd saves them).
     """
     x: torch.Tensor
     weights: object
@@ -27,14 +30,30 @@ class ExpertsCall:
     tile_m: Optional[int]
     activation: str
     activation_quant: str
+    records_grad: bool = False
 
     @classmethod
-    def of(cls, x, weights, *, ops, tile_m=None, activation="silu", activation_quant="auto"):
+    def of(cls, x, weights, *, ops, tile_m=None, activation="silu", activation_quant="auto",
+           routing=None):
         """The call of a layer entry's (checked) arguments; activation_quant is the layer
-        option: "auto" defers to the weights' own setting (QuantizedExperts.activation_quant)."""
+        option: "auto" defers to the weights' own setting (QuantizedExperts.activation_quant).
+        routing: the tensor the routing weights come from (the top-k weights, or the router's
+        weight before routing), for records_grad."""
         if activation_quant == "auto":
             activation_quant = getattr(weights, "activation_quant", "auto")
-        return cls(x, weights, ops, tile_m, activation, activation_quant)
+        tracked = [x, routing, *weight_tensors(weights)]
+        records_grad = torch.is_grad_enabled() and any(
+            isinstance(t, torch.Tensor) and t.requires_grad for t in tracked)
+        return cls(x, weights, ops, tile_m, activation, activation_quant, records_grad)
+
+
+def weight_tensors(weights) -> list:
+    """The tensors of an expert-weights object: a dense one's two stacks, a quantized one's
+    parts' data."""
+    if hasattr(weights, "gate_up") and isinstance(weights.gate_up, torch.Tensor):
+        return [weights.gate_up, weights.down]
+    parts = getattr(weights, "parts", None)
+    return [getattr(w, "data", None) for w in parts().values()] if parts else []
 
 
 class Experts:

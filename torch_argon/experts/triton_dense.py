@@ -18,6 +18,9 @@ def triton_refusal(call) -> str:
     refusal = triton_ops.refusal(call.x.device)
     if refusal:
         return refusal
+    if call.records_grad:
+        return ("autograd records this call and the fused Triton GEMMs have no backward "
+                "formula (the ops path, which has, runs instead)")
     if not runs_argon_library(call.ops):
         return "an OpSet other than the argon library was passed"
     tm = call.tile_m
