@@ -28,9 +28,9 @@ from torch_argon.activations import NAMES as ACTIVATIONS
 # away from float64; bf16 ones carry bf16's rounding of every stored intermediate (inputs,
 # gate/up, h, y, each gradient) and the CPU's bf16 GEMM sums.
 TOL = {torch.float32: 2e-5, torch.bfloat16: 3e-2}
-# Quantized experts: the Metal kernels scale each block's integer-weight sum once (d * sum q x),
-# a different association than the dequantized reference's, and these random blocks' sums
-# cancel to a small fraction of their terms: 2e-4 of the largest gradient measured on metal_host.
+# Quantized experts: the Metal moe_qmm kernel stages the dequantized weights as half
+# (docs/contract.md), so its forward, and the h the backward reads, carry half's rounding of the
+# weights: 2e-4 of the largest gradient measured on metal_host.
 QUANTIZED_TOL = 1e-3
 
 
@@ -343,3 +343,38 @@ def test_quantized_experts_pass_gradients_to_x(backend):
     want.backward(grad_out.cpu().double())
     assert_close_rel(x.grad.cpu(), rx.grad, torch.float32, "x", QUANTIZED_TOL)
     assert_close_rel(tw.grad.cpu(), rtw.grad, torch.float32, "topk_weights", QUANTIZED_TOL)
+
+
+def test_compiled_forward_and_backward_fullgraph(backend):
+    """torch.compile(fullgraph=True) of the layer's forward, and its backward (AOTAutograd traces
+    the formulas): the eager gradients, within fp32 rounding (the compiled router's ops may
+    round differently)."""
+    t = layer_tensors(torch.float32)
+
+    def layer(x, rw, wgu, wd, shared, residual):
+        return torch_argon.moe_layer(x, rw, (wgu, wd), 2, shared=shared, residual=residual,
+                                     ops=backend.ops, renormalize=True)
+
+    leaves = [t[k].to(backend.device).requires_grad_() for k in
+              ("x", "router_weight", "w_gate_up", "w_down", "shared", "residual")]
+    eager = torch.autograd.grad(layer(*leaves).square().sum(), leaves)
+    torch._dynamo.reset()
+    compiled = torch.compile(layer, fullgraph=True)
+    got = torch.autograd.grad(compiled(*leaves).square().sum(), leaves)
+    for g, e in zip(got, eager):
+        assert_close_rel(g.cpu(), e.cpu().double(), torch.float32)
+
+
+def test_expert_parallel_refuses_gradients():
+    """The collectives carry no autograd: in grad mode a tracked tensor raises, naming it,
+    before any collective (where the local layer would train)."""
+    from torch_argon.distributed import ep_moe_experts
+    t = layer_tensors(torch.float32)
+    ids = make_ids(24, 2, 6, "uniform")
+    for tracked in ("x", "w_down"):
+        args = {k: t[k].clone() for k in ("x", "w_gate_up", "w_down")}
+        args[tracked].requires_grad_()
+        with pytest.raises(NotImplementedError, match=f"{'x' if tracked == 'x' else 'local_experts'}"
+                                                      " requires grad, but expert parallel"):
+            ep_moe_experts(args["x"], ids, torch.rand(24, 2), (args["w_gate_up"], args["w_down"]),
+                           n_experts=6)
