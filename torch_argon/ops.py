@@ -99,6 +99,25 @@ def refuse_gradients(op):
     op.register_autograd(backward, setup_context=setup_context)
 
 
+class _NoAutograd:
+    """The ops' calls below the Autograd key where autograd records nothing, so the backward
+    formulas' kernel (a Python function, torch.library.register_autograd) is not entered: it
+    cost about 6 us of host time per call on this project's 2-core host (swiglu on a [4, 16]
+    tensor: 11.6 us under no_grad against 4.0 under inference_mode). Under torch.compile the
+    calls go through autograd as traced."""
+
+    @staticmethod
+    def applies(*tensors) -> bool:
+        """Whether autograd would record nothing for a call on `tensors` (None allowed)."""
+        if torch.compiler.is_compiling():
+            return False
+        if not torch.is_grad_enabled():
+            return True
+        return not any(t is not None and t.requires_grad for t in tensors)
+
+    guard = torch._C._AutoDispatchBelowAutograd
+
+
 def _as_int(value, name):
     """An integer argument of the Python API as a Python int: any integer type (numpy.int64 and
     other types with __index__) is taken; a bool, a float or a value beyond int64 (which the
@@ -206,6 +225,9 @@ class OpSet:
         sorted_token = plan.sorted_token if isinstance(plan, MoEPlan) else plan
         _check_out_dtype(out, out_dtype)
         if out is None:
+            if _NoAutograd.applies(x):
+                with _NoAutograd.guard():
+                    return self.op.moe_gather(x, sorted_token, out_dtype)
             return self.op.moe_gather(x, sorted_token, out_dtype)
         self.op.moe_gather_out(x, sorted_token, out)
         return out
@@ -220,6 +242,9 @@ class OpSet:
         pos = plan.pos if isinstance(plan, MoEPlan) else plan
         _check_out_dtype(out, out_dtype)
         if out is None:
+            if _NoAutograd.applies(y, topk_weights, shared, residual):
+                with _NoAutograd.guard():
+                    return self.op.moe_combine(y, pos, topk_weights, shared, residual, out_dtype)
             return self.op.moe_combine(y, pos, topk_weights, shared, residual, out_dtype)
         self.op.moe_combine_out(y, pos, topk_weights, shared, residual, out)
         return out
@@ -233,6 +258,9 @@ class OpSet:
         """
         _check_out_dtype(out, out_dtype)
         if out is None:
+            if _NoAutograd.applies(gate, up):
+                with _NoAutograd.guard():
+                    return self.op.swiglu(gate, up, out_dtype, activation)
             return self.op.swiglu(gate, up, out_dtype, activation)
         self.op.swiglu_out(gate, up, activation, out)
         return out
@@ -271,6 +299,9 @@ class OpSet:
         """
         tile_expert, tile_m = _tiles_of(plan, tile_m, "moe_mm")
         if out is None:
+            if _NoAutograd.applies(xs, w):
+                with _NoAutograd.guard():
+                    return self.op.moe_mm(xs, w, tile_expert, tile_m)
             return self.op.moe_mm(xs, w, tile_expert, tile_m)
         self.op.moe_mm_out(xs, w, tile_expert, tile_m, out)
         return out
@@ -315,6 +346,10 @@ class OpSet:
         n_in = _as_int(n_in, "n_in")
         tile_expert, tile_m = _tiles_of(plan, tile_m, "moe_qmm")
         if out is None:
+            if _NoAutograd.applies(xs):
+                with _NoAutograd.guard():
+                    return self.op.moe_qmm(xs, w_q, fmt.type_id, n_in, tile_expert, tile_m,
+                                           activation_quant)
             return self.op.moe_qmm(xs, w_q, fmt.type_id, n_in, tile_expert, tile_m,
                                    activation_quant)
         self.op.moe_qmm_out(xs, w_q, fmt.type_id, n_in, tile_expert, tile_m, activation_quant,
