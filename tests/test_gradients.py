@@ -106,16 +106,33 @@ def test_moe_mm_weight_grad_of_no_rows_is_zeros(backend):
     assert torch.equal(got.cpu(), torch.zeros(3, 4, 8))
 
 
-def test_moe_mm_weight_grad_sums_tiles_in_any_order(backend):
-    """tile_expert need not be sorted (moe_mm takes any tile map): an expert's tiles anywhere."""
+@pytest.mark.parametrize("dtype,Kd,N", [(torch.float32, 5, 7), (torch.bfloat16, 16, 8)])
+def test_moe_mm_weight_grad_sums_tiles_in_any_order(backend, dtype, Kd, N):
+    """tile_expert need not be sorted (moe_mm takes any tile map): an expert's tiles anywhere.
+    bf16 with dims of 8: where CUDA's grouped-GEMM path applies, its layout check fails and the
+    tile kernel computes every expert."""
     d = backend.device
     te = torch.tensor([2, 0, 2, -1, 1, 2], dtype=torch.int32, device=d)
-    xs = torch.randn(12, 5, generator=gen(3)).to(d)
-    dy = torch.randn(12, 7, generator=gen(4)).to(d)
+    xs = torch.randn(12, Kd, generator=gen(3)).to(dtype).to(d)
+    dy = torch.randn(12, N, generator=gen(4)).to(dtype).to(d)
     got = backend.ops.moe_mm_weight_grad(xs, dy, te, 4, tile_m=2)
     want = reference.moe_mm_weight_grad(xs.cpu(), dy.cpu(), te.cpu(), 2, 4)
-    torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
-    assert torch.equal(got[3].cpu(), torch.zeros(7, 5))
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=8e-3, atol=1e-2)
+    torch.testing.assert_close(got.cpu(), want, **tol)
+    assert torch.equal(got[3].cpu(), torch.zeros(N, Kd, dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_moe_mm_with_transposed_weights_matches_reference(backend, dtype):
+    """moe_mm's backward multiplies by w.transpose(1, 2), a column-major view (CUDA's grouped
+    GEMM takes it as is where bf16 dims are multiples of 8)."""
+    E, Kd, N = 5, 32, 24
+    plan, dy, _ = plan_and_rows(backend, 40, 2, E, 16, "neg_some", dtype, N, 1)
+    w = torch.randn(E, N, Kd, generator=gen(8)).to(dtype).to(dy.device)
+    got = backend.ops.moe_mm(dy, w.transpose(1, 2), plan)
+    want = reference.moe_mm(dy.cpu(), w.transpose(1, 2).cpu(), plan.tile_expert.cpu(), 16)
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=8e-3, atol=1e-2)
+    torch.testing.assert_close(got.cpu(), want, **tol)
 
 
 def test_moe_mm_weight_grad_refuses_an_expert_beyond_n_expert():

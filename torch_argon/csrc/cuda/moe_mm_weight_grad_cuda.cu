@@ -2,6 +2,14 @@
 // grad_out[r]^T xs[r] ([N, Kd], moe_mm's weight layout), accumulated in fp32 and rounded once;
 // experts with no tile get zeros.
 //
+// Fast path (bf16 on sm_90 / sm_100, N and Kd multiples of 8, at most 1024 experts), as moe_mm's:
+// torch._grouped_mm of grad_out^T [N, R] and xs [R, Kd] with groups along the rows (its 2-D x 2-D
+// form: one [N, Kd] product per group), the group ends derived on the device from the tile map
+// (plan_groups.cuh), which also checks the plan's layout. The tile kernel below then runs with
+// that check's flag: where the layout holds it only writes zeros for experts without rows; where
+// it does not, it computes every expert itself, so any tile map gives the contract's result.
+// CUTLASS's grouped GEMM splits no sum across blocks: the same bytes run to run.
+//
 // Each expert's tiles, in ascending order, come from a stable sort of the tile map by expert
 // (torch's argsort, deterministic) and searchsorted for each expert's first tile: device ops
 // only, no host sync, any tile map (not only a plan's sorted one).
@@ -11,8 +19,8 @@
 // xs[rows, k tile] in shared memory as fp32 (zeros past the tile's rows and the matrix edges),
 // then every thread adds its 16 rank-1 products. Each output's sum runs over the rows in
 // ascending order inside ascending tiles, in one thread: no atomics, the same bytes run to run.
-// Limits: fp32 FMAs on the SIMT units (no tensor cores yet: a WMMA / wgmma version is the next
-// step for bf16 training speed); N <= 65535 * 64.
+// Limits: fp32 FMAs on the SIMT units (the fp32 and fp16 paths, and tile maps without the plan's
+// layout: no tensor cores); N <= 65535 * 64.
 #include <ATen/ops/argsort.h>
 #include <ATen/ops/searchsorted.h>
 #include <torch/library.h>
@@ -21,6 +29,7 @@
 #include "../float_dispatch.h"
 #include "../op_signatures.h"
 #include "cuda_common.cuh"
+#include "plan_groups.cuh"
 
 namespace argon::cuda {
 namespace {
@@ -35,7 +44,7 @@ __global__ void __launch_bounds__(kWgThreads)
                               const int64_t* __restrict__ tiles_by_expert,
                               const int64_t* __restrict__ expert_first_tile,
                               scalar_t* __restrict__ out, int64_t N, int64_t Kd, int64_t tile_m,
-                              int64_t k_blocks) {
+                              int64_t k_blocks, const int* __restrict__ layout_ok) {
   __shared__ float dy_s[kWgRows][kWgTile];
   __shared__ float xs_s[kWgRows][kWgTile];
   const int64_t e = blockIdx.x / k_blocks;
@@ -43,7 +52,10 @@ __global__ void __launch_bounds__(kWgThreads)
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   float acc[4][4] = {};
   const int64_t first = expert_first_tile[e], last = expert_first_tile[e + 1];
-  for (int64_t t = first; t < last; ++t) {
+  // The grouped GEMM wrote every expert with rows (layout_ok set and true): zeros for the rest.
+  if (layout_ok != nullptr && *layout_ok != 0 && last > first) return;
+  const int64_t computed_last = layout_ok != nullptr && *layout_ok != 0 ? first : last;
+  for (int64_t t = first; t < computed_last; ++t) {
     const int64_t row0 = tiles_by_expert[t] * tile_m;
     for (int64_t r0 = row0; r0 < row0 + tile_m; r0 += kWgRows) {
       const int64_t rows = row0 + tile_m - r0 < kWgRows ? row0 + tile_m - r0 : kWgRows;
@@ -81,6 +93,29 @@ __global__ void __launch_bounds__(kWgThreads)
   }
 }
 
+bool grouped_weight_grad_applies(const Tensor& xs, int64_t N, int64_t E) {
+  if (xs.scalar_type() != at::kBFloat16) return false;
+  const int major = at::cuda::getCurrentDeviceProperties()->major;
+  const int64_t R = xs.size(0), Kd = xs.size(1);
+  return (major == 9 || major == 10) && R > 0 && Kd % 8 == 0 && N % 8 == 0 &&
+         E <= kGroupedMmMaxGroups;
+}
+
+// torch._grouped_mm's [E, N, Kd] from grad_out^T and xs grouped along the rows, and the device
+// flag saying whether tile_expert had the plan's layout (else the result is not used).
+Tensor grouped_weight_grad(const Tensor& xs, const Tensor& dy, const Tensor& tile_expert,
+                           int64_t tile_m, int64_t E, Tensor& layout_ok) {
+  const int n_tiles = static_cast<int>(tile_expert.size(0));
+  Tensor scratch = at::empty({E + 1}, tile_expert.options().dtype(at::kInt));
+  Tensor ends = scratch.narrow(0, 0, E);
+  layout_ok = scratch.narrow(0, E, 1);
+  group_ends_kernel<<<1, 1024, E * sizeof(int), stream()>>>(
+      tile_expert.const_data_ptr<int>(), n_tiles, static_cast<int>(E), static_cast<int>(tile_m),
+      ends.data_ptr<int>(), layout_ok.data_ptr<int>());
+  ARGON_CUDA_CHECK_LAUNCH();
+  return at::_grouped_mm(dy.t(), xs, ends);
+}
+
 void moe_mm_weight_grad_out_cuda(const Tensor& xs_in, const Tensor& grad_out_in,
                                  const Tensor& tile_expert, int64_t tile_m, int64_t n_expert,
                                  const Tensor& out) {
@@ -98,13 +133,18 @@ void moe_mm_weight_grad_out_cuda(const Tensor& xs_in, const Tensor& grad_out_in,
   const Tensor tiles_by_expert = at::argsort(key, /*stable=*/true);
   const Tensor expert_first_tile = at::searchsorted(
       key.index_select(0, tiles_by_expert), at::arange(E + 1, key.options()));
+  Tensor layout_ok;
+  if (grouped_weight_grad_applies(xs, N, E)) {
+    out.copy_(grouped_weight_grad(xs, dy, tile_expert.contiguous(), tile_m, E, layout_ok));
+  }
   const int64_t k_blocks = ceil_div(Kd, kWgTile);
   const dim3 grid(static_cast<unsigned>(E * k_blocks), static_cast<unsigned>(ceil_div(N, kWgTile)));
   ARGON_DISPATCH_FLOAT(xs.scalar_type(), "moe_mm_weight_grad_cuda", [&] {
     moe_mm_weight_grad_kernel<scalar_t><<<grid, kWgThreads, 0, stream()>>>(
         xs.const_data_ptr<scalar_t>(), dy.const_data_ptr<scalar_t>(),
         tiles_by_expert.const_data_ptr<int64_t>(), expert_first_tile.const_data_ptr<int64_t>(),
-        out.data_ptr<scalar_t>(), N, Kd, tile_m, k_blocks);
+        out.data_ptr<scalar_t>(), N, Kd, tile_m, k_blocks,
+        layout_ok.defined() ? layout_ok.const_data_ptr<int>() : nullptr);
     ARGON_CUDA_CHECK_LAUNCH();
   });
 }
