@@ -40,15 +40,7 @@ from torch_argon.testing.layers import make_layer  # noqa: E402
 from torch_argon.testing.timing import (cuda_graph_replays_us, heat, median_us,  # noqa: E402
                                         one_call_us, rounds_us)
 
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-DEFAULT_CONFIGS = ("128x8x2048x768", "512x10x2048x512")
-
-
-def parse_config(text):
-    parts = text.lower().split("x")
-    if len(parts) != 4 or not all(p.isdigit() and int(p) > 0 for p in parts):
-        raise SystemExit(f"--configs: {text!r} is not ExKxHxI (e.g. 128x8x2048x768)")
-    return tuple(int(p) for p in parts)
+from bench_layer import DEFAULT_CONFIGS, DTYPES, parse_config  # noqa: E402  (beside it)
 
 
 def training_step(layer_fn, tensors, grad_out):
@@ -153,7 +145,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--device", default="cuda")
     p.add_argument("--dtype", choices=DTYPES, default="bf16")
-    p.add_argument("--configs", default=",".join(DEFAULT_CONFIGS), help="ExKxHxI, comma-separated")
+    p.add_argument("--configs", default=",".join(DEFAULT_CONFIGS),
+                   help="ExKxHxI, comma-separated (default: bench_layer.py's, the issue's)")
     p.add_argument("--T", default="2048,8192")
     p.add_argument("--rounds", type=int, default=5, help="CPU: interleaved rounds")
     p.add_argument("--samples", type=int, default=10, help="CUDA: samples per timing")
