@@ -395,3 +395,35 @@ def test_expert_parallel_refuses_gradients():
                                                       " requires grad, but expert parallel"):
             ep_moe_experts(args["x"], ids, torch.rand(24, 2), (args["w_gate_up"], args["w_down"]),
                            n_experts=6)
+
+
+def test_registry_takes_the_ops_path_when_autograd_records(monkeypatch):
+    """Where Triton could run (faked here: no GPU), the fused GEMMs decline in grad mode with
+    their reason, as does the CPU's buffer-reusing path; without grad they are taken."""
+    from torch_argon import experts, triton_ops
+    monkeypatch.setattr(triton_ops, "refusal", lambda device: "")
+    g = gen(11)
+    w = (torch.randn(2, 8, 8, generator=g).bfloat16(), torch.randn(2, 8, 4, generator=g).bfloat16())
+    x = torch.randn(4, 8, generator=g).bfloat16().requires_grad_()
+    reasons = dict(experts.explain(x, w))
+    assert "no backward formula" in reasons["triton_dense"]
+    assert "autograd records this call" in reasons["cpu_workspace"]
+    assert reasons["ops_dense"] == ""
+    with torch.no_grad():
+        reasons = dict(experts.explain(x, w))
+    assert reasons["triton_dense"] == ""
+
+
+def test_router_top_k_is_torch_topk_when_autograd_records(monkeypatch):
+    """The Triton top-k has no backward: with the scores tracked, "auto" takes torch.topk (the
+    router's gradient flows through it); untracked, the Triton kernel (faked here) runs."""
+    from torch_argon import routing, triton_ops
+    monkeypatch.setattr(triton_ops, "refusal", lambda device: "")
+    calls = []
+    monkeypatch.setattr(triton_ops, "topk_triton",
+                        lambda scores, k: calls.append(k) or torch.topk(scores, k, dim=-1))
+    scores = torch.rand(5, 8, generator=gen(12)).requires_grad_()
+    values, _ = routing.topk_experts(scores, 2)
+    assert calls == [] and values.requires_grad
+    routing.topk_experts(scores.detach(), 2)
+    assert calls == [2]
