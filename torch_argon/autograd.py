@@ -5,8 +5,8 @@ the same library's ops, so a backend's backward runs that backend's kernels:
   moe_gather   dx[t] = sum of dxs over the rows that copy token t: an fp32 sum in ascending row
                order (index_put_ with accumulate, which CPU and CUDA run in a fixed order), rounded
                once to x's dtype.
-  moe_combine  dy[r] = w * dout[token of r] (the row's token and weight placed by pos, gathered by
-               moe_gather in fp32 and rounded once), dtopk_weights[t, k] = dout[t] . y[pos[t, k]]
+  moe_combine  dy[r] = w * dout[token of r] (the row's token and weight placed by pos, dout's
+               rows gathered by moe_gather; the product in fp32, rounded once), dtopk_weights[t, k] = dout[t] . y[pos[t, k]]
                (row dot products in fp32), dshared = dresidual = dout; pos must place each row
                at most once (a plan's pos does).
   swiglu       swiglu_backward: one fused elementwise op giving [d gate | d up].
@@ -88,7 +88,9 @@ def _combine_formula(ops):
             R = y.shape[0]
             tokens = torch.arange(T, dtype=torch.int32, device=pos.device)
             row_token = _rows_of_pos(pos, tokens[:, None].expand(T, K), R, -1)
-            grad_rows = ops.moe_gather(grad, row_token, out_dtype=torch.float32)
+            # dout's rows copied in its own dtype (exact); the products below widen them to
+            # fp32 as they read them (type promotion), so each is an fp32 product, rounded once.
+            grad_rows = ops.moe_gather(grad, row_token)
             if need_y:
                 row_weight = _rows_of_pos(pos, topk_weights.float(), R, 0.0)
                 dy = (grad_rows * row_weight[:, None]).to(ctx.dtypes[0])
