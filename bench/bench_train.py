@@ -100,8 +100,18 @@ def bench_one(args, config, T, dtype):
     device = torch.device(args.device)
     layer = make_layer(T, E, K, H, I, dtype, device)
     calls = steps(layer)
-    # the values first: ours against the loop's gradients (both in the layer's dtype)
-    err = max_grad_rel_err(calls["argon"](), calls["layer_per_expert_loop"]())
+    # the values first: ours against the loop's gradients (both in the layer's dtype); a
+    # baseline torch cannot differentiate here (no backward for torch._grouped_mm) is dropped
+    results = {}
+    for name, fn in list(calls.items()):
+        try:
+            results[name] = fn()
+        except (RuntimeError, NotImplementedError) as e:
+            if name == "argon":
+                raise
+            print(f"  {name} failed, left out: {str(e).splitlines()[0]}")
+            del calls[name]
+    err = max_grad_rel_err(results["argon"], results["layer_per_expert_loop"])
     if device.type == "cuda":
         timed = {name: time_cuda(fn, args.samples) for name, fn in calls.items()}
         forward_us = time_cuda(forward_call(layer), args.samples)[0]
