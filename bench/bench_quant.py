@@ -8,7 +8,7 @@ bench/h200_quant.sh runs before this script.
     python bench/bench_quant.py --sweep                                 # + Q4_K block shapes
     python bench/bench_quant.py --gpuq --json $OUT/h200_quant_gpuq.json # the gpuq CUDA C++
                                  kernels, every format and both activation modes against the
-                                 bf16 GEMMs (bench/bench_quant_gpuq.py; no extension needed)
+                                 bf16 GEMMs (bench/bench_quant_gpuq.py)
     TRITON_INTERPRET=1 python bench/bench_quant.py --tiny --device cpu --dtype fp16 \
         --json /tmp/q.json                                              # the logic, no GPU
 

@@ -5,9 +5,7 @@ correctness of every format and mode on the device, then the issue's table.
     python bench/bench_quant_gpuq.py --json ...                             # the same
     python bench/bench_quant_gpuq.py --quick                                # T = 128, 2048
 
-Runs without the torch_argon extension (torch_argon/_C): where `import torch_argon` fails, the
-package's modules are imported without its __init__ (the gpuq kernels, the Triton bf16 GEMMs,
-the reference plan need none of it), so a bare GPU machine needs only this checkout.
+Needs torch_argon built with CUDA (the gpuq kernels are compiled into torch_argon._C).
 
 What is timed (CUDA graph replay, median of 10 samples of 2 calls; weights several times the
 L2; the plan made once, outside the timing, as the layer's plan kernel would):
@@ -31,27 +29,11 @@ import os
 import sys
 import time
 import traceback
-import types
 
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
-
-
-def import_without_extension():
-    """torch_argon as a bare package (its __init__ loads the compiled extension) when that
-    extension is missing."""
-    try:
-        import torch_argon  # noqa: F401
-        return "extension"
-    except ImportError:
-        for name in [m for m in sys.modules if m == "torch_argon" or m.startswith("torch_argon.")]:
-            del sys.modules[name]
-        pkg = types.ModuleType("torch_argon")
-        pkg.__path__ = [os.path.join(ROOT, "torch_argon")]
-        sys.modules["torch_argon"] = pkg
-        return "bare package"
 
 
 CONFIGS = {"E512": dict(E=512, K=10, H=2048, I=512), "E128": dict(E=128, K=8, H=2048, I=768)}
@@ -61,13 +43,8 @@ DTYPE = torch.bfloat16
 
 
 def graph_us(fn, inner=2, samples=10):
-    """Median us per call of fn under CUDA graph replay (torch_argon/testing/timing.py, loaded
-    by path: the testing package's __init__ needs the extension)."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        "argon_timing", os.path.join(ROOT, "torch_argon", "testing", "timing.py"))
-    timing = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(timing)
+    """Median us per call of fn under CUDA graph replay (torch_argon/testing/timing.py)."""
+    from torch_argon.testing import timing
     return timing.cuda_graph_us(fn, inner=inner, samples=samples, warmup=2)
 
 
@@ -219,14 +196,12 @@ def main(argv=None):
     ap.add_argument("--no-check", action="store_true")
     ap.add_argument("--configs", default="E512,E128")
     args = ap.parse_args(argv)
-    how = import_without_extension()
     if not torch.cuda.is_available():
         sys.exit("bench_quant_gpuq.py: no CUDA device")
     from torch_argon.gpuq import ops as gpuq
     names = args.formats.split(",") if args.formats else list(gpuq.FORMATS)
     start = time.time()
-    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, torch_argon "
-          f"imported as {how}", flush=True)
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
     records, failed = [], False
 
     def save():
@@ -235,10 +210,9 @@ def main(argv=None):
             json.dump(records, f, indent=1)
 
     try:
-        from torch_argon.gpuq import library
-        t0 = time.time()
-        library.load("cuda")
-        print(f"gpuq library ready in {time.time() - t0:.0f} s", flush=True)
+        why = gpuq.refusal("cuda")
+        if why:
+            raise RuntimeError(why)
         if not args.no_check:
             t0 = time.time()
             for name, fails in check_formats(names).items():

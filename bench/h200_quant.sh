@@ -3,10 +3,11 @@
 #   bash bench/h200_quant.sh             # check every format (the CUDA tests), then the benchmark
 #   bash bench/h200_quant.sh --sweep     # + Q4_K block-shape sweep (time-budgeted)
 #   bash bench/h200_quant.sh --quick     # T = 128 and 2048 only
-#   bash bench/h200_quant.sh --gpuq      # the gpuq CUDA C++ kernels instead (bench_quant_gpuq.py):
-#                                        # every format, both activation modes, bf16 baseline,
-#                                        # floors; no extension build; about 90 s; writes
-#                                        # $OUT/h200_quant_gpuq.json (also bench/results/)
+#   bash bench/h200_quant.sh --gpuq      # the gpuq CUDA C++ kernels' GEMMs instead
+#                                        # (bench_quant_gpuq.py): every format, both activation
+#                                        # modes, bf16 baseline, floors; about 90 s after the
+#                                        # build; writes $OUT/h200_quant_gpuq.json (also
+#                                        # bench/results/)
 # Builds the extension first only if this Python has none (bench/h200_run.sh build does too;
 # the build is not in the 7 minutes). Writes $OUT/h200_quant.json (also bench/results/),
 # $OUT/h200_quant.log; prints the table last. The check of every format is the CUDA tests of
@@ -18,15 +19,6 @@ OUT="${OUT:-/tmp/argon_out}"
 mkdir -p "$OUT"
 . "$(dirname "$0")/gpu_env.sh"
 export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
-
-if [[ " $* " == *" --gpuq "* ]]; then
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
-  python3 bench/bench_quant.py "$@" --json "$OUT/h200_quant_gpuq.json" 2>&1 \
-    | tee "$OUT/h200_quant_gpuq.log"
-  rc=${PIPESTATUS[0]}
-  cp "$OUT/h200_quant_gpuq.json" bench/results/h200_quant_gpuq.json 2>/dev/null || true
-  exit "$rc"
-fi
 
 suffix=$(python3 -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
 if [ ! -f "torch_argon/_C$suffix" ]; then
@@ -40,6 +32,13 @@ if [ ! -f "torch_argon/_C$suffix" ]; then
   echo "== build done in $((SECONDS - t0)) s"
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+if [[ " $* " == *" --gpuq "* ]]; then
+  python3 bench/bench_quant.py "$@" --json "$OUT/h200_quant_gpuq.json" 2>&1 \
+    | tee "$OUT/h200_quant_gpuq.log"
+  rc=${PIPESTATUS[0]}
+  cp "$OUT/h200_quant_gpuq.json" bench/results/h200_quant_gpuq.json 2>/dev/null || true
+  exit "$rc"
+fi
 t0=$SECONDS
 # xdist where installed: every format's kernels compile in parallel.
 workers=$(python3 -c "import importlib.util as u; print('-n 8' if u.find_spec('xdist') else '')")

@@ -22,6 +22,7 @@
 #include "gpuq_tables.inc"  // IQ4_NL / MXFP4 levels, IQ2_XS grid and signs, IQ3_S grid
 
 namespace gpuq {
+inline namespace GPUQ_TARGET {
 
 enum CodeKind { U7, S6, S8 };
 
@@ -269,4 +270,5 @@ struct FmtIQ3_S {
   }
 };
 
+}  // namespace GPUQ_TARGET
 }  // namespace gpuq

@@ -28,8 +28,9 @@
 // (the partial's float is then its bits less 12582912: no int-to-float conversion), and
 // acc += (s * d_a) * P + z * (d_a * Sigma_q).
 //
-// Launch shape: blocks of kWarps warps; block (x, y) computes rows [y * rows_per_warp, + rows)
-// of the plan (one tile's, or part of one) against columns [x * kWarps * 16 * WN, + ...), each
+// Launch shape: blocks of kWarps warps; block (x, y) computes rows [(y + row_group0) *
+// rows_per_warp, + rows_per_warp) of the plan (one tile's, or part of one; a plan of more than
+// 65535 row groups takes several launches) against columns [x * kWarps * 16 * WN, + ...), each
 // warp 16 * WN columns (SWIGLU: WN gate and WN up row groups, the epilogue act(gate) * up).
 // The K loop walks the row's blocks and their 32-value chunks; every lane loads its own bytes
 // (4-byte loads where the format's alignment allows) and its activations (8 bytes per token and
@@ -60,6 +61,7 @@
 #endif
 
 namespace gpuq {
+inline namespace GPUQ_TARGET {
 
 constexpr int kWarps = 4;
 constexpr uint32_t kMagicPartial = 0x4B400000u;  // int32 partials start here: float bits
@@ -103,8 +105,13 @@ GQ_DEV float apply_activation(int which, float g) {
 }
 
 GQ_DEV void store_value(const GemmParams& p, int64_t row, int col, float v) {
-  uint16_t* out = static_cast<uint16_t*>(p.out) + row * p.out_stride + col;
-  *out = p.out_bf16 ? float_to_bf16_bits(v) : float_to_half_bits(v);
+  const int64_t at = row * p.out_stride + col;
+  if (p.out_kind == kFp32) {
+    static_cast<float*>(p.out)[at] = v;
+  } else {
+    static_cast<uint16_t*>(p.out)[at] =
+        p.out_kind == kBf16 ? float_to_bf16_bits(v) : float_to_half_bits(v);
+  }
 }
 
 template <class F, bool BF16, int NT, bool SWIGLU, bool Q8>
@@ -119,7 +126,7 @@ GQ_KERNEL(NT) qmm_kernel(const GemmParams p) {
   constexpr int PREFETCH_AHEAD = 256;  // bytes past the current block
 
   const int lane = lane_id(), g = lane >> 2, t = lane & 3;
-  const int64_t row0 = static_cast<int64_t>(block_y()) * p.rows_per_warp;
+  const int64_t row0 = (static_cast<int64_t>(block_y()) + p.row_group0) * p.rows_per_warp;
   const int tile = static_cast<int>(row0 / p.tile_m);
   const int col0 = (block_x() * kWarps + warp_id()) * 16 * WN;
   if (col0 >= p.n_out) return;  // warp-uniform: the whole warp leaves
@@ -127,11 +134,11 @@ GQ_KERNEL(NT) qmm_kernel(const GemmParams p) {
   const int n_tiles = p.meta ? p.meta[p.meta_n_tiles_index] : p.n_tiles_all;
 
   float acc[G][NT][4];
-#pragma unroll
+GQ_UNROLL
   for (int gi = 0; gi < G; ++gi)
-#pragma unroll
+GQ_UNROLL
     for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
+GQ_UNROLL
       for (int j = 0; j < 4; ++j) acc[gi][nt][j] = 0.f;
 
   if (tile < n_tiles && expert >= 0 && expert < p.n_expert) {
@@ -140,9 +147,9 @@ GQ_KERNEL(NT) qmm_kernel(const GemmParams p) {
                            int32_t(kMagicPartial)};
     // The lane's weight rows: g and g + 8 of each group, wrapped past n_out (stores are masked).
     const uint8_t* wrow[G][2];
-#pragma unroll
+GQ_UNROLL
     for (int gi = 0; gi < G; ++gi)
-#pragma unroll
+GQ_UNROLL
       for (int h = 0; h < 2; ++h) {
         const int n = (col0 + 16 * (gi % WN) + g + 8 * h) % p.n_out;
         const int64_t wn = n + ((SWIGLU && gi >= WN) ? p.n_out : 0);
@@ -153,7 +160,7 @@ GQ_KERNEL(NT) qmm_kernel(const GemmParams p) {
     bool xok[NT];
     // q8: the scale rows of the lane's accumulator tokens (slots nt * 8 + 2t, + 1).
     const float* drow[NT][2];
-#pragma unroll
+GQ_UNROLL
     for (int nt = 0; nt < NT; ++nt) {
       const int slot = nt * 8 + g;
       int64_t xr = slot < p.rows_per_warp ? row0 + slot : -1;
@@ -161,7 +168,7 @@ GQ_KERNEL(NT) qmm_kernel(const GemmParams p) {
       xok[nt] = xr >= 0 && xr < p.n_a_rows;
       xrow[nt] = static_cast<const uint8_t*>(p.x) + (xok[nt] ? xr : 0) * p.x_stride;
       if (Q8) {
-#pragma unroll
+GQ_UNROLL
         for (int j = 0; j < 2; ++j) {
           const int s2 = nt * 8 + 2 * t + j;
           int64_t r = s2 < p.rows_per_warp ? row0 + s2 : -1;
@@ -175,29 +182,29 @@ GQ_KERNEL(NT) qmm_kernel(const GemmParams p) {
     for (int blk = 0; blk < p.n_blocks; ++blk) {
       const int64_t ahead = static_cast<int64_t>(blk) * F::BB + PREFETCH_AHEAD + 64 * t;
       if (GPUQ_PREFETCH && ahead < row_bytes) {
-#pragma unroll
+GQ_UNROLL
         for (int gi = 0; gi < G; ++gi)
-#pragma unroll
+GQ_UNROLL
           for (int h = 0; h < 2; ++h) prefetch_l1(wrow[gi][h] + ahead);
       }
-#pragma unroll
+GQ_UNROLL
       for (int ch = 0; ch < SUBS; ++ch) {
         const int k0 = blk * F::BE + 32 * ch;  // the chunk's first value along the row
         // B fragments: per token block and group word (L16: values 16w + 4t .. + 3).
         uint32_t b[NT][2][2];
         float sigma[NT][GROUPS][2];  // the lane's two tokens' sums per group (scaled for q8)
         float da[NT][2];
-#pragma unroll
+GQ_UNROLL
         for (int nt = 0; nt < NT; ++nt) {
           if (Q8) {
             const int8_t* q = reinterpret_cast<const int8_t*>(xrow[nt]) + k0;
             b[nt][0][0] = xok[nt] ? load_u32(reinterpret_cast<const uint8_t*>(q + 4 * t)) : 0u;
             b[nt][1][0] = xok[nt] ? load_u32(reinterpret_cast<const uint8_t*>(q + 16 + 4 * t)) : 0u;
-#pragma unroll
+GQ_UNROLL
             for (int j = 0; j < 2; ++j) da[nt][j] = drow[nt][j] ? drow[nt][j][k0 / 32] : 0.f;
           } else {
             const uint8_t* xv = xrow[nt] + 2 * k0;
-#pragma unroll
+GQ_UNROLL
             for (int w = 0; w < 2; ++w) {
               uint32_t v01 = 0, v23 = 0;
               if (xok[nt]) {
@@ -211,7 +218,7 @@ GQ_KERNEL(NT) qmm_kernel(const GemmParams p) {
           if (NEEDS_SUM) {
             if (Q8) {
               const uint32_t ones[4] = {0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u};
-#pragma unroll
+GQ_UNROLL
               for (int gr = 0; gr < GROUPS; ++gr) {
                 int32_t qs[4];
                 if (GROUPS == 1) {
@@ -220,7 +227,7 @@ GQ_KERNEL(NT) qmm_kernel(const GemmParams p) {
                 } else {
                   mma_s8_k16(qs, ones, &b[nt][gr][0], c0);
                 }
-#pragma unroll
+GQ_UNROLL
                 for (int j = 0; j < 2; ++j)
                   sigma[nt][gr][j] = (as_float(uint32_t(qs[j])) - kMagicPartialValue) * da[nt][j];
               }
@@ -240,7 +247,7 @@ GQ_KERNEL(NT) qmm_kernel(const GemmParams p) {
                 sigma[nt][0][0] = sum[0];
                 sigma[nt][0][1] = sum[1];
               } else {
-#pragma unroll
+GQ_UNROLL
                 for (int gr = 0; gr < GROUPS; ++gr) {
                   if (BF16) mma_bf16(sum, ones, b[nt][gr], zero);
                   else mma_f16(sum, ones, b[nt][gr], zero);
@@ -252,20 +259,20 @@ GQ_KERNEL(NT) qmm_kernel(const GemmParams p) {
           }
         }
 
-#pragma unroll
+GQ_UNROLL
         for (int gi = 0; gi < G; ++gi) {
           uint32_t wq[2][2];  // [row g / g + 8][word]
           float s[2][GROUPS], m[2][GROUPS], z[2][GROUPS];
-#pragma unroll
+GQ_UNROLL
           for (int h = 0; h < 2; ++h) {
             F::chunk(wrow[gi][h] + static_cast<int64_t>(blk) * F::BB, ch, t, wq[h], s[h], m[h]);
-#pragma unroll
-            for (int gr = 0; gr < GROUPS; ++gr) z[h][gr] = -(s[h][gr] * float(BIAS) + m[h][gr]);
+GQ_UNROLL
+            for (int gr = 0; gr < GROUPS; ++gr) z[h][gr] = -fmaf(s[h][gr], float(BIAS), m[h][gr]);
           }
           if (Q8) {
-#pragma unroll
+GQ_UNROLL
             for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
+GQ_UNROLL
               for (int gr = 0; gr < GROUPS; ++gr) {
                 int32_t part[4];
                 if (GROUPS == 1) {
@@ -276,7 +283,7 @@ GQ_KERNEL(NT) qmm_kernel(const GemmParams p) {
                   const uint32_t a[2] = {wq[0][gr], wq[1][gr]};
                   mma_s8_k16(part, a, &b[nt][gr][0], c0);
                 }
-#pragma unroll
+GQ_UNROLL
                 for (int j = 0; j < 4; ++j) {
                   const float pf = as_float(uint32_t(part[j])) - kMagicPartialValue;
                   float v = acc[gi][nt][j];
@@ -287,33 +294,33 @@ GQ_KERNEL(NT) qmm_kernel(const GemmParams p) {
             }
           } else {
             uint32_t a[2][4];  // per word (k16 step): the A fragment
-#pragma unroll
+GQ_UNROLL
             for (int w = 0; w < 2; ++w) {
               codes_to_pairs<F, BF16>(wq[0][w], a[w][0], a[w][2]);
               codes_to_pairs<F, BF16>(wq[1][w], a[w][1], a[w][3]);
             }
             if (SCALED) {
               const uint32_t minus_bias = pack_bf16x2(-float(BIAS), -float(BIAS));
-#pragma unroll
+GQ_UNROLL
               for (int w = 0; w < 2; ++w) {
                 const int gr = GROUPS == 1 ? 0 : w;
                 const uint32_t scale[2] = {pack_bf16x2(s[0][gr], s[0][gr]),
                                            pack_bf16x2(s[1][gr], s[1][gr])};
                 const uint32_t neg_min[2] = {pack_bf16x2(-m[0][gr], -m[0][gr]),
                                              pack_bf16x2(-m[1][gr], -m[1][gr])};
-#pragma unroll
+GQ_UNROLL
                 for (int r = 0; r < 4; ++r) {  // registers 0, 2: row g; 1, 3: row g + 8
                   const uint32_t code = BIAS ? bf16x2_add(a[w][r], minus_bias) : a[w][r];
                   a[w][r] = bf16x2_fma(code, scale[r & 1], neg_min[r & 1]);
                 }
               }
-#pragma unroll
+GQ_UNROLL
               for (int nt = 0; nt < NT; ++nt) {
                 mma_bf16(acc[gi][nt], a[0], b[nt][0], acc[gi][nt]);
                 mma_bf16(acc[gi][nt], a[1], b[nt][1], acc[gi][nt]);
               }
             } else {
-#pragma unroll
+GQ_UNROLL
               for (int nt = 0; nt < NT; ++nt) {
                 const float zero[4] = {0.f, 0.f, 0.f, 0.f};
                 float part[GROUPS][4];
@@ -326,15 +333,15 @@ GQ_KERNEL(NT) qmm_kernel(const GemmParams p) {
                     mma_f16(part[0], a[1], b[nt][1], part[0]);
                   }
                 } else {
-#pragma unroll
+GQ_UNROLL
                   for (int gr = 0; gr < GROUPS; ++gr) {
                     if (BF16) mma_bf16(part[gr], a[gr], b[nt][gr], zero);
                     else mma_f16(part[gr], a[gr], b[nt][gr], zero);
                   }
                 }
-#pragma unroll
+GQ_UNROLL
                 for (int gr = 0; gr < GROUPS; ++gr)
-#pragma unroll
+GQ_UNROLL
                   for (int j = 0; j < 4; ++j) {
                     float v = acc[gi][nt][j];
                     if (NEEDS_SUM) v = fmaf(z[j / 2][gr], sigma[nt][gr][j % 2], v);
@@ -351,11 +358,11 @@ GQ_KERNEL(NT) qmm_kernel(const GemmParams p) {
   }
 
   // Epilogue: the lane holds columns col0 + 16 wn + g (+ 8) for tokens nt * 8 + 2t (+ 1).
-#pragma unroll
+GQ_UNROLL
   for (int wn = 0; wn < WN; ++wn)
-#pragma unroll
+GQ_UNROLL
     for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
+GQ_UNROLL
       for (int j = 0; j < 4; ++j) {
         const int col = col0 + 16 * wn + g + 8 * (j / 2);
         const int slot = nt * 8 + 2 * t + (j % 2);
@@ -366,4 +373,5 @@ GQ_KERNEL(NT) qmm_kernel(const GemmParams p) {
       }
 }
 
+}  // namespace GPUQ_TARGET
 }  // namespace gpuq

@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "gpuq/gpuq_target.h"
+
 #if defined(__CUDACC__)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -29,6 +31,7 @@
 #endif
 
 namespace gpuq {
+inline namespace GPUQ_TARGET {
 
 // ---- scalars --------------------------------------------------------------------------------
 
@@ -68,6 +71,17 @@ GQ_DEV float half_bits_to_float(uint32_t h) {
     return sign ? -v : v;
   }
   return as_float(sign | ((exp + 112) << 23) | (man << 13));
+#endif
+}
+
+// a * b - c with two roundings, never fused into one (the reference's order for the formats
+// with mins: docs/quantized-formats.md), whatever the compiler's contraction flags.
+GQ_DEV float mul_sub_rn(float a, float b, float c) {
+#if defined(__CUDACC__)
+  return __fsub_rn(__fmul_rn(a, b), c);
+#else
+  volatile float product = a * b;  // a store the compiler may not fuse with the subtraction
+  return product - c;
 #endif
 }
 
@@ -353,4 +367,5 @@ GQ_DEV uint32_t load_u32_a1(const uint8_t* p) {
   return load_u8(p) | (load_u8(p + 1) << 8) | (load_u8(p + 2) << 16) | (load_u8(p + 3) << 24);
 }
 
+}  // namespace GPUQ_TARGET
 }  // namespace gpuq
