@@ -1,7 +1,8 @@
 """The gpuq kernels as the CUDA build compiles them (CI has nvcc but no CUDA torch, so the CUDA
 extension itself cannot build here): the units setup.py compiles into torch_argon._C
 (build_tools/gpuq_codegen.py), with its nvcc flags and torch's, warnings as errors, for sm_80 and
-sm_90; and the torch glue (csrc/gpuq/gpuq_ops.cpp) as a CUDA build compiles it. Skipped, saying
+sm_90 (and sm_75, where they only trap: a build for several architectures must not fail); and
+the torch glue (csrc/gpuq/gpuq_ops.cpp) as a CUDA build compiles it. Skipped, saying
 so, where nvcc is absent. The host emulation of the same units is built into torch_argon._C_test
 and run by tests/test_gpuq.py."""
 import os
@@ -57,6 +58,9 @@ def test_units_compile_for_sm80_and_sm90(units):
         else:
             jobs.append((name, ["-I", str(out), "-arch=sm_90", "--ptx", path,
                                 "-o", str(out / f"{name}.ptx")]))
+    # an older architecture in the build's list (TORCH_CUDA_ARCH_LIST) must not break it
+    jobs.append(("fmt_Q4_K", ["-I", str(out), "-gencode=arch=compute_75,code=sm_75", "-c",
+                              paths["fmt_Q4_K"], "-o", str(out / "fmt_Q4_K_75.o")]))
     with ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:
         results = list(pool.map(lambda job: (job[0], *nvcc(job[1], out)), jobs))
     failed = [f"{name}:\n{log[-3000:]}" for name, rc, log in results if rc]

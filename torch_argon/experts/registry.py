@@ -8,6 +8,7 @@ one-op-per-stage fallbacks that run anywhere.
 """
 from .base import ExpertsCall
 from .cpu_workspace import CpuWorkspace
+from .cuda_quantized_dequant import CudaQuantizedDequant
 from .ops_dense import OpsDense
 from .ops_quantized import OpsQuantized
 from .triton_dense import TritonDense
@@ -16,6 +17,7 @@ from .triton_quantized import TritonQuantized
 # One line per implementation (docs/experts.md: adding one).
 IMPLEMENTATIONS = (
     TritonDense(),
+    CudaQuantizedDequant(),
     TritonQuantized(),
     CpuWorkspace(),
     OpsDense(),

@@ -116,6 +116,9 @@ GQ_DEV void store_value(const GemmParams& p, int64_t row, int col, float v) {
 
 template <class F, bool BF16, int NT, bool SWIGLU, bool Q8>
 GQ_KERNEL(NT) qmm_kernel(const GemmParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  __trap();  // bf16 and int8 mma.sync need sm_80 (the ops refuse older devices before a launch)
+#else
   constexpr int WN = SWIGLU ? 1 : 2;           // output row groups per warp
   constexpr int G = SWIGLU ? 2 * WN : WN;      // weight row groups per warp
   constexpr int SUBS = F::BE / 32;             // chunks per block
@@ -371,6 +374,7 @@ GQ_UNROLL
         if (SWIGLU) v = apply_activation(p.activation, v) * acc[wn + WN][nt][j];
         store_value(p, row0 + slot, col, v);
       }
+#endif
 }
 
 }  // namespace GPUQ_TARGET
