@@ -239,24 +239,3 @@ def test_compile_fullgraph_matches_eager():
 
     got = torch.compile(experts, fullgraph=True, backend="aot_eager")(x)
     assert torch.equal(got, experts(x))
-
-
-@pytest.mark.parametrize("activation_quant,tol", [("none", 6e-3), ("q8", 2e-2)])
-def test_experts_path_matches_the_layer_reference(activation_quant, tol):
-    """moe_experts_gpuq (plan, gate/up with the gather and SiLU, down, combine) against the
-    float64 layer on the dequantized weights."""
-    import torch_argon
-    from gpuq_cases import problem, rel_err
-    from torch_argon import reference
-    from torch_argon.quant import QuantizedExperts, QuantizedWeight, random_quantized
-    x, wgu, _, ids, w = problem("Q4_K", 10, 3, 2, "neg_some", torch.bfloat16, 4)
-    x = x.contiguous()
-    H, I = x.shape[1], wgu.shape[1] // 2
-    wd = random_quantized("Q4_K", H, I, leading=(3,), std=0.05,
-                          generator=torch.Generator().manual_seed(8))  # down [E, H, I]
-    experts = QuantizedExperts(gate_up=QuantizedWeight(wgu, "Q4_K", H),
-                               down=QuantizedWeight(wd, "Q4_K", I))
-    got = gpuq.moe_experts_gpuq(x, ids, w, experts, ops=torch_argon.argon_ops,
-                                activation_quant=activation_quant)
-    want = reference.moe_layer(x, None, experts, 2, topk_ids=ids, topk_weights=w)
-    assert rel_err(got, want) < tol

@@ -103,6 +103,19 @@ def ops_tile_m(device) -> int:
     return 1 if torch.device(device).type == "cpu" else 16
 
 
+def fused_call_refusal(call, min_tile_m=1) -> str:
+    """What an implementation that runs its own fused kernels needs of a call besides its
+    device: the argon op library (another OpSet means the caller wants its own ops run) and a
+    tile_m that is None or a power of two >= min_tile_m (its kernels' smallest M tile)."""
+    if not runs_argon_library(call.ops):
+        return "an OpSet other than the argon library was passed"
+    tm = call.tile_m
+    if tm is not None and (tm < min_tile_m or tm & (tm - 1)):
+        least = f" >= {min_tile_m}" if min_tile_m > 1 else ""
+        return f"tile_m={tm}: its GEMMs need a power of two{least}"
+    return ""
+
+
 def runs_argon_library(ops) -> bool:
     """Whether `ops` is the argon op library itself (another OpSet means the caller wants its own
     ops run: the reference, the host Metal runner), which the fused implementations bypass."""

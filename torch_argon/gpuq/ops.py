@@ -96,24 +96,6 @@ def layer_tile_m(n_entries: int, n_expert: int) -> int:
     return 8 if rows <= 8 else 16 if rows <= 16 else 32
 
 
-def moe_experts_gpuq(x, topk_ids, topk_weights, experts, *, ops, activation="silu",
-                     activation_quant="none", tile_m=None, out_dtype=None):
-    """The routed experts with quantized weights on the gpuq kernels: plan, the gathered gate/up
-    GEMM with the activation epilogue, the down GEMM, the combine (same contract as
-    layer.moe_experts). experts: a fused QuantizedExperts (gate_up and down)."""
-    gate_up, down = experts.gate_up, experts.down
-    E = down.data.shape[0]
-    T, K = topk_ids.shape
-    tm = tile_m or layer_tile_m(T * K, E)
-    plan = ops.moe_plan(topk_ids, topk_weights, E, tm)
-    h = qmm(x, gate_up.data, gate_up.qtype, gate_up.n_in, plan.tile_expert, tm, meta=plan.meta,
-            row_token=plan.sorted_token, swiglu=True, activation=activation,
-            activation_quant=activation_quant, zero_unused=False)
-    y = qmm(h, down.data, down.qtype, down.n_in, plan.tile_expert, tm, meta=plan.meta,
-            activation_quant=activation_quant, zero_unused=False)
-    return ops.moe_combine(y, plan, topk_weights, out_dtype=out_dtype or x.dtype)
-
-
 # ---- fakes: output shapes from the arguments' shapes alone ------------------------------------
 
 @torch.library.register_fake("argon::gpuq_qmm")
