@@ -239,3 +239,42 @@ def test_compile_fullgraph_matches_eager():
 
     got = torch.compile(experts, fullgraph=True, backend="aot_eager")(x)
     assert torch.equal(got, experts(x))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name,dtype,activation_quant,tm", [
+    ("Q4_K", torch.bfloat16, "none", 16), ("IQ4_XS", torch.float16, "none", 1),
+    ("Q6_K", torch.bfloat16, "q8", 4), ("Q8_0", torch.float32, "q8", 64),
+    ("IQ3_S", torch.float16, "q8", 8)])
+def test_moe_qmm_out_hook(device, name, dtype, activation_quant, tm):
+    """gpuq.moe_qmm_out, the op table's moe_qmm_out on the gpuq kernels (what moe_qmm_out's CUDA
+    kernel calls): row-ordered xs, any tile_m, NaN-prefilled out, unused tiles' rows zero,
+    against reference.moe_qmm in both activation modes."""
+    from torch_argon import reference
+    from gpuq_cases import dims_for, problem
+    x, _, wd, ids, w = problem(name, 11, 3, 2, "neg_some", dtype, 6)
+    I = dims_for(name)[1]
+    plan = reference.moe_plan(ids, w, 3, tm)
+    g = torch.Generator().manual_seed(tm)
+    xs = (torch.randn(plan.sorted_token.shape[0], I, generator=g) * 0.5).to(dtype)
+    want = reference.moe_qmm(xs, wd, name, I, plan.tile_expert, tm,
+                             activation_quant=activation_quant)
+    d = torch.device(device)
+    out = torch.full(want.shape, float("nan"), dtype=dtype, device=d)
+    assert gpuq.moe_qmm_out(xs.to(d), wd.to(d), FORMATS[name].type_id, I,
+                            plan.tile_expert.to(d), tm, activation_quant, out)
+    unused = (plan.tile_expert < 0).repeat_interleave(tm)
+    assert (out.cpu()[unused] == 0).all()
+    tol = {torch.float32: 1e-5, torch.float16: 6e-4, torch.bfloat16: 4e-3}[dtype]
+    if dtype == torch.bfloat16 and activation_quant == "none" and tm > 8:
+        tol = 1.5e-2  # the scaled path
+    assert rel_err(out.cpu(), want) < tol
+
+
+def test_moe_qmm_out_hook_leaves_float32_without_q8_to_the_caller():
+    xs = torch.zeros(8, 64)
+    w = torch.zeros(2, 4, 68, dtype=torch.uint8)
+    out = torch.full((8, 4), 7.0)
+    assert not gpuq.moe_qmm_out(xs, w, "Q8_0", 64, torch.zeros(1, dtype=torch.int32), 8,
+                                "none", out)
+    assert (out == 7.0).all()

@@ -11,6 +11,8 @@ asynchronous on the current CUDA stream and take no host sync: CUDA graphs captu
       activation="silu", activation_quant="none", zero_unused=True, out=None) -> [R, N]
   quantize_q8(x) -> (q int8 [R, n], d float32 [R, n / 32])
   dequantize(w_q, qtype, n_in, dtype=torch.bfloat16, out=None) -> [E, N, n_in]
+  moe_qmm_out(xs, w_q, qtype, n_in, tile_expert, tile_m, activation_quant, out) -> bool
+      the op table's moe_qmm_out where gpuq runs it (for a backend's kernel of that op)
 """
 import functools
 
@@ -87,6 +89,21 @@ def dequantize(w_q, qtype, n_in, dtype=torch.bfloat16, *, out=None):
         return torch.ops.argon.gpuq_dequantize(w_q, type_id, n_in, dtype)
     torch.ops.argon.gpuq_dequantize_out(w_q, type_id, n_in, out)
     return out
+
+
+def moe_qmm_out(xs, w_q, qtype, n_in, tile_expert, tile_m, activation_quant, out) -> bool:
+    """The op table's moe_qmm_out (row-ordered xs [R, n_in], rows of unused tiles zero) on the
+    gpuq kernels, for a backend's kernel of that op to call after its own argument checks:
+    True where gpuq ran it, False where the caller runs its own kernel (no gpuq kernels for this
+    device; float32 xs without q8). activation_quant "q8" takes bf16 / fp16 / fp32 xs; "none"
+    bf16 / fp16. Any power-of-two tile_m, every block format."""
+    if refusal(xs.device):
+        return False
+    if xs.dtype not in (torch.bfloat16, torch.float16) and activation_quant != "q8":
+        return False
+    torch.ops.argon.gpuq_qmm_out(xs, w_q, qformat(qtype).type_id, n_in, tile_expert, tile_m,
+                                 None, None, False, "silu", activation_quant, True, out)
+    return True
 
 
 def layer_tile_m(n_entries: int, n_expert: int) -> int:
