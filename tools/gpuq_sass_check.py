@@ -5,7 +5,8 @@ its nvcc flags and -Xptxas -v, and the cuobjdump that Triton's package carries.
     python tools/gpuq_sass_check.py                   # every format
     python tools/gpuq_sass_check.py Q4_K IQ4_XS       # some
 
-For each format it prints every kernel's registers and spill bytes, and for the exact-path
+For each format it prints every kernel's registers and spill bytes, the instructions of the decode
+kernel per value (straight-line code: one thread, one 32-value chunk), and for the exact-path
 gate/up kernel at 8 tokens per warp (the small-T kernel: bf16, SwiGLU, NT=1) the instructions of
 its K loop per weight value a lane decodes, with the loop's most frequent instructions. The
 loop's values come from its HMMA count: per 32-value chunk the kernel issues 2 HMMA for each of
@@ -27,6 +28,7 @@ from build_tools import gpuq_codegen  # noqa: E402
 # Formats whose bf16 exact path needs no activation sums (signed codes, no min: csrc/gpuq).
 NO_SUMS = {"Q8_0", "IQ4_NL", "IQ4_XS"}
 SMALL_T_KERNEL = "Lb1ELi1ELb1ELb0E"  # <F, BF16=true, NT=1, SWIGLU=true, Q8=false>
+DECODE_KERNEL = "Lb1ELb1E"  # decode_kernel<F, BF16=true, VEC=true>
 
 
 def cuobjdump():
@@ -71,8 +73,8 @@ def check(name, units, work):
         return False
     kernels, current = [], None
     for line in res.stderr.splitlines():  # ptxas -v: name, then spills, then registers
-        m = re.search(r"entry function '_ZN4gpuq\d+cuda_target10qmm_kernelINS0_\d+Fmt\w+?E(\w+?)EEEvNS_",
-                      line)
+        m = re.search(r"entry function '_ZN4gpuq\d+cuda_target10qmm_kernel"
+                      r"INS0_\d+Fmt\w+?E(\w+?)EEEvNS_", line)
         if m:
             current = [m.group(1), 0, 0]
         elif current and "spill stores" in line:
@@ -91,6 +93,14 @@ def check(name, units, work):
     print(f"{name:7s} small-T loop: {n} instructions, {values} values per lane: "
           f"{n / max(values, 1):.2f} per value; {dict(ops.most_common(8))}")
     print(f"        {regs}")
+    decode = next((f for f in func if "decode_kernel" in f.split("\n", 1)[0]
+                   and DECODE_KERNEL in f.split("\n", 1)[0]), "")
+    instr = [line for line in decode.splitlines() if re.match(r"\s*/\*[0-9a-f]{4,}\*/", line)]
+    ops = collections.Counter(re.sub(r"^\s*/\*\w+\*/\s*(@!?U?P\w+\s+)?", "", x).split()[0]
+                              .split(".")[0] for x in instr)
+    print(f"        decode to bf16 (one thread: 32 values, 16-byte stores): {len(instr)} "
+          f"instructions, "
+          f"{len(instr) / 32:.1f} per value; {dict(ops.most_common(6))}")
     return True
 
 

@@ -98,23 +98,36 @@ int GPUQ_CAT(gemm_, GPUQ_FORMAT_NAME)(const GemmParams& p, const GemmVariant& v,
 
 int GPUQ_CAT(weight_align_, GPUQ_FORMAT_NAME)() { return Format::ALIGN; }
 
-int GPUQ_CAT(decode_, GPUQ_FORMAT_NAME)(const DecodeParams& p, void* stream, char* err,
-                                        int err_len) {
-  const int64_t chunks = static_cast<int64_t>(p.n_expert) * p.n_rows * (p.n_in / 32);
-  if (chunks == 0) return 0;
+namespace {
+template <bool BF16, bool VEC>
+int decode(const DecodeParams& p, uint32_t chunks, void* stream, char* err, int err_len) {
 #if defined(__CUDACC__)
-  const int64_t blocks = (chunks + kDecodeThreads - 1) / kDecodeThreads;
-  if (blocks > 0x7FFFFFFF) return report(err, err_len, "gpuq decode: too many chunks");
-  decode_kernel<Format><<<static_cast<unsigned>(blocks), kDecodeThreads, 0,
-                          static_cast<cudaStream_t>(stream)>>>(p, chunks);
+  const uint32_t blocks = (chunks + kDecodeThreads - 1) / kDecodeThreads;
+  decode_kernel<Format, BF16, VEC>
+      <<<blocks, kDecodeThreads, 0, static_cast<cudaStream_t>(stream)>>>(p, chunks);
   return check_launch(err, err_len);
 #else
   (void)stream;
   (void)err;
   (void)err_len;
-  for (int64_t i = 0; i < chunks; ++i) decode_chunk<Format>(p, i);
+  for (uint32_t i = 0; i < chunks; ++i) decode_chunk<Format, BF16, VEC>(p, i);
   return 0;
 #endif
+}
+}  // namespace
+
+int GPUQ_CAT(decode_, GPUQ_FORMAT_NAME)(const DecodeParams& p, void* stream, char* err,
+                                        int err_len) {
+  const int64_t chunks = static_cast<int64_t>(p.n_expert) * p.n_rows * (p.n_in / 32);
+  if (chunks == 0) return 0;
+  if (chunks > 0xFFFFFFFFll) return report(err, err_len, "gpuq decode: 2^32 chunks or more");
+  const auto n = static_cast<uint32_t>(chunks);
+  if (p.out_kind == kBf16) {
+    return p.vector_stores ? decode<true, true>(p, n, stream, err, err_len)
+                           : decode<true, false>(p, n, stream, err, err_len);
+  }
+  return p.vector_stores ? decode<false, true>(p, n, stream, err, err_len)
+                         : decode<false, false>(p, n, stream, err, err_len);
 }
 
 }  // namespace GPUQ_TARGET
