@@ -250,7 +250,8 @@ void qmm_out(const Tensor& a_in, const Tensor& w_q_in, int64_t qtype, int64_t n_
   const Tensor none;
   check_no_overlap({{"out", &out}},
                    {{"a", &a_in}, {"w_q", &w_q_in}, {"tile_expert", &tile_expert},
-                    {"meta", meta ? &*meta : &none}, {"row_token", row_token ? &*row_token : &none}});
+                    {"meta", meta ? &*meta : &none},
+                    {"row_token", row_token ? &*row_token : &none}});
   if (s.rows == 0 || s.n_out == 0) return;
   check_device_runs(a_in);
 #if defined(GPUQ_GLUE_FOR_CUDA)
