@@ -81,7 +81,7 @@ GQ_DEV void decode_chunk(const DecodeParams& p, uint32_t index) {
   for (int t = 0; t < 4; ++t) {
     uint32_t codes[2];
     float s[F::GROUPS], m[F::GROUPS];
-    F::chunk(block, c % SUBS, t, codes, s, m);
+    F::chunk(block, c % SUBS, t, codes, s, m, F::global_table());  // a table through L1
     GQ_UNROLL
     for (int word = 0; word < 2; ++word) {
       const int gr = F::GROUPS == 1 ? 0 : word;

@@ -33,16 +33,18 @@
 // 65535 row groups takes several launches) against columns [x * kWarps * 16 * WN, + ...), each
 // warp 16 * WN columns (SWIGLU: WN gate and WN up row groups, the epilogue act(gate) * up).
 // The K loop walks the row's blocks and their 32-value chunks; every lane loads its own bytes
-// (4-byte loads where the format's alignment allows) and its activations (8 bytes per token and
-// 16 values). Each warp is independent: no shared memory, no block barrier.
+// (4-byte loads where the format's alignment allows; a block's header bytes through the words
+// that hold them, one load a word for all its chunks) and its activations (one 8-byte load per
+// token and 16 values). Each warp is independent; the block shares only the format's lookup
+// table (IQ2_XS, IQ3_S), copied into shared memory at the start (one block barrier).
 //
 // Lab knobs (compile-time, for A/B runs; bench/quant_gpuq_notes.md has the measurements):
 // GPUQ_PREFETCH=1 prefetches each weight row's bytes 256 on into L1 at every block;
 // GPUQ_MIN_BLOCKS_NT1=n asks ptxas for n resident blocks of the 8-token kernels (4: 128
 // registers, 12 bytes spilled, 5-17% faster at T = 128 than 1 with 134 registers).
 //
-// Limits: n_in a multiple of the format's block; activations bf16 or fp16 rows with 16-byte
-// aligned rows; tensors aligned to the format's ALIGN; rows_per_warp <= 8 * NT and a divisor of
+// Limits: n_in a multiple of the format's block; activations bf16 or fp16 with 8-byte aligned
+// rows (q8 codes: 4-byte); tensors aligned to the format's ALIGN; rows_per_warp <= 8 * NT and a divisor of
 // tile_m or tile_m itself; |codes| * 32 * 127 < 2^22 (true of every format).
 #pragma once
 #include "gpuq_formats.h"
@@ -128,6 +130,16 @@ GQ_KERNEL(NT) qmm_kernel(const GemmParams p) {
   constexpr bool NEEDS_SUM = !SCALED && (F::HAS_MIN || BIAS != 0);
   constexpr int PREFETCH_AHEAD = 256;  // bytes past the current block
 
+  // The format's lookup table (IQ2_XS, IQ3_S), copied into shared memory once per block: the
+  // grid rows are then read there instead of through L1 for every 4 codes.
+  constexpr int TW = F::TABLE_WORDS;
+  GQ_SHARED uint32_t table[TW > 0 ? TW : 1];
+  if (TW > 0) {
+    const uint32_t* global = F::global_table();
+    for (int i = thread_in_block(); i < TW; i += kWarps * 32) table[i] = global[i];
+    block_sync();  // before any warp leaves
+  }
+
   const int lane = lane_id(), g = lane >> 2, t = lane & 3;
   const int64_t row0 = (static_cast<int64_t>(block_y()) + p.row_group0) * p.rows_per_warp;
   const int tile = static_cast<int>(row0 / p.tile_m);
@@ -209,11 +221,8 @@ GQ_UNROLL
             const uint8_t* xv = xrow[nt] + 2 * k0;
 GQ_UNROLL
             for (int w = 0; w < 2; ++w) {
-              uint32_t v01 = 0, v23 = 0;
-              if (xok[nt]) {
-                v01 = load_u32(xv + 2 * (16 * w + 4 * t));
-                v23 = load_u32(xv + 2 * (16 * w + 4 * t) + 4);
-              }
+              uint32_t v01 = 0, v23 = 0;  // values 16w + 4t .. + 3: one 64-bit load
+              if (xok[nt]) load_2u32(xv + 2 * (16 * w + 4 * t), v01, v23);
               b[nt][w][0] = byte_perm(v01, v23, 0x5410);  // values 0, 2
               b[nt][w][1] = byte_perm(v01, v23, 0x7632);  // values 1, 3
             }
@@ -268,7 +277,8 @@ GQ_UNROLL
           float s[2][GROUPS], m[2][GROUPS], z[2][GROUPS];
 GQ_UNROLL
           for (int h = 0; h < 2; ++h) {
-            F::chunk(wrow[gi][h] + static_cast<int64_t>(blk) * F::BB, ch, t, wq[h], s[h], m[h]);
+            F::chunk(wrow[gi][h] + static_cast<int64_t>(blk) * F::BB, ch, t, wq[h], s[h], m[h],
+                     table);
 GQ_UNROLL
             for (int gr = 0; gr < GROUPS; ++gr) z[h][gr] = -fmaf(s[h][gr], float(BIAS), m[h][gr]);
           }

@@ -265,7 +265,7 @@ void qmm_out(const Tensor& a_in, const Tensor& w_q_in, int64_t qtype, int64_t n_
     x_scale = at::empty({a_in.size(0), n_in / 32}, a_in.options().dtype(at::kFloat));
     quantize_into(readable(a_in, a_in.element_size()), x, x_scale);
   } else {
-    x = readable(a_in, 4);
+    x = readable(a_in, 8);  // one 64-bit load per 4 values
   }
   const int rows_per_warp = static_cast<int>(std::min<int64_t>(tile_m, kMaxRowsPerWarp));
   gpuq::GemmParams p{};

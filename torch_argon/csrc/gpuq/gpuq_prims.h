@@ -23,7 +23,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #define GQ_DEV __device__ __forceinline__
+// Shared memory of a thread block; in the emulation, the thread's (its blocks run one at a time).
+#define GQ_SHARED __shared__
 #else
+#define GQ_SHARED static thread_local
 #include <cmath>
 
 #include "gpuq_host_runtime.h"
@@ -337,6 +340,23 @@ GQ_DEV int warp_id() {
 #endif
 }
 
+GQ_DEV int thread_in_block() {
+#if defined(__CUDACC__)
+  return threadIdx.x;
+#else
+  return host::thread_id();
+#endif
+}
+
+// Every thread of the block arrives before any goes on (__syncthreads).
+GQ_DEV void block_sync() {
+#if defined(__CUDACC__)
+  __syncthreads();
+#else
+  host::block_barrier();
+#endif
+}
+
 GQ_DEV int block_x() {
 #if defined(__CUDACC__)
   return blockIdx.x;
@@ -360,6 +380,17 @@ GQ_DEV int block_y() {
 GQ_DEV uint32_t load_u8(const uint8_t* p) { return *p; }
 GQ_DEV uint32_t load_u16(const uint8_t* p) { return *reinterpret_cast<const uint16_t*>(p); }
 GQ_DEV uint32_t load_u32(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+// 8 bytes from an 8-byte aligned address, as two words (one 64-bit load).
+GQ_DEV void load_2u32(const uint8_t* p, uint32_t& lo, uint32_t& hi) {
+#if defined(__CUDACC__)
+  const uint2 v = *reinterpret_cast<const uint2*>(p);
+  lo = v.x;
+  hi = v.y;
+#else
+  std::memcpy(&lo, p, 4);
+  std::memcpy(&hi, p + 4, 4);
+#endif
+}
 // 4 bytes from a 2-byte aligned address.
 GQ_DEV uint32_t load_u32_a2(const uint8_t* p) { return load_u16(p) | (load_u16(p + 2) << 16); }
 // 4 bytes from any address.
