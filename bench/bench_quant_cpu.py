@@ -1,8 +1,15 @@
 """The CPU quantized GEMM (moe_qmm) against "dequantize to float, then moe_mm", in one run: time
 (median) and the extra memory each takes (peak RSS above the RSS before the call).
 
-    python bench/bench_quant_cpu.py                      # the issue's table (a few minutes)
+    python bench/bench_quant_cpu.py --memory             # the issue's table (a few minutes)
     python bench/bench_quant_cpu.py --formats Q4_K --T 512 --repeats 3 --json out.json
+    python bench/bench_quant_cpu.py --formats all --threads 2 --json bench/results/cpu_quant_q8.json
+
+Without --memory (the q8 table), each (format, T, GEMM) runs in one subprocess whose methods
+(moe_qmm with activation_quant "none" and "q8", and the baseline) are timed in interleaved
+rounds, each round calling each method once: a loaded machine then slows all of them alike.
+Those records also carry the CPU model, the torch_argon CPU variant that ran (csrc/cpu/cpu_isa.h)
+and the load average before and after.
 
 Shape: E experts, top-K routing of T tokens (testing.routing's uniform one: distinct experts per
 token), the CPU layer's tile_m (1); per format, both expert GEMMs of a layer: gate_up (w_q
@@ -31,6 +38,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 METHODS = ("moe_qmm", "dequantize+moe_mm")
+ROUND_METHODS = ("moe_qmm", "moe_qmm_q8", "dequantize+moe_mm")
 
 
 def worker(args):
@@ -59,14 +67,17 @@ def worker(args):
     w_q = random_quantized(args.format, N, n_in, leading=(E,), std=n_in ** -0.5, generator=g)
     del x
 
-    if args.method == "moe_qmm":
-        def call():
-            return torch_argon.moe_qmm(xs, w_q, args.format, n_in, plan)
-    else:
-        def call():
-            w = torch_argon.dequantize(w_q, args.format, n_in)
-            out = torch_argon.moe_mm(xs if dtype == torch.float32 else xs.float(), w, plan)
-            return out.to(dtype)
+    calls = {
+        "moe_qmm": lambda: torch_argon.moe_qmm(xs, w_q, args.format, n_in, plan),
+        "moe_qmm_q8": lambda: torch_argon.moe_qmm(xs, w_q, args.format, n_in, plan,
+                                                  activation_quant="q8"),
+        "dequantize+moe_mm": lambda: torch_argon.moe_mm(
+            xs if dtype == torch.float32 else xs.float(),
+            torch_argon.dequantize(w_q, args.format, n_in), plan).to(dtype),
+    }
+    if args.method == "rounds":
+        return rounds(args, calls, int(plan.sorted_token.shape[0]))
+    call = calls[args.method]
 
     def rss_kb():
         with open("/proc/self/statm") as f:
@@ -104,10 +115,98 @@ def worker(args):
                       "peak_reset": reset, "rows": int(plan.sorted_token.shape[0])}))
 
 
+def write_json(path, records):
+    if path:
+        with open(path, "w") as f:
+            json.dump(records, f, indent=1)
+
+
+def rounds(args, calls, rows):
+    """The methods of ROUND_METHODS timed in interleaved rounds (one warm-up call each first);
+    prints one JSON line: per method the median wall and CPU seconds."""
+    import resource
+    import time
+
+    def cpu_s():
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
+    for m in ROUND_METHODS:
+        calls[m]()
+    times = {m: [] for m in ROUND_METHODS}
+    cpu_times = {m: [] for m in ROUND_METHODS}
+    for _ in range(args.repeats):
+        for m in ROUND_METHODS:
+            c0, t0 = cpu_s(), time.perf_counter()
+            calls[m]()
+            times[m].append(time.perf_counter() - t0)
+            cpu_times[m].append(cpu_s() - c0)
+    print(json.dumps({"rows": rows, **{m: {"median_s": statistics.median(times[m]),
+                                            "cpu_median_s": statistics.median(cpu_times[m])}
+                                        for m in ROUND_METHODS}}))
+
+
+def machine():
+    """The CPU model, torch_argon's CPU variant, and torch's view of the CPU."""
+    import torch
+
+    import torch_argon  # noqa: F401 (loads the argon_cpu ops)
+    model = "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return dict(cpu_model=model, argon_cpu_isa=torch.ops.argon_cpu.isa(),
+                torch_cpu_capability=torch.backends.cpu.get_cpu_capability())
+
+
+def rounds_main(args, formats):
+    """The q8 table: moe_qmm "none" and "q8" against the baseline in interleaved rounds."""
+    sys.path.insert(0, ROOT)
+    info = machine()
+    records = []
+    for fmt in formats:
+        for T in args.T:
+            for gemm in args.gemms:
+                load0 = os.getloadavg()[0]
+                got = run_worker(args, format=fmt, T=T, gemm=gemm, method="rounds")
+                q, q8, b = (got[m] for m in ROUND_METHODS)
+                rec = dict(op="moe_qmm", backend="cpu", quant=fmt, gemm=gemm, T=T, E=args.E,
+                           K=args.K, H=args.H, I=args.I, tm=1, dist="uniform", dtype=args.dtype,
+                           rows=got["rows"], threads=args.threads or None, **info,
+                           median_us=round(q["median_s"] * 1e6, 1),
+                           q8_median_us=round(q8["median_s"] * 1e6, 1),
+                           baseline="dequantize_then_moe_mm",
+                           baseline_median_us=round(b["median_s"] * 1e6, 1),
+                           speedup=round(b["median_s"] / q["median_s"], 3),
+                           q8_speedup=round(b["median_s"] / q8["median_s"], 3),
+                           cpu_speedup=round(b["cpu_median_s"] / q["cpu_median_s"], 3),
+                           q8_cpu_speedup=round(b["cpu_median_s"] / q8["cpu_median_s"], 3),
+                           repeats=args.repeats,
+                           load_average=[round(load0, 1), round(os.getloadavg()[0], 1)])
+                records.append(rec)
+                print(json.dumps(rec), flush=True)
+    write_json(args.json, records)
+    print()
+    print(f"moe_qmm (\"none\" and \"q8\") vs dequantize+moe_mm on the CPU ({args.dtype} "
+          f"activations, E={args.E} H={args.H} I={args.I} K={args.K}, tile_m 1, threads: "
+          f"{args.threads or 'default'}; {info['cpu_model']}, variant {info['argon_cpu_isa']}; "
+          f"medians of {args.repeats} interleaved rounds, wall time)")
+    print("| format | T | GEMM | none ms | q8 ms | base ms | none speedup | q8 speedup | "
+          "q8 CPU-time speedup | load |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---|")
+    for r in records:
+        print(f"| {r['quant']} | {r['T']} | {r['gemm']} | {r['median_us'] / 1e3:.1f} | "
+              f"{r['q8_median_us'] / 1e3:.1f} | {r['baseline_median_us'] / 1e3:.1f} | "
+              f"{r['speedup']:.2f}x | {r['q8_speedup']:.2f}x | {r['q8_cpu_speedup']:.2f}x | "
+              f"{r['load_average'][0]}-{r['load_average'][1]} |")
+
+
 def run_worker(args, **overrides):
     argv = [sys.executable, os.path.abspath(__file__), "--worker"]
     for key, value in {**vars(args), **overrides}.items():
-        if key in ("worker", "json", "formats", "gemms", "T"):
+        if key in ("worker", "json", "formats", "gemms", "T", "memory"):
             continue
         if value is None:
             continue
@@ -121,7 +220,10 @@ def run_worker(args, **overrides):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--formats", nargs="+", default=["Q4_K", "Q8_0", "IQ4_XS", "IQ2_XS"])
+    p.add_argument("--formats", nargs="+", default=["Q4_K", "Q8_0", "IQ4_XS", "IQ2_XS"],
+                   help="GGUF formats, or 'all' (every format moe_qmm reads)")
+    p.add_argument("--memory", action="store_true",
+                   help="the memory table: each method in its own subprocess (no q8 column)")
     p.add_argument("--T", nargs="+", type=int, default=[512, 2048])
     p.add_argument("--gemms", nargs="+", default=["gate_up", "down"], choices=["gate_up", "down"])
     p.add_argument("--E", type=int, default=64)
@@ -143,8 +245,15 @@ def main():
         args.T = args.T[0]
         return worker(args)
 
+    formats = args.formats
+    if formats == ["all"]:
+        sys.path.insert(0, ROOT)
+        from torch_argon.quant import FORMATS
+        formats = [n for n, f in FORMATS.items() if not f.is_float]
+    if not args.memory:
+        return rounds_main(args, formats)
     records = []
-    for fmt in args.formats:
+    for fmt in formats:
         for T in args.T:
             for gemm in args.gemms:
                 got = {m: run_worker(args, format=fmt, T=T, gemm=gemm, method=m) for m in METHODS}
@@ -170,9 +279,7 @@ def main():
                            repeats=args.repeats)
                 records.append(rec)
                 print(json.dumps(rec), flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(records, f, indent=1)
+    write_json(args.json, records)
     print()
     threads = args.threads or "torch's default"
     print(f"moe_qmm vs dequantize+moe_mm on the CPU ({args.dtype} activations, E={args.E} "

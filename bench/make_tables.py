@@ -317,6 +317,19 @@ def formats_line():
             + ", ".join(f"{n} {saving[n]:.1f}x" for n in shown) + ").")
 
 
+def cpu_gguf_llamacpp_line(records):
+    """bench/bench_gguf_llamacpp.py: GGUF prefill tokens/s against llama.cpp's best of repack
+    on/off, per activation_quant, as one line (the README's size limit)."""
+    parts = []
+    for mode in dict.fromkeys(r["activation_quant"] for r in records):
+        ratios = [r["argon_tokens_per_s"] / r["llamacpp_tokens_per_s"] for r in records
+                  if r["activation_quant"] == mode]
+        parts.append(f"{_span(ratios)}x ({mode})")
+    names = ", ".join(dict.fromkeys(r["format"] for r in records))
+    return (f"GGUF prefill vs llama.cpp ({names}; 2 threads): " + ", ".join(parts)
+            + " its tokens/s.")
+
+
 # name: (the document holding its marker, its results files in bench/results, the function
 # making it from their parsed JSON, in that order; no files: the function reads the library).
 TABLES = {
@@ -324,11 +337,12 @@ TABLES = {
     "h200-layer": ("README.md", ("h200.json",), layer_table),
     "h200-stages": ("bench/README.md", ("h200.json",), stage_table),
     "cpu-line": ("README.md", ("cpu.json", "cpu_quant.json"), cpu_line),
+    "cpu-llamacpp": ("README.md", ("cpu_gguf_llamacpp.json",), cpu_gguf_llamacpp_line),
     "h200-gemm-sweep": ("README.md", ("h200_gemm_sweep.json",), gemm_sweep_table),
     "h200-quant": ("README.md", ("h200_quant.json", "main_quant_h200.json"), quant_table),
     "h200-quant-all": ("bench/README.md", ("h200_quant.json",), quant_all_table),
     "gguf": ("README.md", ("cpu_gguf.json", "h200_gguf.json"), gguf_table),
-    "cpu_distributed": ("README.md", ("cpu_distributed.json",), distributed_table),
+    "cpu_distributed": ("bench/README.md", ("cpu_distributed.json",), distributed_table),
     "cpu": ("bench/README.md", ("cpu.json",), ops_table),
     "cpu-quant": ("bench/README.md", ("cpu_quant.json",), cpu_quant_table),
     "h200": ("bench/README.md", ("h200.json",), cuda_ops_table),

@@ -82,7 +82,8 @@ CPU_ONLY = (
     "tests/test_gemm_sweep_logic.py", "tests/test_nn.py::test_bench_layer_runs_on_cpu",
     "tests/test_transformers.py", "tests/test_patch_nothing.py", "tests/test_gguf.py",
     "tests/test_gguf_transformers.py", "tests/test_cpu_experts.py", "tests/test_distributed.py",
-    "tests/test_gpu_run.py",
+    "tests/test_gpu_run.py", "tests/test_cpu_threads.py", "tests/test_op_arguments.py",
+    "tests/test_fakes.py::test_compiled_misuse_fails_while_tracing",
 )
 
 

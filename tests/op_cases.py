@@ -40,7 +40,7 @@ def op_cases(backend):
         "dequantize": (ns.dequantize, (w_q, Q8_0, KQ)),
         "dequantize_out": (ns.dequantize_out, (w_q, Q8_0, KQ, empty(E, H, KQ, dt=torch.float32))),
         "moe_qmm": (ns.moe_qmm, (xq, w_q, Q8_0, KQ, plan.tile_expert, TM)),
-        "moe_qmm_out": (ns.moe_qmm_out, (xq, w_q, Q8_0, KQ, plan.tile_expert, TM,
+        "moe_qmm_out": (ns.moe_qmm_out, (xq, w_q, Q8_0, KQ, plan.tile_expert, TM, "none",
                                          empty(R, H, dt=xq.dtype))),
     }
 

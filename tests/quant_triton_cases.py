@@ -45,7 +45,8 @@ def same_bits_nan_as_nan(got, want):
 
 
 def run_dequant_case(name, device, finite=True):
-    """dequantize_triton and the dequantize_out kernel (NaN-prefilled out, plain and strided)
+    """dequantize_triton, the dequantize_out kernel (block formats: the op refuses the plain
+    float ones; NaN-prefilled out, plain and strided w_q) and the launch into strided out rows,
     against the reference, on random blocks (scale fields forced finite unless `finite` is
     False: then inf / NaN scales, which must give NaN / inf where the reference does)."""
     fmt = FORMATS[name]
@@ -60,16 +61,22 @@ def run_dequant_case(name, device, finite=True):
     wd = w.to(device)
     if not same_bits_nan_as_nan(quant_ops.dequantize_triton(wd, name, n_in), want):
         failures.append(f"{name} dequantize: not bit-exact")
-    out = torch.full(want.shape, float("nan"), device=device)
-    quant_ops.dequantize_out_cuda(wd, fmt.type_id, n_in, out)
-    if not same_bits_nan_as_nan(out, want):
-        failures.append(f"{name} dequantize_out: not bit-exact (NaN-prefilled out)")
-    wide = torch.full((*want.shape[:-1], n_in + 5), float("nan"), device=device)
-    quant_ops.dequantize_out_cuda(wd[:, ::2], fmt.type_id, n_in, wide[..., 2:2 + n_in][:, ::2])
-    if not same_bits_nan_as_nan(wide[:, ::2, 2:2 + n_in], want[:, ::2]):
-        failures.append(f"{name} dequantize_out: strided w_q / out not bit-exact")
-    if not torch.isnan(wide[:, 1::2]).all() or not torch.isnan(wide[..., :2]).all():
-        failures.append(f"{name} dequantize_out: wrote outside the strided out view")
+    if not fmt.is_float:
+        out = torch.full(want.shape, float("nan"), device=device)
+        quant_ops.dequantize_out_cuda(wd, fmt.type_id, n_in, out)
+        if not same_bits_nan_as_nan(out, want):
+            failures.append(f"{name} dequantize_out: not bit-exact (NaN-prefilled out)")
+        out = torch.full(want[:, ::2].shape, float("nan"), device=device)
+        quant_ops.dequantize_out_cuda(wd[:, ::2], fmt.type_id, n_in, out)
+        if not same_bits_nan_as_nan(out, want[:, ::2]):
+            failures.append(f"{name} dequantize_out: strided w_q not bit-exact")
+    wide = torch.full((6, n_in + 5), float("nan"), device=device)
+    quant_ops.launch_dequantize(wd.reshape(6, rb), fmt, n_in, wide[:, 2:2 + n_in],
+                                quant_ops.device_tables(device))
+    if not same_bits_nan_as_nan(wide[:, 2:2 + n_in], want.reshape(6, n_in)):
+        failures.append(f"{name} launch_dequantize: strided out rows not bit-exact")
+    if not torch.isnan(wide[:, :2]).all() or not torch.isnan(wide[:, 2 + n_in:]).all():
+        failures.append(f"{name} launch_dequantize: wrote outside the strided out rows")
     return failures
 
 
@@ -135,9 +142,10 @@ def run_qmm_case(name, device, dtype, *, T=8, E=3, K=2, tm=16, dist="neg_some", 
         poison_allocator(d)
         check("gate_up (gathered, no swiglu)", quant_ops.moe_qmm_triton(
             xd, wgud, FORMATS[name].type_id, H, *args, dplan.sorted_token), want_gu)
+    if full and not FORMATS[name].is_float:  # the op takes block formats (the contract)
         out = torch.full((h_in.shape[0], H), float("nan"), dtype=dtype, device=d)
         quant_ops.moe_qmm_out_cuda(h_in.to(d), wdd, FORMATS[name].type_id, I, dplan.tile_expert,
-                                   tm, out)
+                                   tm, "none", out)
         check("moe_qmm_out (NaN-prefilled out)", out, want_y)
     if experts:
         failures += run_experts_case(name, device, dtype, T=T, E=E, K=K, tm=tm, dist=dist,
@@ -209,7 +217,7 @@ def run_partial_tile_case(device, dtype=torch.float16, name="Q8_0"):
                                 tm)
         out = torch.full(want.shape, float("nan"), dtype=xdtype, device=device)
         quant_ops.moe_qmm_out_cuda(xs.to(device), wd.to(device), FORMATS[name].type_id, I,
-                                   plan.tile_expert.to(device), tm, out)
+                                   plan.tile_expert.to(device), tm, "none", out)
         err = rel_err(out.cpu(), want)
         if not err <= QREL_TOL[xdtype]:
             failures.append(f"moe_qmm_out tile_m={tm} {xdtype}: rel err {err:.2e}")
@@ -257,7 +265,7 @@ def registration_case():
     _stand_in_libraries.append(lib)
     lib.define("dequantize_out(Tensor w_q, int qtype, int n_in, Tensor(a!) out) -> ()")
     lib.define("moe_qmm_out(Tensor xs, Tensor w_q, int qtype, int n_in, Tensor tile_expert, "
-               "int tile_m, Tensor(a!) out) -> ()")
+               "int tile_m, str activation_quant, Tensor(a!) out) -> ()")
     failures = []
     done = quant_ops.register_cuda_kernels("argon_qtest", "CPU")
     if done != ["dequantize_out", "moe_qmm_out"]:
@@ -275,7 +283,7 @@ def registration_case():
     xs = torch.randn(32, 64)
     res = torch.full((32, 4), float("nan"))
     torch.ops.argon_qtest.moe_qmm_out(xs, w.view(1, 4, 36), FORMATS["Q4_0"].type_id, 64, te, 16,
-                                      res)
+                                      "none", res)
     want = xs[:16] @ dequantize_reference(w, "Q4_0", 64).T
     if not (torch.allclose(res[:16], want, rtol=1e-5, atol=1e-5) and (res[16:] == 0).all()):
         failures.append("moe_qmm_out through the dispatcher differs")

@@ -20,6 +20,21 @@ def test_codes_scales_and_round_trip():
     assert (err <= d.double()[..., None] / 2 * (1 + 1e-6)).all()
 
 
+def test_scale_and_inverse_are_correctly_rounded():
+    """inv = 127 / amax and d = amax / 127 as single float32 divisions (what every kernel
+    computes), not 127 * (1 / amax), which differs in the last bit for about a quarter of the
+    values and then moves codes whose product lies within a rounding of .5 (failed before the
+    reference divided: a block whose 127 * (1 / amax) product rounded -83.49999 to -83.5)."""
+    x = torch.rand(4096, Q8_BLOCK, generator=torch.Generator().manual_seed(1)) * 3 + 1e-3
+    _, d = quantize_rows_q8(x)
+    amax = x.abs().amax(-1).double()
+    assert torch.equal(d, (amax / 127).float().reshape(d.shape))
+    block = torch.tensor([[2.9639759063720703, -1.9487556219100952] + [0.0] * 30])
+    q, _ = quantize_rows_q8(block)
+    inv = (127 / torch.tensor(2.9639759063720703, dtype=torch.float64)).float()
+    assert q[0, 1].item() == round(float(torch.tensor(-1.9487556219100952) * inv)) == -83
+
+
 def test_rounds_half_to_even():
     x = torch.zeros(1, Q8_BLOCK)
     x[0, 0] = 127.0  # d = 1, inv = 1: codes equal the values

@@ -1,10 +1,12 @@
-"""Bad input gets a clear error naming the argument, before anything is written; and ids out of
-range never touch memory out of bounds (GPU-style backends count them instead of raising)."""
+"""Bad input gets a clear error naming the argument, before anything is written (every misuse of
+tests/misuse_cases.py, on every backend); and ids out of range never touch memory out of bounds
+(GPU-style backends count them instead of raising)."""
 import pytest
 import torch
 
 from torch_argon._shapes import META_N_BAD_IDS, META_SIZE, plan_rows
 from torch_argon.plan import MoEPlan
+from misuse_cases import CASES, skip_without_kernels
 from routing_cases import make_ids, make_weights
 
 T, K, E, TM = 20, 4, 8, 16
@@ -18,34 +20,22 @@ def on(backend, *ts):
     return [t.to(backend.device) if isinstance(t, torch.Tensor) else t for t in ts]
 
 
-@pytest.mark.parametrize("change,match", [
-    (lambda ids, w: (ids.float(), w, E, TM), "topk_ids must be int32 or int64"),
-    (lambda ids, w: (ids, w.int(), E, TM), "topk_weights must be float32, float16 or bfloat16"),
-    (lambda ids, w: (ids.reshape(-1), w, E, TM), "topk_ids must be 2-D"),
-    (lambda ids, w: (ids, w[:, :2], E, TM), "topk_weights must have the shape of topk_ids"),
-    (lambda ids, w: (ids, w, 0, TM), "n_expert must be >= 1"),
-    (lambda ids, w: (ids, w, -3, TM), "n_expert must be >= 1"),
-    (lambda ids, w: (ids, w, E, 12), "tile_m must be a power of two"),
-    (lambda ids, w: (ids, w, E, 0), "tile_m must be a power of two"),
-])
-def test_plan_rejects_bad_arguments(backend, change, match):
-    args = on(backend, *change(*ok_inputs()))
-    with pytest.raises(ValueError, match=match):
-        backend.ops.moe_plan(*args)
+def storage_bytes(t):
+    """Every byte of t's storage (a view's whole base; expanded tensors cost their storage)."""
+    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage()).clone()
 
 
-def test_plan_rejects_bad_out_buffers(backend):
-    ids, w = on(backend, *ok_inputs())
-    good = backend.ops.moe_plan(ids, w, E, TM)
-    for i, name in enumerate(MoEPlan._fields[:7]):
-        bufs = [t.clone() for t in good.tensors()]
-        bufs[i] = bufs[i][:-1] if bufs[i].dim() == 1 else bufs[i][:, :-1]
-        with pytest.raises(ValueError, match=f"{name} must have shape"):
-            backend.ops.moe_plan(ids, w, E, TM, out=MoEPlan(*bufs, TM))
-    bufs = [t.clone() for t in good.tensors()]
-    bufs[4] = torch.empty(K, T, dtype=torch.int32, device=ids.device).t()  # pos, strided
-    with pytest.raises(ValueError, match="pos must be contiguous"):
-        backend.ops.moe_plan(ids, w, E, TM, out=MoEPlan(*bufs, TM))
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_misuse_is_refused_before_anything_is_written(backend, case):
+    """Each misuse of tests/misuse_cases.py: its error, and every tensor of the call (outputs,
+    inputs and the buffers they view) left as it was."""
+    skip_without_kernels(backend, case)
+    call, tensors = case.make(backend.ops, backend.device)
+    before = [storage_bytes(t) for t in tensors]
+    with pytest.raises(case.exception, match=case.match):
+        call(*tensors)
+    for i, (t, b) in enumerate(zip(tensors, before)):
+        assert torch.equal(storage_bytes(t), b), f"tensor {i} of the call was written"
 
 
 @pytest.mark.parametrize("bad", [E, E + 1000, -2, -(2**31)])
@@ -79,60 +69,6 @@ def test_plan_out_of_range_ids(backend, ref, bad):
             backend.ops.moe_plan(dev_ids, dev_w, E, TM, check_ids=True)
     for f, n in zip(frames, sizes):
         assert torch.all(f[:guard] == 0x5A5A5A5A) and torch.all(f[guard + n:] == 0x5A5A5A5A)
-
-
-def test_gather_rejects_bad_arguments(backend):
-    ids, w = ok_inputs()
-    plan = backend.ops.moe_plan(*on(backend, ids, w), E, TM)
-    x = torch.randn(T, 16, device=backend.device)
-    with pytest.raises(ValueError, match="sorted_token must be int32"):
-        backend.ops.moe_gather(x, plan.sorted_token.long())
-    with pytest.raises(ValueError, match="x must be 2-D"):
-        backend.ops.moe_gather(x[0], plan)
-    with pytest.raises(ValueError, match="x must be float32, float16 or bfloat16"):
-        backend.ops.moe_gather(x.int(), plan)
-    with pytest.raises(ValueError, match="out must have shape"):
-        backend.ops.moe_gather(x, plan, out=torch.empty(3, 16, device=backend.device))
-
-
-def test_combine_rejects_bad_arguments(backend):
-    ids, w = on(backend, *ok_inputs())
-    plan = backend.ops.moe_plan(ids, w, E, TM)
-    y = torch.randn(plan.sorted_token.shape[0], 16, device=backend.device)
-    with pytest.raises(ValueError, match="topk_weights must have the shape of pos"):
-        backend.ops.moe_combine(y, plan, w[:, :1])
-    with pytest.raises(ValueError, match="pos must be int32"):
-        backend.ops.moe_combine(y, plan.pos.long(), w)
-    with pytest.raises(ValueError, match=r"shared must have shape \[T, H\]"):
-        backend.ops.moe_combine(y, plan, w, shared=torch.randn(T, 15, device=backend.device))
-    with pytest.raises(ValueError, match=r"residual must have shape \[T, H\]"):
-        backend.ops.moe_combine(y, plan, w, residual=torch.randn(T + 1, 16, device=backend.device))
-
-
-def test_swiglu_rejects_bad_arguments(backend):
-    g = torch.randn(4, 7, device=backend.device)
-    with pytest.raises(ValueError, match="last dim must be even"):
-        backend.ops.swiglu(g)
-    with pytest.raises(ValueError, match="up must have the shape of gate"):
-        backend.ops.swiglu(g, g[:, :3])
-    with pytest.raises(ValueError, match="up must have the dtype of gate"):
-        backend.ops.swiglu(g, g.half())
-
-
-def test_moe_mm_rejects_bad_arguments(backend):
-    ids, w = on(backend, *ok_inputs())
-    plan = backend.ops.moe_plan(ids, w, E, TM)
-    R = plan.sorted_token.shape[0]
-    xs = torch.randn(R, 32, device=backend.device)
-    W = torch.randn(E, 24, 32, device=backend.device)
-    with pytest.raises(ValueError, match="w must have the dtype of xs"):
-        backend.ops.moe_mm(xs, W.half(), plan)
-    with pytest.raises(ValueError, match=r"w must be \[E, N, Kd\] with Kd"):
-        backend.ops.moe_mm(xs, W[:, :, :16], plan)
-    with pytest.raises(ValueError, match="xs must have tile_expert.size"):
-        backend.ops.moe_mm(xs[:-1], W, plan)
-    with pytest.raises(ValueError, match="tile_m must be a power of two"):
-        backend.ops.moe_mm(xs, W, plan.tile_expert, 3)
 
 
 def test_corrupt_plan_indices_never_read_out_of_bounds(backend):

@@ -40,7 +40,7 @@ def test_logits_generate_and_bytes(tmp_path, family):
     path = tmp_path / f"{family}.gguf"
     written = write_model_file(path, family, shared_inter=SHARED.get(family),
                                tied=family == "olmoe")
-    model = from_gguf(path)
+    model = from_gguf(path, activation_quant="none")  # q8: test_q8_logits
     layers = model.model.layers
     assert all(isinstance(layer.mlp, MoE) for layer in layers)
     # The expert bytes on the model are the file's, untouched and never dequantized.
@@ -62,6 +62,22 @@ def test_logits_generate_and_bytes(tmp_path, family):
     out = model.generate(ids[:1], max_new_tokens=6, do_sample=False)
     assert out.shape == (1, 30)
     assert torch.equal(out, oracle.generate(ids[:1], max_new_tokens=6, do_sample=False))
+
+
+def test_q8_logits(tmp_path):
+    """from_gguf's default on a CPU with integer dot products is q8 (the layer's "auto"): the
+    logits stay within the activations' 8-bit rounding of transformers' dequantized model."""
+    path = tmp_path / "m.gguf"
+    write_model_file(path, "qwen3moe")
+    model = from_gguf(path, activation_quant="q8")
+    oracle = transformers_dense_load(path)
+    ids = torch.randint(0, model.config.vocab_size, (2, 24), generator=torch.Generator()
+                        .manual_seed(1))
+    with torch.no_grad():
+        got, want = model(ids).logits, oracle(ids).logits
+        exact = from_gguf(path, activation_quant="none")(ids).logits
+    assert not torch.equal(got, exact)  # q8 ran
+    assert ((got - want).norm() / want.norm()).item() < 2e-2
 
 
 def test_mixtral_q_and_k_rows_are_unpermuted(tmp_path):

@@ -71,7 +71,7 @@ def test_bad_ids_same_exception_everywhere(backend):
     assert "out" in str(bad_id_error(backend))
 
 
-@pytest.mark.parametrize("n_expert,match", [(2**70, "n_expert must fit in int32"),
+@pytest.mark.parametrize("n_expert,match", [(2**70, "n_expert must fit in int64"),
                                             (0, "n_expert must be >= 1"),
                                             (3.0, "n_expert must be an int")])
 def test_n_expert_errors_same_everywhere(backend, n_expert, match):

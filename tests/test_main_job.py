@@ -190,11 +190,24 @@ def test_plot_title_fits_and_shows_the_loop():
 QUANT_SHAPE = ["--hidden", "256", "--inter", "256", "--T", "16", "--E", "4", "--no-loop"]
 
 
+def cpu_mode():
+    """The activation_quant mode the CPU's quantized experts take by default here."""
+    from torch_argon.experts.ops_quantized import Q8_BY_DEFAULT_ON
+    return "q8" if torch.ops.argon_cpu.isa() in Q8_BY_DEFAULT_ON else "none"
+
+
+def tolerances_to_zero(monkeypatch):
+    for table in (job.QUANT_TOLERANCE, job.Q8_TOLERANCE):
+        monkeypatch.setitem(table, "float32", 0.0)
+
+
 def test_quant_runs_beside_the_dense_layer(tmp_path, capsys):
     got = run_job(tmp_path, *QUANT_SHAPE, "--quant", "q4_k,Q8_0,IQ4_NL")
     out = capsys.readouterr().out
-    for row in ("| float32 (dense) | ops |", "| Q4_K (4.5 bits/weight) | ops |",
-                "| Q8_0 (8.5 bits/weight) | ops |", "| IQ4_NL (4.5 bits/weight) | ops |"):
+    mode = cpu_mode()
+    for row in ("| float32 (dense) | ops |", f"| Q4_K (4.5 bits/weight) | ops, {mode} |",
+                f"| Q8_0 (8.5 bits/weight) | ops, {mode} |",
+                f"| IQ4_NL (4.5 bits/weight) | ops, {mode} |"):
         assert row in out, out
     assert out.index("| stage |") < out.index("| experts |")
     dense, *quant = got["quantized"]
@@ -207,14 +220,17 @@ def test_quant_runs_beside_the_dense_layer(tmp_path, capsys):
         n_weights = dense["weight_bytes"] // 4  # float32
         assert r["weight_bytes"] == n_weights * r["bits_per_weight"] / 8
         assert r["weight_bytes"] < dense["weight_bytes"]
-        assert r["compared_to"] == "float64 per-expert layer on the dequantized weights"
-        assert 0 < r["rel_error"] < r["tolerance"] == 1e-4 and r["ok"] is True
+        assert r["activation_quant"] == mode
+        assert r["compared_to"] == "float64 per-expert layer on the dequantized weights" + (
+            " and the q8 activations" if mode == "q8" else "")
+        tol = job.Q8_TOLERANCE["float32"] if mode == "q8" else 1e-4
+        assert 0 < r["rel_error"] < r["tolerance"] == tol and r["ok"] is True
     # timed with the other stages, every round
     assert len(got["timing"]["round_medians_us"]["argon, quantized experts/Q4_K"]) == 2
 
 
 def test_quant_error_over_the_tolerance_fails_the_job(tmp_path, monkeypatch):
-    monkeypatch.setitem(job.QUANT_TOLERANCE, "float32", 0.0)
+    tolerances_to_zero(monkeypatch)
     with pytest.raises(SystemExit) as exit_:
         run_job(tmp_path, *QUANT_SHAPE, "--quant", "Q8_0", "--rounds", "1")
     assert "quantized Q8_0 rel error" in str(exit_.value.code)
@@ -242,7 +258,7 @@ def test_gguf_runs_the_first_blocks_of_a_file(tmp_path, capsys):
     out = capsys.readouterr().out
     assert ("config: qwen3moe: 3 blocks, 3 with experts; E=4 top-2 hidden=256 inter=256; "
             "no shared expert; softmax routing, top-k weights renormalized") in out
-    assert "| 0 | gate/up Q4_K, down Q6_K | ops |" in out and "| 1 |" in out
+    assert "| 0 | gate/up Q4_K, down Q6_K | ops" in out and "| 1 |" in out
     assert "| 2 |" not in out
     assert [r["block"] for r in got["layers"]] == [0, 1]
     for r in got["layers"]:
@@ -251,7 +267,10 @@ def test_gguf_runs_the_first_blocks_of_a_file(tmp_path, capsys):
         assert r["op"] == "moe_layer_gguf" and r["weight_bytes"] == stored
         assert r["dense_weight_bytes"] == 4 * 3 * 256 * 256 * 4
         assert r["formats"] == {"gate_up": "Q4_K", "down": "Q6_K"} and r["median_us"] > 0
-    assert got["parity"]["block"] == 0 and 0 < got["parity"]["rel_error"] < 1e-4
+    mode = cpu_mode()
+    assert got["parity"]["activation_quant"] == mode
+    tol = job.Q8_TOLERANCE["float32"] if mode == "q8" else 1e-4
+    assert got["parity"]["block"] == 0 and 0 < got["parity"]["rel_error"] < tol
     assert got["config"]["n_experts"] == 4 and got["config"]["top_k"] == 2
 
 
@@ -270,7 +289,7 @@ def test_gguf_with_a_shared_expert_and_two_gate_up_formats(tmp_path, capsys):
 def test_gguf_parity_failure_fails_the_job(tmp_path, monkeypatch):
     path = tmp_path / "tiny.gguf"
     write_moe_file(path, n_blocks=1, E=4, K=2, H=256, I=256)
-    monkeypatch.setitem(job.QUANT_TOLERANCE, "float32", 0.0)
+    tolerances_to_zero(monkeypatch)
     with pytest.raises(SystemExit) as exit_:
         run_gguf(tmp_path, path)
     assert "parity FAILED (block 0 rel error" in str(exit_.value.code)

@@ -27,7 +27,9 @@ def tolerance(backend, dtype):
     return METAL_FP32_TOL if metal and dtype == torch.float32 else REL_TOL[dtype]
 
 
-def experts_of(formats, E, seed=0):
+def experts_of(formats, E, seed=0, activation_quant="none"):
+    """Experts of three formats; activation_quant "none" by default: these tests hold the exact
+    path to the float64 reference (q8, the CPU's default on AVX-512, has its own test)."""
     g = torch.Generator().manual_seed(seed)
     gate_f, up_f, down_f = formats
     gate = QuantizedWeight(random_quantized(gate_f, I, H, leading=(E,), std=H ** -0.5,
@@ -36,7 +38,7 @@ def experts_of(formats, E, seed=0):
                          up_f, H)
     down = QuantizedWeight(random_quantized(down_f, H, I, leading=(E,), std=I ** -0.5,
                                             generator=g), down_f, I)
-    return QuantizedExperts.from_parts(gate, up, down)
+    return QuantizedExperts.from_parts(gate, up, down, activation_quant=activation_quant)
 
 
 def rel_err(got, want):
@@ -95,3 +97,26 @@ def test_nn_moe_with_quantized_experts(backend):
                                topk_weights=w.cpu())
     assert rel_err(got.reshape(-1, H), want) < tolerance(backend, torch.float32)
     assert set(dict(moe.named_buffers())) == {"experts.gate_up_blocks", "experts.down_blocks"}
+
+
+# q8 against the float64 layer on the q8-quantized activations (each GEMM is held to 1e-5 of its
+# own reference in tests/test_qmm_q8_cpu.py; in the layer a code at a rounding tie of h may flip)
+Q8_LAYER_TOL = {torch.float32: 2e-3, torch.float16: 6e-3, torch.bfloat16: 3e-2}
+# ... and against the exact layer: the activations' 8-bit rounding, two GEMMs
+Q8_VS_EXACT_TOL = 3e-2
+
+
+@pytest.mark.parametrize("down", FORMATS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_q8_layer_on_the_cpu(down, dtype):
+    E, T, K = 6, 40, 2
+    experts = experts_of(("Q4_K", "Q4_K", down), E, activation_quant="q8")
+    x = torch.randn(T, H).to(dtype)
+    ids, w = make_ids(T, K, E, "neg_some", seed=T), make_weights(T, K, seed=T)
+    with torch.no_grad():
+        got = torch_argon.moe_experts(x, ids, w, experts)
+    q8 = reference.moe_layer(x.double(), None, experts, K, topk_ids=ids, topk_weights=w,
+                             activation_quant="q8")
+    exact = reference.moe_layer(x.double(), None, experts, K, topk_ids=ids, topk_weights=w)
+    assert rel_err(got, q8) < Q8_LAYER_TOL[dtype], rel_err(got, q8)
+    assert rel_err(got, exact) < Q8_VS_EXACT_TOL, rel_err(got, exact)

@@ -346,80 +346,32 @@ def bad_qmm_inputs(device):
     return plan.to(device), xs.to(device), w_q.to(device), n_in
 
 
-@pytest.mark.parametrize("change,match", [
-    (lambda xs, w, q, n, te, tm: (xs, w, 99, n, te, tm), "qtype 99 is not a GGML type"),
-    (lambda xs, w, q, n, te, tm: (xs, w, 1, n, te, tm), "qtype 1 is F16, a plain float type"),
-    (lambda xs, w, q, n, te, tm: (xs[:, :100], w, q, 100, te, tm),
-     "Q4_K needs the input dim to be a multiple of 256, got n_in=100"),
-    (lambda xs, w, q, n, te, tm: (xs, w.view(torch.int8), q, n, te, tm), "w_q must be uint8"),
-    (lambda xs, w, q, n, te, tm: (xs, w[:, :, :-1], q, n, te, tm), "w_q has 143 bytes per row"),
-    (lambda xs, w, q, n, te, tm: (xs, w[0], q, n, te, tm), "w_q must be 3-D"),
-    (lambda xs, w, q, n, te, tm: (xs.int(), w, q, n, te, tm), "xs must be float32"),
-    (lambda xs, w, q, n, te, tm: (xs, w, 8, 256, te, tm), "w_q has 144 bytes per row"),
-    (lambda xs, w, q, n, te, tm: (xs[:, :128], w, q, n, te, tm), r"xs must be \[R, n_in\]"),
-    (lambda xs, w, q, n, te, tm: (xs, w, q, n, te.long(), tm), "tile_expert must be int32"),
-    (lambda xs, w, q, n, te, tm: (xs, w, q, n, te, 3), "tile_m must be a power of two"),
-    (lambda xs, w, q, n, te, tm: (xs[:-1], w, q, n, te, tm), "xs must have tile_expert.size"),
-])
-def test_moe_qmm_rejects_bad_arguments(backend, change, match):
+def test_moe_qmm_q8_raises_where_it_has_no_kernels(backend):
+    """Backends without integer kernels refuse "q8" (never silently compute "none")."""
     skip_without_quant_kernels(backend)
+    if backend.device == "cpu" and backend.name == "cpu":
+        pytest.skip("cpu: has q8 kernels (tests/test_qmm_q8_cpu.py)")
     plan, xs, w_q, n_in = bad_qmm_inputs(backend.device)
-    args = change(xs, w_q, 12, n_in, plan.tile_expert, plan.tile_m)
-    with pytest.raises(ValueError, match=match):
-        backend.ops.ns.moe_qmm(*args)
-    out = torch.empty(args[0].shape[0] if args[0].dim() else 0, 24, device=backend.device,
-                      dtype=args[0].dtype)
-    with pytest.raises(ValueError, match=match):
-        backend.ops.ns.moe_qmm_out(*args, out)
+    with pytest.raises(ValueError, match='activation_quant="q8" has no kernels on Metal'):
+        backend.ops.moe_qmm(xs, w_q, "Q4_K", n_in, plan, activation_quant="q8")
 
 
-def test_moe_qmm_rejects_bad_out(backend):
-    skip_without_quant_kernels(backend)
-    plan, xs, w_q, n_in = bad_qmm_inputs(backend.device)
-    R, d = xs.shape[0], backend.device
-    for out, match in ((torch.empty(R, 23, device=d), "out must have shape"),
-                       (torch.empty(R, 24, device=d, dtype=torch.half), "out must be Float"),
-                       (torch.empty(24, R, device=d).t(), "out must be contiguous")):
-        with pytest.raises(ValueError, match=match):
-            backend.ops.moe_qmm(xs, w_q, "Q4_K", n_in, plan, out=out)
-    buf = torch.randn(R * 256 + R * 24, device=d)
-    xs_in_buf, out_over_xs = buf[:R * 256].view(R, 256), buf[R * 232:R * 256].view(R, 24)
-    with pytest.raises(ValueError, match="out overlaps the input xs"):
-        backend.ops.moe_qmm(xs_in_buf, w_q, "Q4_K", n_in, plan, out=out_over_xs)
+def test_python_backends_raise_the_same_q8_error():
+    """The CUDA registration (Python) words the error as the C++ check does."""
+    from torch_argon.quant.activation_q8 import check_exact_activations_only
+    with pytest.raises(ValueError, match='activation_quant="q8" has no kernels on CUDA '
+                       r'\(its integer kernels run on the CPU\); pass activation_quant="none"'):
+        check_exact_activations_only("q8", "CUDA")
+    check_exact_activations_only("none", "CUDA")
 
 
 def test_moe_qmm_rejects_out_of_range_experts_on_the_cpu():
+    """A value check (argument misuses: tests/misuse_cases.py)."""
     plan, xs, w_q, n_in = bad_qmm_inputs("cpu")
     te = plan.tile_expert.clone()
     te[0] = 4
     with pytest.raises(ValueError, match=r"tile_expert\[0\] = 4 is out of range"):
         torch_argon.moe_qmm(xs, w_q, "Q4_K", n_in, te, plan.tile_m)
-
-
-def test_dequantize_rejects_bad_arguments(backend):
-    skip_without_quant_kernels(backend)
-    d = backend.device
-    w_q = random_quantized("Q8_0", 4, 64, leading=(2,), generator=gen(6)).to(d)
-    ns = backend.ops.ns
-    for args, match in (
-            ((w_q, 77, 64), "qtype 77 is not a GGML type"),
-            ((w_q, 0, 64), "qtype 0 is F32, a plain float type"),
-            ((w_q, 8, 48), "Q8_0 needs the input dim to be a multiple of 32, got n_in=48"),
-            ((w_q, 8, 32), "w_q has 68 bytes per row"),
-            ((w_q[0, 0], 8, 64), "w_q must have at least 2 dims"),
-            ((w_q.view(torch.int8), 8, 64), "w_q must be uint8 \\(raw Q8_0 blocks\\)")):
-        with pytest.raises(ValueError, match=match):
-            ns.dequantize(*args)
-    with pytest.raises(ValueError, match="out must have shape"):
-        ns.dequantize_out(w_q, 8, 64, torch.empty(2, 4, 32, device=d))
-    with pytest.raises(ValueError, match="out must be Float"):
-        ns.dequantize_out(w_q, 8, 64, torch.empty(2, 4, 64, device=d, dtype=torch.half))
-    buf = torch.zeros(2 * 4 * 64, device=d)
-    as_blocks = buf.view(torch.uint8)[: 2 * 4 * 68].view(2, 4, 68)
-    with pytest.raises(ValueError, match="out overlaps the input w_q"):
-        ns.dequantize_out(as_blocks, 8, 64, buf.view(2, 4, 64))
-    with pytest.raises(ValueError, match="unknown quantized type 'Q9_K'"):
-        backend.ops.dequantize(w_q, "Q9_K", 64)
 
 
 # ---------------------------------------------------------------- the Metal kernel's schedules

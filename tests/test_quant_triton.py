@@ -14,6 +14,7 @@ torch_argon.quant.dequantize_reference and the fp32 / float64 references:
 """
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -238,11 +239,11 @@ def _bad_args():
     (lambda a: {**a, "w": a["w"][:, :-1]}, r"w_q must be \[E, 2I, row_bytes\]"),
     (lambda a: {**a, "x": a["x"][:, :128]}, r"a \[rows, n_in=256\] and w_q"),
     (lambda a: {**a, "tile_m": 12}, "tile_m must be a power of two"),
-    (lambda a: {**a, "tile_expert": a["tile_expert"].long()}, "tile_expert must be a 1-D int32"),
-    (lambda a: {**a, "tile_expert": a["tile_expert"][:-1]}, "do not make .* tiles"),
+    (lambda a: {**a, "tile_expert": a["tile_expert"].long()}, "tile_expert must be int32"),
+    (lambda a: {**a, "tile_expert": a["tile_expert"][:-1]}, "sorted_token must have tile_expert"),
     (lambda a: {**a, "meta": a["meta"][:2]}, "meta must hold moe_plan's 4 counters"),
     (lambda a: {**a, "sorted_token": a["sorted_token"].long()}, "sorted_token must be a 1-D"),
-    (lambda a: {**a, "meta": a["meta"].to("meta")}, "meta is on meta"),
+    (lambda a: {**a, "meta": a["meta"].to("meta")}, "meta must be on cpu like a, got meta"),
 ])
 def test_quant_triton_bad_input_names_argument(change, match):
     a = change(_bad_args())
@@ -254,23 +255,29 @@ def test_quant_triton_bad_input_names_argument(change, match):
 
 @needs_triton
 def test_quant_op_kernels_bad_input():
+    """The CUDA kernels of dequantize_out and moe_qmm_out run the ops' own checks: each misuse
+    gets the CPU kernel's error (CPU tensors here: the checks come before any launch)."""
     a = _bad_args()
     w = a["w"]
-    with pytest.raises(ValueError, match=r"out must be float32 of shape \(3, 512, 256\)"):
-        quant_ops.dequantize_out_cuda(w, 12, 256, torch.empty(3, 512, 256, dtype=torch.float16))
-    with pytest.raises(ValueError, match="Q4_K needs the input dim to be a multiple of 256"):
-        quant_ops.dequantize_out_cuda(w, 12, 100, torch.empty(3, 512, 100))
-    storage = torch.zeros(1024, dtype=torch.uint8)
-    with pytest.raises(ValueError, match="out overlaps w_q"):
-        quant_ops.dequantize_out_cuda(storage[:144].view(1, 144), 12, 256,
-                                      storage.view(torch.float32).view(1, 256))
     xs = torch.randn(a["tile_expert"].shape[0] * 16, 256)
-    with pytest.raises(ValueError, match="moe_qmm_out: xs must be float16 / bfloat16 / float32"):
-        quant_ops.moe_qmm_out_cuda(xs.double(), w, 12, 256, a["tile_expert"], 16,
-                                   torch.empty(xs.shape[0], 512))
-    with pytest.raises(ValueError, match=r"out must be torch.float32 of shape \(.*, 512\)"):
-        quant_ops.moe_qmm_out_cuda(xs, w, 12, 256, a["tile_expert"], 16,
-                                   torch.empty(xs.shape[0], 512, dtype=torch.float16))
+    storage = torch.zeros(1024, dtype=torch.uint8)
+    calls = [
+        ("dequantize_out", (w, 12, 256, torch.empty(3, 512, 256, dtype=torch.float16))),
+        ("dequantize_out", (w, 12, 100, torch.empty(3, 512, 100))),
+        ("dequantize_out", (storage[:144].view(1, 144), 12, 256,
+                            storage.view(torch.float32).view(1, 256))),
+        ("moe_qmm_out", (xs.double(), w, 12, 256, a["tile_expert"], 16, "none",
+                         torch.empty(xs.shape[0], 512))),
+        ("moe_qmm_out", (xs, w, 12, 256, a["tile_expert"], 16, "none",
+                         torch.empty(xs.shape[0], 512, dtype=torch.float16))),
+        ("moe_qmm_out", (xs, w, 12, 256, a["tile_expert"], 16, "q4",
+                         torch.empty(xs.shape[0], 512))),
+    ]
+    for name, args in calls:
+        with pytest.raises(ValueError) as on_cpu:
+            getattr(torch.ops.argon, name)(*args)
+        with pytest.raises(ValueError, match=re.escape(str(on_cpu.value))):
+            getattr(quant_ops, f"{name}_cuda")(*args)
 
 
 @needs_triton

@@ -328,12 +328,13 @@ def _bad_input_args():
     (lambda a: {**a, "w": a["w"][:, :, :-1]}, r"a \[rows, Kd\] and w \[E, N, Kd\] do not fit"),
     (lambda a: {**a, "w": a["w"][:, :-1]}, r"w must be \[E, 2I, Kd\]"),
     (lambda a: {**a, "tile_m": 8}, "power-of-two tile_m >= 16"),
-    (lambda a: {**a, "tile_expert": a["tile_expert"].long()}, "tile_expert must be a 1-D int32"),
-    (lambda a: {**a, "tile_expert": a["tile_expert"][:-1]}, "do not make .* tiles"),
+    (lambda a: {**a, "tile_expert": a["tile_expert"].long()}, "tile_expert must be int32"),
+    (lambda a: {**a, "tile_expert": a["tile_expert"][:-1]},
+     r"sorted_token must have tile_expert.size\(0\) \* tile_m = \d+ rows"),
     (lambda a: {**a, "meta": a["meta"][:2]}, "meta must hold moe_plan's 4 counters"),
     (lambda a: {**a, "sorted_token": a["sorted_token"].long()}, "sorted_token must be a 1-D int32"),
-    (lambda a: {**a, "sorted_token": a["sorted_token"][:-1]}, "do not make .* tiles"),
-    (lambda a: {**a, "meta": a["meta"].to("meta")}, "meta is on meta"),
+    (lambda a: {**a, "sorted_token": a["sorted_token"][:-1]}, "sorted_token must have tile_expert"),
+    (lambda a: {**a, "meta": a["meta"].to("meta")}, "meta must be on cpu like a, got meta"),
 ])
 def test_triton_gemm_bad_input_names_argument(change, match):
     args = change(dict(zip(("x", "w", "tile_expert", "meta", "tile_m", "sorted_token"),
@@ -346,9 +347,9 @@ def test_triton_gemm_bad_input_names_argument(change, match):
 @needs_triton
 @pytest.mark.parametrize("gather,row_token,match", [
     (True, lambda t: t, "row_token is for a row-ordered a"),
-    (False, lambda t: t.long(), "row_token must be the plan's 1-D int32 sorted_token"),
-    (False, lambda t: t[:-1], "row_token must be the plan's 1-D int32 sorted_token"),
-    (False, lambda t: t.to("meta"), "row_token is on meta"),
+    (False, lambda t: t.long(), "row_token must be a 1-D int32 tensor from moe_plan"),
+    (False, lambda t: t[:-1], r"row_token must be the plan's sorted_token of \d+ rows"),
+    (False, lambda t: t.to("meta"), "row_token must be on cpu like a, got meta"),
 ])
 def test_triton_mm_bad_row_token_names_argument(gather, row_token, match):
     x, wgu, tile_expert, meta, tm, tokens = _bad_input_args()

@@ -3,13 +3,14 @@
 `OpSet` holds the public functions for one op library: `argon` (dispatched by device), or a test
 module's (`argon_host`: the .metal kernels on host threads). The package exports the `argon` set.
 """
+import operator
 from types import SimpleNamespace
 from typing import Optional
 
 import torch
 
 from . import _C
-from ._shapes import META_N_BAD_IDS, META_SIZE, plan_rows
+from ._shapes import META_N_BAD_IDS
 from .plan import MoEPlan
 from .quant import dequantize_reference, qformat
 
@@ -21,77 +22,29 @@ FUNCTIONAL_OPS = _C.op_names()
 OP_NAMES = tuple(n for name in FUNCTIONAL_OPS for n in (name, f"{name}_out"))
 
 
-def check_one_device(op_name: str, args, kwargs=None) -> None:
-    """Raises a ValueError, worded as the C++ checks word it, if the tensor arguments of a call
-    of argon op `op_name` are not all on one device: the fakes run for meta tensors, and a real
-    tensor mixed with a meta one would otherwise get no kernel that writes it."""
-    schema = getattr(torch.ops.argon, op_name).default._schema
-    named = dict(zip((a.name for a in schema.arguments), args))
-    named.update(kwargs or {})
-    first = None
-    for name, t in named.items():
-        if not isinstance(t, torch.Tensor):
-            continue
-        if first is None:
-            first = t.device
-        elif t.device != first:
-            raise ValueError(f"{name} must be on {first} like the other tensors of the call, "
-                             f"got {t.device}")
+def _every_argument(schema, args, kwargs):
+    """A call's arguments, all of the schema's in its order: the dispatcher may leave out
+    trailing arguments that have their default value."""
+    full = list(args)
+    for arg in schema.arguments[len(args):]:
+        full.append(kwargs[arg.name] if arg.name in kwargs else arg.default_value)
+    return full
 
 
 def _register_fakes(lib: str) -> None:
-    def fake(name):
-        register = torch.library.register_fake(f"{lib}::{name}")
+    """The fake (meta) implementation of every op of library `lib`: the C++ functional form with
+    the checks in place of the kernel, and the _out form's checks (csrc/python_checks.cpp), so
+    meta and fake tensors meet the kernels' own checks and output shapes, and a call the kernels
+    would refuse fails while torch.compile traces, with the same exception and message."""
+    namespace = getattr(torch.ops, lib)
+    for name in OP_NAMES:
+        schema = getattr(namespace, name).default._schema
+        meta_form = getattr(_C.meta, name)
 
-        def checked(fn):
-            def fake_impl(*args, **kwargs):
-                check_one_device(name, args, kwargs)
-                return fn(*args, **kwargs)
-            return register(fake_impl)
-        return checked
+        def fake(*args, _schema=schema, _meta_form=meta_form, **kwargs):
+            return _meta_form(*_every_argument(_schema, args, kwargs))
 
-    @fake("moe_plan")
-    def _(topk_ids, topk_weights, n_expert, tile_m):
-        T, K = topk_ids.shape
-        R = plan_rows(T, K, n_expert, tile_m)
-        i32 = dict(dtype=torch.int32, device=topk_ids.device)
-        return (
-            topk_ids.new_empty((n_expert,), **i32),
-            topk_ids.new_empty((n_expert + 1,), **i32),
-            topk_ids.new_empty((R,), **i32),
-            topk_ids.new_empty((R,), dtype=torch.float32),
-            topk_ids.new_empty((T, K), **i32),
-            topk_ids.new_empty((R // tile_m,), **i32),
-            topk_ids.new_empty((META_SIZE,), **i32),
-        )
-
-    @fake("moe_gather")
-    def _(x, sorted_token, out_dtype=None):
-        return x.new_empty((sorted_token.shape[0], x.shape[1]), dtype=out_dtype or x.dtype)
-
-    @fake("moe_combine")
-    def _(y, pos, topk_weights, shared=None, residual=None, out_dtype=None):
-        return y.new_empty((pos.shape[0], y.shape[1]), dtype=out_dtype or y.dtype)
-
-    @fake("swiglu")
-    def _(gate, up=None, out_dtype=None, activation="silu"):
-        inner = gate.shape[1] if up is not None else gate.shape[1] // 2
-        return gate.new_empty((gate.shape[0], inner), dtype=out_dtype or gate.dtype)
-
-    @fake("moe_mm")
-    def _(xs, w, tile_expert, tile_m):
-        return xs.new_empty((xs.shape[0], w.shape[1]))
-
-    @fake("dequantize")
-    def _(w_q, qtype, n_in):
-        return w_q.new_empty((*w_q.shape[:-1], n_in), dtype=torch.float32)
-
-    @fake("moe_qmm")
-    def _(xs, w_q, qtype, n_in, tile_expert, tile_m):
-        return xs.new_empty((xs.shape[0], w_q.shape[1]))
-
-    for name in (n for n in OP_NAMES if n.endswith("_out")):
-        fake(name)(lambda *args, **kwargs: None)
+        torch.library.register_fake(f"{lib}::{name}")(fake)
 
 
 _register_fakes("argon")
@@ -109,18 +62,58 @@ def add_library(name: str, plan_fast_path: bool = True) -> None:
         LIBRARIES.append(name)
 
 
-def _check_n_expert(n_expert):
-    """n_expert as an int the ops take (int64), or a ValueError naming it (the same on every
-    backend; a Python int beyond int64 would otherwise fail in the dispatcher's conversion)."""
-    if isinstance(n_expert, torch.SymInt):
-        return n_expert
-    if not isinstance(n_expert, int) or isinstance(n_expert, bool):
-        raise ValueError(f"n_expert must be an int, got {type(n_expert).__name__}")
-    if n_expert < 1:
-        raise ValueError(f"n_expert must be >= 1, got {n_expert}")
-    if n_expert > 2**31 - 1:
-        raise ValueError(f"n_expert must fit in int32, got {n_expert}")
-    return n_expert
+@torch.library.custom_op("argon::_check_float_dequantize_out", mutates_args=())
+def _check_float_dequantize_out(w_q: torch.Tensor, n_in: int, out: torch.Tensor) -> None:
+    """The kernels' check of dequantize's out= (csrc/checks.cpp), for the plain float formats,
+    which the Python API reinterprets without a kernel. An op, so that torch.compile traces it
+    and runs it on fake tensors (its fake is the check too): a misfit out fails while tracing."""
+    _C.checks.dequantize_buffer(w_q, n_in, out)
+
+
+_check_float_dequantize_out.register_fake(_C.checks.dequantize_buffer)
+
+
+def refuse_gradients(op):
+    """Gives an op defined with torch.library.custom_op (the Triton GEMMs) the autograd of every
+    argon op (csrc/autograd_skip.cpp): in grad mode, an argument that requires grad raises the
+    same NotImplementedError, instead of an output whose backward fails later. custom_op's
+    autograd offers no hook before its kernel runs: setup_context, the first, raises."""
+    schema = op._opoverload._schema
+    names = [arg.name for arg in schema.arguments]
+
+    def setup_context(ctx, inputs, output):
+        for name, value in zip(names, inputs):
+            if isinstance(value, torch.Tensor) and value.requires_grad:
+                _C.refuse_gradient(schema.name, name)
+
+    def backward(ctx, *grads):
+        raise AssertionError("unreachable: setup_context refuses every call that records a graph")
+
+    op.register_autograd(backward, setup_context=setup_context)
+
+
+def _as_int(value, name):
+    """An integer argument of the Python API as a Python int: any integer type (numpy.int64 and
+    other types with __index__) is taken; a bool, a float or a value beyond int64 (which the
+    ops' int arguments cannot carry) is a ValueError naming the argument. Ranges are the ops'
+    checks."""
+    if type(value) is int and -2**63 <= value < 2**63:  # the common case, first (host time)
+        return value
+    if isinstance(value, torch.SymInt):
+        return value
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        raise ValueError(f"{name} must be an int, got {type(value).__name__}")
+    value = operator.index(value)
+    if not -2**63 <= value < 2**63:
+        raise ValueError(f"{name} must fit in int64, got {value}")
+    return value
+
+
+def _check_out_dtype(out, out_dtype):
+    """out_dtype, where given with out=, must be out's dtype (the result is written in out's)."""
+    if out is not None and out_dtype is not None and out.dtype != out_dtype:
+        raise ValueError(f"out_dtype is {out_dtype} but out is {out.dtype}: the result is "
+                         "written in out's dtype (pass one of the two, or make them agree)")
 
 
 def _plan_buffers(out):
@@ -141,7 +134,7 @@ def _tiles_of(plan, tile_m, op_name):
         return plan.tile_expert, plan.tile_m
     if tile_m is None:
         raise ValueError(f"{op_name}: pass tile_m along with a bare tile_expert tensor")
-    return plan, tile_m
+    return plan, _as_int(tile_m, "tile_m")
 
 
 class OpSet:
@@ -177,7 +170,8 @@ class OpSet:
         check_ids: on devices that count out-of-range ids instead of raising (GPUs), read the
             count back and raise. This syncs with the device; the CPU always raises.
         """
-        n_expert = _check_n_expert(n_expert)
+        n_expert = _as_int(n_expert, "n_expert")
+        tile_m = _as_int(tile_m, "tile_m")
         if out is None:
             plan = None
             if self._fresh_lib is not None and not torch.compiler.is_compiling():
@@ -203,6 +197,7 @@ class OpSet:
         plan: a MoEPlan or its sorted_token. out_dtype: convert once (round to nearest even).
         """
         sorted_token = plan.sorted_token if isinstance(plan, MoEPlan) else plan
+        _check_out_dtype(out, out_dtype)
         if out is None:
             return self.op.moe_gather(x, sorted_token, out_dtype)
         self.op.moe_gather_out(x, sorted_token, out)
@@ -216,6 +211,7 @@ class OpSet:
         plan: a MoEPlan or its pos. y: [R_max, H], the experts' outputs in plan row order.
         """
         pos = plan.pos if isinstance(plan, MoEPlan) else plan
+        _check_out_dtype(out, out_dtype)
         if out is None:
             return self.op.moe_combine(y, pos, topk_weights, shared, residual, out_dtype)
         self.op.moe_combine_out(y, pos, topk_weights, shared, residual, out)
@@ -228,6 +224,7 @@ class OpSet:
         activation: "silu" (SwiGLU), "gelu" (erf form) or "gelu_tanh" (GeGLU).
         out: may be gate or up itself (two-tensor form): the product is taken in place.
         """
+        _check_out_dtype(out, out_dtype)
         if out is None:
             return self.op.swiglu(gate, up, out_dtype, activation)
         self.op.swiglu_out(gate, up, activation, out)
@@ -246,7 +243,6 @@ class OpSet:
         self.op.moe_mm_out(xs, w, tile_expert, tile_m, out)
         return out
 
-
     def dequantize(self, w_q, qtype, n_in: int, *, out=None):
         """float32 [..., N, n_in] from GGUF blocks w_q (uint8 [..., N, row_bytes]), bit for bit
         as torch_argon.quant.dequantize_reference (and the gguf package's dequantize).
@@ -256,16 +252,20 @@ class OpSet:
         reference, not a kernel. out: a contiguous float32 buffer of the result's shape.
         """
         fmt = qformat(qtype)
-        if fmt.is_float:
+        n_in = _as_int(n_in, "n_in")
+        if fmt.is_float:  # the reference checks w_q; out gets the kernels' check of out=
             result = dequantize_reference(w_q, fmt, n_in)
-            return result if out is None else out.copy_(result)
+            if out is None:
+                return result
+            _check_float_dequantize_out(w_q, n_in, out)
+            return out.copy_(result)
         if out is None:
             return self.op.dequantize(w_q, fmt.type_id, n_in)
         self.op.dequantize_out(w_q, fmt.type_id, n_in, out)
         return out
 
     def moe_qmm(self, xs, w_q, qtype, n_in: int, plan, tile_m: Optional[int] = None, *,
-                out=None):
+                activation_quant: str = "none", out=None):
         """Grouped GEMM over the plan's tiles with quantized expert weights: out[rows of tile j]
         = xs[rows] @ dequantize(w_q[e])^T with e = tile_expert[j], accumulated in fp32 and
         rounded once to xs's dtype; rows of tiles whose expert is -1 are zero. The dequantized
@@ -275,12 +275,18 @@ class OpSet:
         w_q: uint8 [E, N, row_bytes], the GGUF blocks of E experts (each row one output feature).
         qtype: a GGUF type name ("Q4_K"), a gguf.GGMLQuantizationType or its int value.
         plan: a MoEPlan, or its tile_expert together with tile_m.
+        activation_quant: "none" (the exact-dequant product) or "q8" (xs rounded per row to
+        8-bit blocks first, then integer dot products: torch_argon/quant/activation_q8.py;
+        docs/contract.md says which backends have it and how close it stays).
         """
         fmt = qformat(qtype)
+        n_in = _as_int(n_in, "n_in")
         tile_expert, tile_m = _tiles_of(plan, tile_m, "moe_qmm")
         if out is None:
-            return self.op.moe_qmm(xs, w_q, fmt.type_id, n_in, tile_expert, tile_m)
-        self.op.moe_qmm_out(xs, w_q, fmt.type_id, n_in, tile_expert, tile_m, out)
+            return self.op.moe_qmm(xs, w_q, fmt.type_id, n_in, tile_expert, tile_m,
+                                   activation_quant)
+        self.op.moe_qmm_out(xs, w_q, fmt.type_id, n_in, tile_expert, tile_m, activation_quant,
+                            out)
         return out
 
 

@@ -125,10 +125,13 @@ def moe_qmm(xs, w_q, qtype, n_in, tile_expert, tile_m, activation_quant="none"):
 
 
 def moe_layer(x, router_weight, experts, top_k, *, scoring="softmax", renormalize=False,
-              shared=None, residual=None, topk_ids=None, topk_weights=None, activation="silu"):
+              shared=None, residual=None, topk_ids=None, topk_weights=None, activation="silu",
+              activation_quant="none"):
     """The whole layer, one expert at a time in float64: the ground truth for moe_layer.
     experts: as moe_layer takes them (an expert-weights object or (w_gate_up, w_down)); quantized
-    experts are dequantized first.
+    experts are dequantized first. activation_quant="q8": each GEMM's activations (x's rows,
+    then h rounded to float32) replaced by their 8-bit block quantization, as moe_qmm's q8
+    kernels see them.
 
     Routing is shared with the fast layer (routing.route) unless ids and weights are given, so
     ties in the router's top-k cannot make the two disagree.
@@ -136,6 +139,7 @@ def moe_layer(x, router_weight, experts, top_k, *, scoring="softmax", renormaliz
     from .routing import route
     from .weights import as_expert_weights
 
+    check_activation_quant(activation_quant)
     dense = as_expert_weights(experts).to_dense()
     w_gate_up, w_down = dense.gate_up, dense.down
 
@@ -147,8 +151,11 @@ def moe_layer(x, router_weight, experts, top_k, *, scoring="softmax", renormaliz
     acc = torch.zeros(T, H, dtype=torch.float64, device=x.device)
     for e in topk_ids[topk_ids >= 0].unique().tolist():
         t, k = (topk_ids == e).nonzero(as_tuple=True)
-        gu = x[t].double() @ w_gate_up[e].double().T
+        a = x[t].double() if activation_quant == "none" else q8_activations(x[t].float())
+        gu = a @ w_gate_up[e].double().T
         h = ACTIVATIONS[activation](gu[:, :inter]) * gu[:, inter:]
+        if activation_quant == "q8":
+            h = q8_activations(h.float())
         acc.index_add_(0, t, topk_weights[t, k, None].double() * (h @ w_down[e].double().T))
     if shared is not None:
         acc += shared.double()

@@ -1,28 +1,27 @@
 // Autograd-key kernels for every argon op: skip torch's boxed autograd fallback when no
-// gradient can flow, and defer to that same fallback when one could.
+// gradient can flow, and refuse the call when one would be needed.
 //
-// Why: an op with no kernel at the Autograd key goes through torch's fallback for custom ops,
-// a boxed function that scans the arguments for requires_grad and redispatches. A call from
-// C++ (plan_fresh's call of moe_plan_out, each functional form's call of its _out form) then
-// has its arguments pushed onto an IValue stack and popped again: on this project's 2-core
-// CPU host the typed handle's call of a tiny moe_plan_out took 1.6 us with the fallback in the
-// way and 0.78 us without (a load_inline probe), 1.5K of ~26K host instructions per call
-// (bench/lab/host_instructions.py). Calls from Python arrive boxed and gain little.
-// Here the common case, grad mode off or no tensor argument requiring grad, redispatches the
-// unboxed call below the autograd keys, as the fallback does (the ADInplaceOrView key, a
-// fallthrough for these ops, is skipped either way). Otherwise the arguments are boxed and
-// handed to the fallback itself (VariableHooksInterface::basic_autograd_not_implemented_fallback),
-// so outputs get the same "no autograd formula" history and the same warning on backward as
-// without this file (the argon ops are forward only: nn.py). Either way the backend kernel runs
-// below the autograd keys, as torch asks of a non-differentiable op's Autograd kernel.
-// Two cases raise, where the fallback would let a derivative go silently wrong: a tensor with a
-// forward-mode gradient (a dual tensor), and, in grad mode, an output argument that requires
-// grad (torch's own out= ops refuse it too).
-#include <ATen/core/VariableHooksInterface.h>
+// Why a kernel: an op with no kernel at the Autograd key goes through torch's fallback for
+// custom ops, a boxed function that scans the arguments for requires_grad and redispatches. A
+// call from C++ (plan_fresh's call of moe_plan_out, each functional form's call of its _out
+// form) then has its arguments pushed onto an IValue stack and popped again: on this project's
+// 2-core CPU host the typed handle's call of a tiny moe_plan_out took 1.6 us with the fallback
+// in the way and 0.78 us without (a load_inline probe), 1.5K of ~26K host instructions per call
+// (bench/lab/host_instructions.py). Here the common case, grad mode off or no tensor argument
+// requiring grad, redispatches the unboxed call below the autograd keys, as the fallback does
+// (the ADInplaceOrView key, a fallthrough for these ops, is skipped either way).
+//
+// Why a refusal: the ops have no backward formulas yet. The fallback would return outputs whose
+// backward passes no gradient (torch only warns), so a model trained through them would
+// silently not train. In grad mode, a tensor argument that requires grad (an input, or an
+// output the op would write) raises autograd_refusal.h's NotImplementedError naming the op and
+// the argument, before any kernel runs; every entry point (the ops, moe_layer, moe_experts,
+// nn.MoE) inherits it. A tensor with a forward-mode gradient (a dual tensor) raises too.
+// Issue 46 gives the ops backward formulas one by one with torch.library.register_autograd; an
+// op that has one leaves register_skips below, so that its Autograd slot is the formula's.
 #include <torch/library.h>
 
-#include <type_traits>
-
+#include "autograd_refusal.h"
 #include "op_signatures.h"
 #include "op_table.h"
 
@@ -48,22 +47,29 @@ bool has_forward_grad(const T&) {
   return false;
 }
 
-// Raises if an argument the op writes (Tensor(a!) in the schema) requires grad.
+// The position of the first argument that requires grad, or -1.
 template <typename... Args>
-void check_written_args_untracked(const c10::OperatorHandle& op, const Args&... args) {
-  const auto& schema = op.schema();
-  size_t i = 0;
-  const auto check = [&](const auto& arg) {
-    const c10::AliasInfo* alias = schema.arguments()[i].alias_info();
-    TORCH_CHECK(alias == nullptr || !alias->isWrite() || !requires_grad(arg), schema.name(),
-                ": ", schema.arguments()[i].name(),
-                " requires grad; the argon ops are forward only and cannot write into a tensor "
-                "that autograd tracks (pass one that does not require grad, or call under "
-                "torch.no_grad())");
-    ++i;
-  };
-  (check(args), ...);
+int first_requiring_grad(const Args&... args) {
+  const bool flags[] = {requires_grad(args)...};
+  for (int i = 0; i < static_cast<int>(sizeof...(Args)); ++i) {
+    if (flags[i]) return i;
+  }
+  return -1;
 }
+
+}  // namespace
+
+[[noreturn]] void refuse_gradient(std::string_view op, std::string_view argument) {
+  C10_THROW_ERROR(NotImplementedError,
+                  c10::str(op, ": ", argument, " requires grad, but the argon ops (and so "
+                           "moe_layer, moe_experts and nn.MoE) have no backward yet: no gradient "
+                           "would reach it. For inference, call under torch.no_grad() or "
+                           "torch.inference_mode(), or pass tensors that do not require grad; to "
+                           "train, use a differentiable forward (a model patched with "
+                           "torch_argon.integrations.transformers.patch() runs its own forward wherever gradients are needed)."));
+}
+
+namespace {
 
 template <const char* NS, const char* Name, typename Fn>
 struct SkipAutograd;
@@ -75,20 +81,13 @@ struct SkipAutograd<NS, Name, Ret(Args...)> {
     TORCH_CHECK_NOT_IMPLEMENTED(!(has_forward_grad(args) || ...), "Trying to use forward AD with ",
                                 NS, "::", Name, ", which does not support it (the argon ops are "
                                 "forward only)");
-    // The backend kernels run with the autograd keys excluded, so the ATen ops they call see
-    // no autograd either: torch's out= ops raise when an input requires grad, which made the
-    // CPU moe_mm (at::mm_out) fail for a weight requiring grad until this guard.
-    at::AutoDispatchBelowAutograd below_autograd;
-    if (c10::GradMode::is_enabled() && (requires_grad(args) || ...)) {
-      check_written_args_untracked(op, args...);
-      torch::jit::Stack stack = c10::impl::boxArgs<Args...>(args...);
-      at::impl::GetVariableHooks()->basic_autograd_not_implemented_fallback(op, keys, &stack);
-      if constexpr (std::is_void_v<Ret>) {
-        return;
-      } else {
-        return c10::impl::PopResult<Ret>::call(stack);
-      }
+    if (c10::GradMode::is_enabled()) {
+      const int i = first_requiring_grad(args...);
+      if (i >= 0) refuse_gradient(op.schema().name(), op.schema().arguments()[i].name());
     }
+    // The backend kernels run with the autograd keys excluded, so the ATen ops they call see
+    // no autograd either: torch's out= ops raise when an input requires grad.
+    at::AutoDispatchBelowAutograd below_autograd;
     return op.redispatch(keys & c10::after_autograd_keyset, args...);
   }
 };

@@ -1,11 +1,13 @@
 // The Python module torch_argon._C. Importing it runs the static op registrations
 // (TORCH_LIBRARY blocks) of every backend compiled into the library. Its functions: the op
-// names of the table (op_table.h), from which the Python side derives its op list, and the
-// eager plan's fast path (plan_fresh.cpp), which cannot be an op.
+// names of the table (op_table.h), from which the Python side derives its op list, the eager
+// plan's fast path (plan_fresh.cpp), which cannot be an op, and the argument checks for Python
+// code (python_checks.cpp: the ops' fakes among them).
 #include <Python.h>
 
 #include "op_table.h"
 #include "plan_fresh.h"
+#include "python_checks.h"
 #include "quant_formats.h"
 
 // op_names() -> tuple of the functional op names, in table order (each also has a _out form).
@@ -61,4 +63,8 @@ static PyMethodDef argon_methods[] = {
 
 static PyModuleDef argon_module = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, argon_methods};
 
-PyMODINIT_FUNC PyInit__C(void) { return PyModule_Create(&argon_module); }
+PyMODINIT_FUNC PyInit__C(void) {
+  PyObject* module = PyModule_Create(&argon_module);
+  if (module != nullptr && argon::add_python_checks(module) != 0) Py_CLEAR(module);
+  return module;
+}

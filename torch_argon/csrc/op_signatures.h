@@ -27,7 +27,8 @@ using MoeMmOutFn = void(const Tensor& xs, const Tensor& w, const Tensor& tile_ex
                         int64_t tile_m, const Tensor& out);
 using DequantizeOutFn = void(const Tensor& w_q, int64_t qtype, int64_t n_in, const Tensor& out);
 using MoeQmmOutFn = void(const Tensor& xs, const Tensor& w_q, int64_t qtype, int64_t n_in,
-                         const Tensor& tile_expert, int64_t tile_m, const Tensor& out);
+                         const Tensor& tile_expert, int64_t tile_m,
+                         c10::string_view activation_quant, const Tensor& out);
 
 // moe_plan's seven outputs: counts, offsets, sorted_token, sorted_weight, pos, tile_expert, meta.
 using PlanOutputs = std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor>;
@@ -44,7 +45,8 @@ using MoeMmFn = Tensor(const Tensor& xs, const Tensor& w, const Tensor& tile_exp
                        int64_t tile_m);
 using DequantizeFn = Tensor(const Tensor& w_q, int64_t qtype, int64_t n_in);
 using MoeQmmFn = Tensor(const Tensor& xs, const Tensor& w_q, int64_t qtype, int64_t n_in,
-                        const Tensor& tile_expert, int64_t tile_m);
+                        const Tensor& tile_expert, int64_t tile_m,
+                        c10::string_view activation_quant);
 
 // The typed handle of op `name` of library `ns` (e.g. "argon", "moe_plan_out"); find it once
 // (a static) and call it for every call after.

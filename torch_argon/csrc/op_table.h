@@ -44,9 +44,10 @@
     "(Tensor w_q, int qtype, int n_in, Tensor(a!) out) -> ()",                                   \
     DequantizeFn, DequantizeOutFn)                                                               \
   X(moe_qmm,                                                                                     \
-    "(Tensor xs, Tensor w_q, int qtype, int n_in, Tensor tile_expert, int tile_m) -> Tensor",    \
     "(Tensor xs, Tensor w_q, int qtype, int n_in, Tensor tile_expert, int tile_m, "              \
-    "Tensor(a!) out) -> ()",                                                                     \
+    "str activation_quant=\"none\") -> Tensor",                                                  \
+    "(Tensor xs, Tensor w_q, int qtype, int n_in, Tensor tile_expert, int tile_m, "              \
+    "str activation_quant, Tensor(a!) out) -> ()",                                               \
     MoeQmmFn, MoeQmmOutFn)
 
 namespace argon {

@@ -21,12 +21,13 @@ from .registry import IMPLEMENTATIONS, PATHS
 
 class Choice(NamedTuple):
     """The layer's choice for a call: the implementation's name, its family ("triton" or
-    "ops"), the plan's tile_m, and ((name, reason), ...) of the implementations for these
-    weights tried before it."""
+    "ops"), the plan's tile_m, ((name, reason), ...) of the implementations for these weights
+    tried before it, and the activation_quant mode it runs ("none" or "q8")."""
     name: str
     path: str
     tile_m: int
     declined: tuple = ()
+    activation_quant: str = "none"
 
 
 def _call(x, experts, ops, tile_m, activation, activation_quant, n_entries):
@@ -58,7 +59,8 @@ def choose(x, experts, *, n_entries: int, ops=argon_ops, tile_m: Optional[int] =
     n_entries = T * K routed entries (ValueError where none of `path`'s can run it)."""
     call = _call(x, experts, ops, tile_m, activation, activation_quant, n_entries)
     impl, declined = registry.choose_with_reasons(call, path)
-    return Choice(impl.name, impl.path, impl.tile_m(call, n_entries), tuple(declined))
+    return Choice(impl.name, impl.path, impl.tile_m(call, n_entries), tuple(declined),
+                  impl.resolved_activation_quant(call))
 
 
 def run_implementation(name, x, topk_ids, topk_weights, experts, *, ops=argon_ops,

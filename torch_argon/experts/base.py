@@ -74,6 +74,12 @@ class Experts:
         from shapes, dtypes, devices and the ops only (never data: no host sync)."""
         raise NotImplementedError
 
+    def resolved_activation_quant(self, call: ExpertsCall) -> str:
+        """The mode it runs `call` in: the call's, or for "auto" its default (the first of
+        activation_quant; an implementation whose default depends on the machine overrides
+        this)."""
+        return self.activation_quant[0] if call.activation_quant == "auto" else call.activation_quant
+
     def tile_m(self, call: ExpertsCall, n_entries) -> int:
         """The plan's rows per tile: the caller's tile_m, else this implementation's rule for
         `n_entries` routed entries (T * K of the tokens its experts get)."""

@@ -293,9 +293,13 @@ class ArgonGgufExperts(ExpertWeightsModule):
 
     def build_expert_weights(self):
         from ..quant import QuantizedExperts, QuantizedWeight
+        # activation_quant="none": transformers multiplies these experts at the activations'
+        # precision, and a patched model computes what the model computes (from_gguf, our own
+        # loader, takes the layer's "auto")
         return QuantizedExperts(
             gate_up=QuantizedWeight(self.gate_up_proj, self.gate_up_type, self.hidden_dim),
-            down=QuantizedWeight(self.down_proj, self.down_type, self.intermediate_dim))
+            down=QuantizedWeight(self.down_proj, self.down_type, self.intermediate_dim),
+            activation_quant="none")
 
     def forward(self, hidden_states, top_k_index, top_k_weights):
         from ..layer import moe_experts

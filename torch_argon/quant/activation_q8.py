@@ -39,7 +39,7 @@ def quantize_rows_q8(x: torch.Tensor):
                          f"{tuple(x.shape)}")
     blocks = x.float().reshape(x.shape[0], -1, Q8_BLOCK)
     amax = blocks.abs().amax(dim=-1)
-    inv = 127.0 / amax
+    inv = torch.full_like(amax, 127.0) / amax  # (127.0 / amax is 127 * (1 / amax) in torch)
     d = amax / 127.0
     zero = (amax == 0) | (torch.isfinite(amax) & ~torch.isfinite(inv))
     inv = torch.where(zero, torch.zeros_like(inv), inv)
@@ -59,7 +59,16 @@ def q8_activations(x: torch.Tensor) -> torch.Tensor:
 
 
 def check_activation_quant(activation_quant: str, name: str = "activation_quant") -> str:
+    """The words of the C++ check (csrc/checks.cpp), so every backend raises the same error."""
     if activation_quant not in ACTIVATION_QUANT_MODES:
-        raise ValueError(f"{name} must be one of {ACTIVATION_QUANT_MODES}, got "
-                         f"{activation_quant!r}")
+        raise ValueError(f'{name} must be one of "none", "q8", got "{activation_quant}"')
     return activation_quant
+
+
+def check_exact_activations_only(activation_quant: str, backend: str) -> None:
+    """The ValueError of a backend without q8 kernels, in the words of the C++ backends'
+    (check_exact_activations_only in csrc/checks.cpp)."""
+    if check_activation_quant(activation_quant) != "none":
+        raise ValueError(f'activation_quant="q8" has no kernels on {backend} (its integer '
+                         'kernels run on the CPU); pass activation_quant="none" there, the '
+                         'exact-dequant product')

@@ -94,10 +94,11 @@ def make_layer(T, E, K, H, I, dtype, device, *, dist="uniform", seed=0):
 @dataclass(frozen=True)
 class ExpertsChoice:
     """How moe_layer runs a call's experts: the path that runs them, its tile_m, and why each
-    path tried before it declined ({path: reason})."""
+    path tried before it declined ({path: reason}), and the activation_quant mode it runs."""
     name: str
     tile_m: int
     declined: dict
+    activation_quant: str = "none"
 
 
 def experts_path(x, experts, ops, *, top_k, tile_m=None, path="auto"):
@@ -106,7 +107,8 @@ def experts_path(x, experts, ops, *, top_k, tile_m=None, path="auto"):
     decides. `name` is the family ("triton" or "ops") the tables group by; `declined` holds
     every implementation tried before the chosen one, with its reason."""
     chosen = choose(x, experts, n_entries=x.shape[0] * top_k, ops=ops, tile_m=tile_m, path=path)
-    return ExpertsChoice(chosen.path, chosen.tile_m, dict(chosen.declined))
+    return ExpertsChoice(chosen.path, chosen.tile_m, dict(chosen.declined),
+                         chosen.activation_quant)
 
 
 def run_layer(layer, ops, path, tile_m, *, experts=None, topk="auto"):
@@ -284,22 +286,23 @@ def plan_matches_reference(layer, ops, tile_m):
     return all(torch.equal(a.cpu(), b) for a, b in zip(got.tensors(), want.tensors()))
 
 
-def float64_error(layer, out, *, experts=None, float64_x=False):
+def float64_error(layer, out, *, experts=None, float64_x=False, activation_quant="none"):
     """relative_error of a layer output against reference.moe_layer (one expert at a time in
     float64) on the same routing, for the layer's experts or other `experts` (quantized ones
-    are dequantized); float64_x: the reference keeps float64 (else it rounds to x's dtype)."""
+    are dequantized); float64_x: the reference keeps float64 (else it rounds to x's dtype);
+    activation_quant: the mode the layer ran (the reference quantizes as q8 does)."""
     x, rw, K = layer.x, layer.router_weight, layer.top_k
     ids, w = route(x, rw, K)
     ref = reference.moe_layer(x.double() if float64_x else x, rw,
                               layer.experts if experts is None else experts, K, topk_ids=ids,
-                              topk_weights=w)
+                              topk_weights=w, activation_quant=activation_quant)
     return relative_error(out, ref)
 
 
-def float64_block_error(moe, x):
+def float64_block_error(moe, x, activation_quant="none"):
     """relative_error of nn.MoE block `moe` on x against reference.moe_layer in float64 on its
     experts (quantized ones dequantized), with the block's own routing, plus its shared expert
-    (if any) in float64 on the same dense weights."""
+    (if any) in float64 on the same dense weights; activation_quant: the mode the block ran."""
     _, weights, ids = moe.gate(x)
     act = reference.ACTIVATIONS[moe.activation]
     shared = None
@@ -311,5 +314,5 @@ def float64_block_error(moe, x):
             shared = torch.sigmoid(xd @ moe.shared_expert_gate.weight.double().T) * shared
     ref = reference.moe_layer(x.double(), None, moe.experts.expert_weights(), ids.shape[1],
                               topk_ids=ids, topk_weights=weights, shared=shared,
-                              activation=moe.activation)
+                              activation=moe.activation, activation_quant=activation_quant)
     return relative_error(moe(x), ref)

@@ -35,13 +35,41 @@ from torch.library import triton_op, wrap_triton
 
 import triton
 
-from .._shapes import META_N_TILES
+from .. import _C
+from .._shapes import META_N_TILES, META_SIZE
 from ..activations import code as activation_code
+from ..ops import refuse_gradients
 from . import configs
 from .configs import MMConfig, block_m_for, config_for, mean_rows_per_expert
 from .moe_mm_kernel import moe_mm_kernel
 from .moe_mm_tma_kernel import moe_mm_tma_kernel
 from .topk_kernel import topk_rows_kernel
+
+
+def check_plan_arguments(a, a_name, tile_expert, meta, tile_m, sorted_token, row_token=None):
+    """The plan's tensors of a Triton GEMM call, one check for the dense and the quantized ones:
+    meta, sorted_token and row_token as moe_plan returns them, on a's device, and the rows
+    (sorted_token's when the gather is fused in, else a's) against tile_expert and tile_m by the
+    ops' own check (csrc/checks.cpp: check_tile_plan). Returns the row count."""
+    for name, t in (("meta", meta), ("sorted_token", sorted_token), ("row_token", row_token)):
+        if t is None:
+            continue
+        if t.dtype != torch.int32 or t.dim() != 1:
+            raise ValueError(f"{name} must be a 1-D int32 tensor from moe_plan, got {t.dtype} of "
+                             f"shape {tuple(t.shape)}")
+        if t.device != a.device:
+            raise ValueError(f"{name} must be on {a.device} like {a_name}, got {t.device}")
+    if meta is not None and meta.shape[0] < META_SIZE:
+        raise ValueError(f"meta must hold moe_plan's {META_SIZE} counters, got {meta.shape[0]}")
+    if row_token is not None and sorted_token is not None:
+        raise ValueError(f"row_token is for a row-ordered {a_name}; with sorted_token the rows "
+                         "are gathered (pass one of the two)")
+    rows, rows_name = (sorted_token, "sorted_token") if sorted_token is not None else (a, a_name)
+    _C.checks.tile_plan(rows, rows_name, tile_expert, tile_m)
+    if row_token is not None and row_token.shape[0] != rows.shape[0]:
+        raise ValueError(f"row_token must be the plan's sorted_token of {rows.shape[0]} rows, got "
+                         f"{row_token.shape[0]}")
+    return rows.shape[0]
 
 
 def _check(a, w, tile_expert, meta, tile_m, sorted_token, swiglu, row_token=None):
@@ -55,31 +83,9 @@ def _check(a, w, tile_expert, meta, tile_m, sorted_token, swiglu, row_token=None
                          f"{tuple(a.shape)}, {tuple(w.shape)}")
     if swiglu and w.shape[1] % 2:
         raise ValueError(f"{op}: w must be [E, 2I, Kd], got {tuple(w.shape)}")
-    for name, t in (("tile_expert", tile_expert), ("meta", meta), ("sorted_token", sorted_token)):
-        if t is not None and (t.dtype != torch.int32 or t.dim() != 1):
-            raise ValueError(f"{op}: {name} must be a 1-D int32 tensor from moe_plan, got "
-                             f"{t.dtype} of shape {tuple(t.shape)}")
-    if meta.shape[0] < 4:
-        raise ValueError(f"{op}: meta must hold moe_plan's 4 counters, got {meta.shape[0]}")
-    for name, t in (("w", w), ("tile_expert", tile_expert), ("meta", meta),
-                    ("sorted_token", sorted_token)):
-        if t is not None and t.device != a.device:
-            raise ValueError(f"{op}: {name} is on {t.device}, a on {a.device}")
-    rows = sorted_token.shape[0] if sorted_token is not None else a.shape[0]
-    if rows % tile_m or tile_expert.shape[0] != rows // tile_m:
-        raise ValueError(f"{op}: {rows} rows do not make {tile_expert.shape[0]} tiles of "
-                         f"{tile_m} (tile_expert)")
-    if row_token is not None:
-        if sorted_token is not None:
-            raise ValueError(f"{op}: row_token is for a row-ordered a; with sorted_token the "
-                             "rows are gathered (pass one of the two)")
-        if row_token.dtype != torch.int32 or row_token.dim() != 1 or row_token.shape[0] != rows:
-            raise ValueError(f"{op}: row_token must be the plan's 1-D int32 sorted_token of "
-                             f"{rows} rows, got {row_token.dtype} of shape "
-                             f"{tuple(row_token.shape)}")
-        if row_token.device != a.device:
-            raise ValueError(f"{op}: row_token is on {row_token.device}, a on {a.device}")
-    return rows
+    if w.device != a.device:
+        raise ValueError(f"{op}: w is on {w.device}, a on {a.device}")
+    return check_plan_arguments(a, "a", tile_expert, meta, tile_m, sorted_token, row_token)
 
 
 def launch_moe_mm(a, w, tile_expert, meta, tile_m, sorted_token, out, *, swiglu,
@@ -289,3 +295,7 @@ def topk_triton(scores: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tenso
             K=k, BLOCK_T=block_t, BLOCK_E=block_e,
             LET_NEXT_START=lets_next_kernel_start(scores.device), num_warps=4)
     return values, indices
+
+
+for _op in (moe_mm_triton, moe_gate_up_swiglu_triton, topk_triton):
+    refuse_gradients(_op)

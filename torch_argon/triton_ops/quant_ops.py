@@ -21,7 +21,7 @@ CUDA kernels of the op table's quantized ops (registered by register_cuda_kernel
 exist and have no CUDA kernel yet):
 
   argon::dequantize_out(w_q, qtype, n_in, out)  float32 [..., N, n_in], bit-exact
-  argon::moe_qmm_out(xs, w_q, qtype, n_in, tile_expert, tile_m, out)
+  argon::moe_qmm_out(xs, w_q, qtype, n_in, tile_expert, tile_m, activation_quant, out)
       the grouped GEMM with row-ordered xs (fp16 / bf16 / fp32), rows of unused tiles zero.
 """
 import os
@@ -31,9 +31,13 @@ import torch
 from torch._subclasses.fake_tensor import is_fake
 from torch.library import triton_op, wrap_triton
 
+from .. import _C
 from .._shapes import META_N_TILES
+from ..ops import refuse_gradients
+from ..quant.activation_q8 import check_exact_activations_only
 from ..quant.formats import check_quantized, qformat
 from .configs import mean_rows_per_expert
+from .ops import check_plan_arguments
 from .dequantize_kernel import dequantize_kernel
 from .moe_qmm_kernel import moe_qmm_kernel
 from .quant_blocks import TABLE_SIZE, device_tables, words_ok
@@ -133,20 +137,17 @@ def launch_dequantize(w2d, fmt, n_in, out2d, tables, launcher=None):
 # ---- the triton ops of the layer -----------------------------------------------------------
 
 def _check_qmm(op, a, w_q, qtype, n_in, tables, tile_expert, meta, tile_m, sorted_token,
-               swiglu, float_dtypes=(torch.float16, torch.bfloat16), a_name="a"):
+               swiglu):
     """Raises a ValueError naming the first argument that does not fit; returns (format, R)."""
     fmt = qformat(qtype)
     try:
         check_quantized(w_q, fmt, n_in, name="w_q")
     except (TypeError, ValueError) as e:
         raise ValueError(f"{op}: {e}") from None
-    if not isinstance(tile_m, int) or tile_m < 1 or tile_m & (tile_m - 1):
-        raise ValueError(f"{op}: tile_m must be a power of two, got {tile_m}")
-    if a.dtype not in float_dtypes:
-        names = " / ".join(str(d).replace("torch.", "") for d in float_dtypes)
-        raise ValueError(f"{op}: {a_name} must be {names}, got {a.dtype}")
+    if a.dtype not in (torch.float16, torch.bfloat16):
+        raise ValueError(f"{op}: a must be float16 / bfloat16, got {a.dtype}")
     if a.dim() != 2 or a.shape[1] != n_in or w_q.dim() != 3:
-        raise ValueError(f"{op}: {a_name} [rows, n_in={n_in}] and w_q [E, N, row_bytes] do not "
+        raise ValueError(f"{op}: a [rows, n_in={n_in}] and w_q [E, N, row_bytes] do not "
                          f"fit: {tuple(a.shape)}, {tuple(w_q.shape)}")
     if swiglu and w_q.shape[1] % 2:
         raise ValueError(f"{op}: w_q must be [E, 2I, row_bytes] (gate rows, then up rows), "
@@ -155,20 +156,10 @@ def _check_qmm(op, a, w_q, qtype, n_in, tables, tile_expert, meta, tile_m, sorte
                                or tuple(tables.shape) != (TABLE_SIZE,)):
         raise ValueError(f"{op}: tables must be quant_blocks.device_tables(device) (float32 "
                          f"[{TABLE_SIZE}]), got {tables.dtype} of shape {tuple(tables.shape)}")
-    for name, t in (("tile_expert", tile_expert), ("meta", meta), ("sorted_token", sorted_token)):
-        if t is not None and (t.dtype != torch.int32 or t.dim() != 1):
-            raise ValueError(f"{op}: {name} must be a 1-D int32 tensor from moe_plan, got "
-                             f"{t.dtype} of shape {tuple(t.shape)}")
-    if meta is not None and meta.shape[0] < 4:
-        raise ValueError(f"{op}: meta must hold moe_plan's 4 counters, got {meta.shape[0]}")
-    for name, t in (("w_q", w_q), ("tables", tables), ("tile_expert", tile_expert),
-                    ("meta", meta), ("sorted_token", sorted_token)):
+    for name, t in (("w_q", w_q), ("tables", tables)):
         if t is not None and t.device != a.device:
-            raise ValueError(f"{op}: {name} is on {t.device}, {a_name} on {a.device}")
-    rows = sorted_token.shape[0] if sorted_token is not None else a.shape[0]
-    if rows % tile_m or tile_expert.shape[0] != rows // tile_m:
-        raise ValueError(f"{op}: {rows} rows do not make {tile_expert.shape[0]} tiles of "
-                         f"{tile_m} (tile_expert)")
+            raise ValueError(f"{op}: {name} is on {t.device}, a on {a.device}")
+    rows = check_plan_arguments(a, "a", tile_expert, meta, tile_m, sorted_token)
     return fmt, rows
 
 
@@ -221,46 +212,16 @@ def moe_gate_up_swiglu_qmm_triton(a, w_gate_up_q, qtype, n_in, tile_expert, meta
 
 # ---- CUDA kernels of the op table's dequantize_out and moe_qmm_out -------------------------
 
-def _byte_hull(t):
-    base = t.untyped_storage().data_ptr()
-    lo = sum((s - 1) * st for s, st in zip(t.shape, t.stride()) if st < 0)
-    hi = sum((s - 1) * st for s, st in zip(t.shape, t.stride()) if st > 0)
-    start = base + (t.storage_offset() + lo) * t.element_size()
-    return start, base + (t.storage_offset() + hi + 1) * t.element_size()
-
-
-def _check_no_overlap(op, out, **inputs):
-    """ValueError if out may share bytes with an input (the contract's out= rule)."""
-    if out.numel() == 0 or out.device.type == "meta":
-        return
-    o0, o1 = _byte_hull(out)
-    for name, t in inputs.items():
-        if t is None or t.numel() == 0 or t.device != out.device:
-            continue
-        t0, t1 = _byte_hull(t)
-        if o0 < t1 and t0 < o1:
-            raise ValueError(f"{op}: out overlaps {name}; outputs may not share memory with "
-                             "inputs")
-
+# Each runs the op's own checks first (csrc/checks.cpp, as every backend's kernel does): among
+# them, out is contiguous of the exact shape and overlaps no input.
 
 def dequantize_out_cuda(w_q, qtype, n_in, out):
-    fmt = check_quantized(w_q, qtype, n_in, name="w_q")
-    want = (*w_q.shape[:-1], n_in)
-    if out.dtype != torch.float32 or tuple(out.shape) != want:
-        raise ValueError(f"out must be float32 of shape {want}, got {out.dtype} of shape "
-                         f"{tuple(out.shape)}")
-    if out.device != w_q.device:
-        raise ValueError(f"out must be on {w_q.device} like w_q, got {out.device}")
-    _check_no_overlap("dequantize_out", out, w_q=w_q)
+    _C.meta.dequantize_out(w_q, qtype, n_in, out)
     if out.numel() == 0:
         return
-    w2d = w_q.reshape(-1, w_q.shape[-1])
-    direct = out.stride(-1) == 1 and out.dim() >= 2 and out.is_contiguous()
-    out2d = out.view(-1, n_in) if direct else torch.empty(want, dtype=torch.float32,
-                                                          device=out.device).view(-1, n_in)
-    launch_dequantize(w2d, fmt, n_in, out2d, device_tables(w_q.device))
-    if not direct:
-        out.copy_(out2d.view(want))
+    fmt = qformat(qtype)
+    launch_dequantize(w_q.reshape(-1, w_q.shape[-1]), fmt, n_in, out.view(-1, n_in),
+                      device_tables(w_q.device))
 
 
 def dequantize_triton(w_q, qtype, n_in, out_dtype=torch.float32):
@@ -275,18 +236,12 @@ def dequantize_triton(w_q, qtype, n_in, out_dtype=torch.float32):
     return out
 
 
-def moe_qmm_out_cuda(xs, w_q, qtype, n_in, tile_expert, tile_m, out):
-    fmt, rows = _check_qmm("moe_qmm_out", xs, w_q, qtype, n_in, None, tile_expert, None, tile_m,
-                           None, False, a_name="xs",
-                           float_dtypes=(torch.float16, torch.bfloat16, torch.float32))
-    want = (rows, w_q.shape[1])
-    if out.dtype != xs.dtype or tuple(out.shape) != want or out.device != xs.device:
-        raise ValueError(f"out must be {xs.dtype} of shape {want} on {xs.device}, got "
-                         f"{out.dtype} of shape {tuple(out.shape)} on {out.device}")
-    _check_no_overlap("moe_qmm_out", out, xs=xs, w_q=w_q, tile_expert=tile_expert)
+def moe_qmm_out_cuda(xs, w_q, qtype, n_in, tile_expert, tile_m, activation_quant, out):
+    _C.meta.moe_qmm_out(xs, w_q, qtype, n_in, tile_expert, tile_m, activation_quant, out)
+    check_exact_activations_only(activation_quant, "CUDA")
     if out.numel():
-        launch_moe_qmm(xs, w_q, fmt, n_in, device_tables(xs.device), tile_expert, None, tile_m,
-                       None, out, swiglu=False, zero_unused=True)
+        launch_moe_qmm(xs, w_q, qformat(qtype), n_in, device_tables(xs.device), tile_expert, None,
+                       tile_m, None, out, swiglu=False, zero_unused=True)
 
 
 _libraries = {}  # namespace -> its IMPL torch.library.Library (must outlive the registrations)
@@ -315,3 +270,7 @@ def register_cuda_kernels(namespace="argon", dispatch_key="CUDA"):
 __all__ = ["moe_qmm_triton", "moe_gate_up_swiglu_qmm_triton", "moe_qmm_triton_op",
            "moe_gate_up_swiglu_qmm_triton_op", "launch_moe_qmm", "launch_dequantize",
            "register_cuda_kernels", "device_tables"]
+
+
+for _op in (moe_qmm_triton_op, moe_gate_up_swiglu_qmm_triton_op):
+    refuse_gradients(_op)

@@ -9,9 +9,9 @@
 // threads of ONE parallel region in order of size (largest first, from a shared counter), each
 // block a single-threaded GEMM (MKL runs on one thread inside a parallel region).
 //
-// fp16 / bf16 where torch has no oneDNN kernel for the dtype (CPUs without AVX-512 or AMX): torch's
-// fallback GEMM for them is scalar, about 25x slower than sgemm on AVX2 (measured: 128x1024x512,
-// 55 ms against 2.1 ms). There we widen: a block's rows and its expert's weights are converted to
+// fp16 / bf16 where torch has no oneDNN kernel for the dtype (CPUs without AVX-512 or AMX), or the
+// CPU variant in use (cpu_isa.h) is below avx512: torch's fallback GEMM for them is scalar, about
+// 25x slower than sgemm on AVX2 (measured: 128x1024x512, 55 ms against 2.1 ms). There we widen: a block's rows and its expert's weights are converted to
 // fp32 in per-thread workspaces (reused across calls: no fresh pages), multiplied by sgemm, and
 // rounded once to the output dtype. The products of two 16-bit floats are exact in fp32 and the
 // sums are fp32, as in torch's own reduced-precision GEMMs; only the order of the sums differs.
@@ -33,6 +33,7 @@
 #include "../float_dispatch.h"
 #include "../op_signatures.h"
 #include "cpu_clones.h"
+#include "cpu_isa.h"
 
 namespace argon {
 namespace {
@@ -46,10 +47,13 @@ struct MmBlock {
 };
 
 // Whether torch multiplies `dtype` through oneDNN (AVX-512 / AMX kernels) on this CPU, asked the
-// way torch itself decides (torch.ops.mkldnn._is_mkldnn_{bf16,fp16}_supported); if not, its GEMM
-// for the dtype is the scalar fallback and moe_mm widens to fp32 instead.
+// way torch itself decides (torch.ops.mkldnn._is_mkldnn_{bf16,fp16}_supported), and the CPU
+// variant in use is avx512 or above; if not, moe_mm widens to fp32 instead. On an AVX-512-BF16
+// CPU (Zen 4) torch's bf16 GEMM runs at 2.1-2.4x its fp32 sgemm for 32-2048 rows of 768-2048
+// (bench/cpu_isa_notes.md), so there its native GEMM is the route.
 bool torch_has_fast_gemm(at::ScalarType dtype) {
   if (dtype == at::kFloat) return true;
+  if (cpu_isa() < CpuIsa::kAvx512) return false;
   auto ask = [](const char* op) {
     try {
       auto handle = c10::Dispatcher::singleton().findSchemaOrThrow(op, "").typed<bool()>();

@@ -30,6 +30,8 @@
 #include "../float_dispatch.h"
 #include "../op_signatures.h"
 #include "cpu_clones.h"
+#include "moe_qmm_q8_cpu.h"
+#include "qmm_tasks.h"
 #include "quant_blocks_cpu.h"
 
 namespace argon {
@@ -38,12 +40,6 @@ namespace {
 constexpr int64_t kMaxRows = 512;                 // rows of xs per task
 constexpr int64_t kWeightTileValues = 64 * 1024;  // dequantized weights per task (256 KB fp32)
 constexpr int64_t kMinBlock = 16;                 // fewest weight rows per task
-
-struct Task {
-  int32_t expert;
-  int64_t r0, rows;  // rows of xs / out
-  int64_t n0, cols;  // weight rows of the expert = columns of out
-};
 
 // Thread-local scratch, grown on demand and kept: the dequantized weight tile, the widened rows
 // of xs (tagged with the call and row chunk they hold), the GEMM's result.
@@ -55,11 +51,6 @@ struct Scratch {
 thread_local Scratch scratch;
 std::atomic<uint64_t> call_counter{0};
 
-float* grow(std::vector<float>& v, int64_t n) {
-  if (static_cast<int64_t>(v.size()) < n) v.resize(n);
-  return v.data();
-}
-
 template <typename in_t>
 ARGON_CPU_CLONES void widen_rows(const in_t* x, int64_t row_stride, int64_t col_stride,
                                  int64_t rows, int64_t cols, float* out) {
@@ -68,26 +59,10 @@ ARGON_CPU_CLONES void widen_rows(const in_t* x, int64_t row_stride, int64_t col_
   }
 }
 
-template <typename out_t>
-ARGON_CPU_CLONES void store_rows(const float* c, int64_t rows, int64_t cols, out_t* out,
-                                 int64_t out_stride) {
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t j = 0; j < cols; ++j) out[r * out_stride + j] = static_cast<out_t>(c[r * cols + j]);
-  }
-}
-
-// Weight rows per task: the tile fits kWeightTileValues, and there are enough tasks to share.
-int64_t weight_block(int64_t N, int64_t n_in, int64_t row_chunks) {
-  int64_t bn = std::max<int64_t>(kMinBlock, kWeightTileValues / std::max<int64_t>(n_in, 1));
-  bn = std::min(bn, N);
-  const int64_t want_tasks = 4 * static_cast<int64_t>(at::get_num_threads());
-  while (bn > kMinBlock && row_chunks * ((N + bn - 1) / bn) < want_tasks) bn = (bn + 1) / 2;
-  return std::max<int64_t>(bn, 1);
-}
-
 void moe_qmm_out_cpu(const Tensor& xs, const Tensor& w_q_in, int64_t qtype, int64_t n_in,
-                     const Tensor& tile_expert_in, int64_t tile_m, const Tensor& out) {
-  check_moe_qmm(xs, w_q_in, qtype, n_in, tile_expert_in, tile_m, out);
+                     const Tensor& tile_expert_in, int64_t tile_m,
+                     c10::string_view activation_quant, const Tensor& out) {
+  check_moe_qmm(xs, w_q_in, qtype, n_in, tile_expert_in, tile_m, activation_quant, out);
   const Tensor tile_expert = tile_expert_in.contiguous();
   const int32_t* te = tile_expert.const_data_ptr<int32_t>();
   const int64_t n_tiles = tile_expert.size(0), E = w_q_in.size(0), N = w_q_in.size(1);
@@ -101,32 +76,14 @@ void moe_qmm_out_cpu(const Tensor& xs, const Tensor& w_q_in, int64_t qtype, int6
     return;
   }
   const Tensor w_q = w_q_in.stride(2) == 1 ? w_q_in : w_q_in.contiguous();
-
-  // Segments of one expert, cut into row chunks; rows of expert -1 zeroed here.
-  std::vector<std::pair<int32_t, std::pair<int64_t, int64_t>>> chunks;  // expert, (r0, rows)
-  for (int64_t j0 = 0; j0 < n_tiles;) {
-    int64_t j1 = j0 + 1;
-    while (j1 < n_tiles && te[j1] == te[j0]) ++j1;
-    const int64_t r0 = j0 * tile_m, r1 = j1 * tile_m;
-    if (te[j0] < 0) {
-      out.narrow(0, r0, r1 - r0).zero_();
-    } else {
-      // Even chunks (a 4-row remainder would pay a whole weight tile's dequant).
-      const int64_t n_chunks = (r1 - r0 + kMaxRows - 1) / kMaxRows;
-      const int64_t size = (r1 - r0 + n_chunks - 1) / n_chunks;
-      for (int64_t r = r0; r < r1; r += size) chunks.push_back({te[j0], {r, std::min(size, r1 - r)}});
-    }
-    j0 = j1;
+  if (check_activation_quant(activation_quant) == ActivationQuant::kQ8) {
+    return moe_qmm_q8_cpu(xs, w_q, qtype, n_in, te, n_tiles, tile_m, out);
   }
+  const std::vector<QmmChunk> chunks = qmm_row_chunks(te, n_tiles, tile_m, kMaxRows, out);
   if (chunks.empty()) return;
-  const int64_t bn = weight_block(N, n_in, static_cast<int64_t>(chunks.size()));
-  std::vector<Task> tasks;
-  tasks.reserve(chunks.size() * ((N + bn - 1) / bn));
-  for (const auto& [e, rows] : chunks) {
-    for (int64_t n0 = 0; n0 < N; n0 += bn) {
-      tasks.push_back(Task{e, rows.first, rows.second, n0, std::min(bn, N - n0)});
-    }
-  }
+  const int64_t bn = qmm_weight_block(N, n_in, static_cast<int64_t>(chunks.size()),
+                                      kWeightTileValues, kMinBlock, 1);
+  const std::vector<QmmTask> tasks = qmm_tasks(chunks, N, bn);
 
   const uint64_t call = ++call_counter;
   const uint8_t* w_data = w_q.const_data_ptr<uint8_t>();
@@ -138,7 +95,7 @@ void moe_qmm_out_cpu(const Tensor& xs, const Tensor& w_q_in, int64_t qtype, int6
       at::parallel_for(0, at::get_num_threads(), 1, [&](int64_t, int64_t) {
         Scratch& s = scratch;
         for (int64_t t = next.fetch_add(1); t < n_tasks; t = next.fetch_add(1)) {
-          const Task& task = tasks[t];
+          const QmmTask& task = tasks[t];
           float* w_tile = grow(s.w, task.cols * n_in);
           dequantize_rows<Block, ELEMS, DQ>(
               w_data + task.expert * w_expert_stride + task.n0 * w_row_stride, w_row_stride,
@@ -159,7 +116,7 @@ void moe_qmm_out_cpu(const Tensor& xs, const Tensor& w_q_in, int64_t qtype, int6
           float* c = grow(s.c, kMaxRows * bn);
           Tensor c_t = at::from_blob(c, {task.rows, task.cols}, at::kFloat);
           at::cpu::mm_out(c_t, a, at::from_blob(w_tile, {task.cols, n_in}, at::kFloat).t());
-          store_rows(c, task.rows, task.cols,
+          store_rows(c, task.cols, task.rows, task.cols,
                      out.data_ptr<scalar_t>() + task.r0 * N + task.n0, N);
         }
       });

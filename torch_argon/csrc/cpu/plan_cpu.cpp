@@ -8,7 +8,9 @@
 // stable order the contract asks for; (4) padding and tail rows, tile map and meta.
 // Memory: a [C, E] int32 table, C bounded so that it stays within kScratchBytes, or one row of E
 // (the size of the counts output) when E alone is larger. Out-of-range ids raise before anything
-// is written.
+// is written. Threads: over the C chunks (one below 2 * kMinChunkEntries entries) and, in step
+// (4), over experts where the fill is large enough (kMinFillPerThread): a small plan opens no
+// parallel region.
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
@@ -25,6 +27,11 @@ namespace argon {
 namespace {
 
 constexpr int64_t kMinChunkEntries = 16384;
+// Stores worth a thread of their own in step (4). An OpenMP region costs microseconds on an
+// idle machine and milliseconds when other processes hold the cores (~12 ms a call for a
+// region over 128 experts at T = 0 on a busy 2-core host), so a fill smaller than this per
+// thread runs on the caller's thread.
+constexpr int64_t kMinFillPerThread = int64_t{1} << 16;
 constexpr int64_t kMaxChunks = 64;
 constexpr int64_t kScratchBytes = int64_t{64} << 20;
 
@@ -114,8 +121,11 @@ void plan_kernel(const PlanDims& d, const id_t* ids, const at::Tensor& weights, 
     });
   });
 
-  // (4) padding rows of each expert, the tail past n_rows, the tile map, meta.
-  at::parallel_for(0, E, 64, [&](int64_t e0, int64_t e1) {
+  // (4) padding rows of each expert, the tail past n_rows, the tile map, meta: a few stores per
+  // expert, padding row and tile, split over threads only where they add up.
+  const int64_t fill = E + (n_rows - valid) + n_rows / tm;
+  const int64_t experts_per_task = std::max<int64_t>(64, E * kMinFillPerThread / fill);
+  at::parallel_for(0, E, experts_per_task, [&](int64_t e0, int64_t e1) {
     for (int64_t e = e0; e < e1; ++e) {
       for (int64_t r = offsets[e] + counts[e]; r < offsets[e + 1]; ++r) {
         sorted_token[r] = -1;

@@ -142,8 +142,10 @@ void dequantize_out(Target& target, const Tensor& w_q, int64_t qtype, int64_t n_
 }
 
 void moe_qmm_out(Target& target, const Tensor& xs, const Tensor& w_q_in, int64_t qtype,
-                 int64_t n_in, const Tensor& tile_expert_in, int64_t tile_m, const Tensor& out) {
-  check_moe_qmm(xs, w_q_in, qtype, n_in, tile_expert_in, tile_m, out);
+                 int64_t n_in, const Tensor& tile_expert_in, int64_t tile_m,
+                 c10::string_view activation_quant, const Tensor& out) {
+  check_moe_qmm(xs, w_q_in, qtype, n_in, tile_expert_in, tile_m, activation_quant, out);
+  check_exact_activations_only(check_activation_quant(activation_quant), "Metal");
   const Tensor tile_expert = tile_expert_in.contiguous();
   const Tensor w_q = w_q_in.stride(2) == 1 ? w_q_in : w_q_in.contiguous();
   ArgonMoeQmmParams p{};

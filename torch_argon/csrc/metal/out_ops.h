@@ -42,7 +42,8 @@ void moe_mm_out(Target& target, const Tensor& xs, const Tensor& w, const Tensor&
 void dequantize_out(Target& target, const Tensor& w_q, int64_t qtype, int64_t n_in,
                     const Tensor& out);
 void moe_qmm_out(Target& target, const Tensor& xs, const Tensor& w_q, int64_t qtype,
-                 int64_t n_in, const Tensor& tile_expert, int64_t tile_m, const Tensor& out);
+                 int64_t n_in, const Tensor& tile_expert, int64_t tile_m,
+                 c10::string_view activation_quant, const Tensor& out);
 
 // An op body above bound to the target `get` returns: a kernel with the op's own signature.
 template <Target& (*get)(), auto body>
