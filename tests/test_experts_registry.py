@@ -156,8 +156,8 @@ def test_q8_runs_on_the_cpu_and_is_declined_where_moe_qmm_has_no_q8_kernels():
     assert ((got - want).norm() / want.norm()).item() < 2e-3
     call = ExpertsCall.of(x.to("meta"), q, ops=torch_argon.ops.argon_ops, activation_quant="q8")
     assert registry.BY_NAME["ops_quantized"].supports(call) == (
-        "activation_quant='q8': moe_qmm has q8 kernels on the CPU only, these activations are "
-        "on meta")
+        "activation_quant='q8': moe_qmm has q8 kernels on the CPU and on CUDA (the gpuq kernels), "
+        "these activations are on meta")
 
 
 @pytest.mark.parametrize("isa", torch.ops.argon_cpu.isas())

@@ -241,18 +241,13 @@ def test_compile_fullgraph_matches_eager():
     assert torch.equal(got, experts(x))
 
 
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("name,dtype,activation_quant,tm", [
-    ("Q4_K", torch.bfloat16, "none", 16), ("IQ4_XS", torch.float16, "none", 1),
-    ("Q6_K", torch.bfloat16, "q8", 4), ("Q8_0", torch.float32, "q8", 64),
-    ("IQ3_S", torch.float16, "q8", 8)])
-def test_moe_qmm_out_hook(device, name, dtype, activation_quant, tm):
-    """gpuq.moe_qmm_out, the op table's moe_qmm_out on the gpuq kernels (what moe_qmm_out's CUDA
-    kernel calls): row-ordered xs, any tile_m, NaN-prefilled out, unused tiles' rows zero,
-    against reference.moe_qmm in both activation modes."""
+def _moe_qmm_out_case(run, device, name, dtype, activation_quant, tm, T=11):
+    """`run`(xs, w_q, type id, n_in, tile_expert, tile_m, activation_quant, out) on row-ordered
+    xs of a plan over -1 ids, into a NaN-prefilled out: unused tiles' rows zero, the rest
+    against reference.moe_qmm in the mode asked for."""
     from torch_argon import reference
     from gpuq_cases import dims_for, problem
-    x, _, wd, ids, w = problem(name, 11, 3, 2, "neg_some", dtype, 6)
+    x, _, wd, ids, w = problem(name, T, 3, 2, "neg_some", dtype, 6)
     I = dims_for(name)[1]
     plan = reference.moe_plan(ids, w, 3, tm)
     g = torch.Generator().manual_seed(tm)
@@ -261,14 +256,74 @@ def test_moe_qmm_out_hook(device, name, dtype, activation_quant, tm):
                              activation_quant=activation_quant)
     d = torch.device(device)
     out = torch.full(want.shape, float("nan"), dtype=dtype, device=d)
-    assert gpuq.moe_qmm_out(xs.to(d), wd.to(d), FORMATS[name].type_id, I,
-                            plan.tile_expert.to(d), tm, activation_quant, out)
+    ran = run(xs.to(d), wd.to(d), FORMATS[name].type_id, I, plan.tile_expert.to(d), tm,
+              activation_quant, out)
     unused = (plan.tile_expert < 0).repeat_interleave(tm)
     assert (out.cpu()[unused] == 0).all()
     tol = {torch.float32: 1e-5, torch.float16: 6e-4, torch.bfloat16: 4e-3}[dtype]
     if dtype == torch.bfloat16 and activation_quant == "none" and tm > 8:
         tol = 1.5e-2  # the scaled path
-    assert rel_err(out.cpu(), want) < tol
+    if T:
+        assert rel_err(out.cpu(), want) < tol
+    return ran
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name,dtype,activation_quant,tm", [
+    ("Q4_K", torch.bfloat16, "none", 16), ("IQ4_XS", torch.float16, "none", 1),
+    ("Q6_K", torch.bfloat16, "q8", 4), ("Q8_0", torch.float32, "q8", 64),
+    ("IQ3_S", torch.float16, "q8", 8)])
+def test_moe_qmm_out_hook(device, name, dtype, activation_quant, tm):
+    """gpuq.moe_qmm_out, the op table's moe_qmm_out on the gpuq kernels: any tile_m, both
+    activation modes, fp32 xs with q8."""
+    assert _moe_qmm_out_case(gpuq.moe_qmm_out, device, name, dtype, activation_quant, tm)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("activation_quant", ["none", "q8"])
+def test_moe_qmm_out_cuda_kernel_runs_gpuq(device, name, activation_quant):
+    """moe_qmm_out's CUDA kernel (triton_ops/quant_ops.py) serves both modes on the gpuq
+    kernels for every format (here through the host emulation; the Triton kernel, which has no
+    q8, would have raised for q8); bf16 and fp16 xs, 8 and 16 rows a tile."""
+    from torch_argon.triton_ops import quant_ops
+    i = NAMES.index(name)
+    dtype = (torch.bfloat16, torch.float16)[i % 2]
+    _moe_qmm_out_case(quant_ops.moe_qmm_out_cuda, device, name, dtype, activation_quant,
+                      (8, 16)[i // 2 % 2])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("activation_quant", ["none", "q8"])
+def test_moe_qmm_out_cuda_kernel_without_tokens(device, activation_quant):
+    """T = 0: a plan of unused tiles only; out all zeros, nothing read."""
+    from torch_argon.triton_ops import quant_ops
+    _moe_qmm_out_case(quant_ops.moe_qmm_out_cuda, device, "Q4_K", torch.bfloat16,
+                      activation_quant, 8, T=0)
+
+
+def test_moe_qmm_out_cuda_kernel_falls_back_to_triton(monkeypatch):
+    """Where gpuq declines (fp32 xs without q8; a build or GPU without the gpuq kernels) the
+    CUDA kernel launches the Triton GEMM, which runs "none" only: q8 there raises the shared
+    ValueError of a backend without q8 kernels before anything is written."""
+    from torch_argon.triton_ops import quant_ops
+    launched = []
+    monkeypatch.setattr(quant_ops, "launch_moe_qmm",
+                        lambda xs, *args, **kwargs: launched.append(xs.dtype))
+    xs = torch.randn(8, 64)
+    w = torch.zeros(2, 4, 68, dtype=torch.uint8)
+    te = torch.zeros(1, dtype=torch.int32)
+    out = torch.full((8, 4), float("nan"))
+    quant_ops.moe_qmm_out_cuda(xs, w, FORMATS["Q8_0"].type_id, 64, te, 8, "none", out)
+    assert launched == [torch.float32]
+    monkeypatch.setattr(gpuq, "refusal", lambda device: "no gpuq kernels here")
+    half = xs.to(torch.bfloat16)
+    quant_ops.moe_qmm_out_cuda(half, w, FORMATS["Q8_0"].type_id, 64, te, 8, "none",
+                               out.to(torch.bfloat16))
+    assert launched == [torch.float32, torch.bfloat16]
+    with pytest.raises(ValueError, match='activation_quant="q8" has no kernels on CUDA'):
+        quant_ops.moe_qmm_out_cuda(xs, w, FORMATS["Q8_0"].type_id, 64, te, 8, "q8", out)
+    assert len(launched) == 2 and out.isnan().all()
 
 
 def test_moe_qmm_out_hook_leaves_float32_without_q8_to_the_caller():

@@ -58,7 +58,7 @@ class CudaQuantized(Experts):
 
     def apply(self, call, x, xs, plan, workspace):
         w, tm = call.weights, plan.tile_m
-        mode = "q8" if call.activation_quant == "q8" else "none"
+        mode = self.resolved_activation_quant(call)
 
         def qmm(a, part, **kwargs):
             return gpuq.qmm(a, part.data, part.qtype.type_id, part.n_in, plan.tile_expert, tm,

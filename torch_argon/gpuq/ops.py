@@ -12,7 +12,8 @@ asynchronous on the current CUDA stream and take no host sync: CUDA graphs captu
   quantize_q8(x) -> (q int8 [R, n], d float32 [R, n / 32])
   dequantize(w_q, qtype, n_in, dtype=torch.bfloat16, out=None) -> [E, N, n_in]
   moe_qmm_out(xs, w_q, qtype, n_in, tile_expert, tile_m, activation_quant, out) -> bool
-      the op table's moe_qmm_out where gpuq runs it (for a backend's kernel of that op)
+      the op table's moe_qmm_out where gpuq runs it (moe_qmm_out's CUDA kernel calls it:
+      triton_ops/quant_ops.py)
 """
 import functools
 
@@ -93,7 +94,7 @@ def dequantize(w_q, qtype, n_in, dtype=torch.bfloat16, *, out=None):
 
 def moe_qmm_out(xs, w_q, qtype, n_in, tile_expert, tile_m, activation_quant, out) -> bool:
     """The op table's moe_qmm_out (row-ordered xs [R, n_in], rows of unused tiles zero) on the
-    gpuq kernels, for a backend's kernel of that op to call after its own argument checks:
+    gpuq kernels, for moe_qmm_out's CUDA kernel to call after the op's argument checks:
     True where gpuq ran it, False where the caller runs its own kernel (no gpuq kernels for this
     device; float32 xs without q8). activation_quant "q8" takes bf16 / fp16 / fp32 xs; "none"
     bf16 / fp16. Any power-of-two tile_m, every block format."""
