@@ -324,54 +324,23 @@ GQ_DEV void mma_s8_k16(int32_t d[4], const uint32_t a[2], const uint32_t b[1], c
 
 // ---- the lane's position ----------------------------------------------------------------------
 
-GQ_DEV int lane_id() {
+// thread_in_block: the thread's index in its block; block_sync: every thread of the block
+// arrives before any goes on (__syncthreads).
 #if defined(__CUDACC__)
-  return threadIdx.x & 31;
+GQ_DEV int lane_id() { return threadIdx.x & 31; }
+GQ_DEV int warp_id() { return threadIdx.x >> 5; }
+GQ_DEV int thread_in_block() { return threadIdx.x; }
+GQ_DEV int block_x() { return blockIdx.x; }
+GQ_DEV int block_y() { return blockIdx.y; }
+GQ_DEV void block_sync() { __syncthreads(); }
 #else
-  return host::lane_id();
+GQ_DEV int lane_id() { return host::lane_id(); }
+GQ_DEV int warp_id() { return host::warp_id(); }
+GQ_DEV int thread_in_block() { return host::thread_id(); }
+GQ_DEV int block_x() { return host::block_x(); }
+GQ_DEV int block_y() { return host::block_y(); }
+GQ_DEV void block_sync() { host::block_barrier(); }
 #endif
-}
-
-GQ_DEV int warp_id() {
-#if defined(__CUDACC__)
-  return threadIdx.x >> 5;
-#else
-  return host::warp_id();
-#endif
-}
-
-GQ_DEV int thread_in_block() {
-#if defined(__CUDACC__)
-  return threadIdx.x;
-#else
-  return host::thread_id();
-#endif
-}
-
-// Every thread of the block arrives before any goes on (__syncthreads).
-GQ_DEV void block_sync() {
-#if defined(__CUDACC__)
-  __syncthreads();
-#else
-  host::block_barrier();
-#endif
-}
-
-GQ_DEV int block_x() {
-#if defined(__CUDACC__)
-  return blockIdx.x;
-#else
-  return host::block_x();
-#endif
-}
-
-GQ_DEV int block_y() {
-#if defined(__CUDACC__)
-  return blockIdx.y;
-#else
-  return host::block_y();
-#endif
-}
 
 // ---- loads of GGUF bytes ----------------------------------------------------------------------
 // Blocks are 2-, 4-, 8- or 16-byte aligned (or not at all: MXFP4's 17 bytes), so each format
