@@ -89,6 +89,32 @@ def test_quantize_q8_matches_definition(device, dtype):
     assert torch.equal(d.cpu(), want_d)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("pad,offset", [(2, 2), (3, 1)])
+def test_activations_off_the_8_byte_grid(device, pad, offset):
+    """bf16 x rows 4 bytes off the 8 bytes the kernels' 64-bit activation loads need (row stride
+    a multiple of 4, not 8), or 2 bytes off (stride odd in words): read through an aligned copy,
+    bit for bit what the kernel gives on a contiguous x (the emulation fails a misaligned load
+    as the GPU would)."""
+    from torch_argon import reference
+    from gpuq_cases import dims_for
+    H = dims_for("Q4_K")[0]
+    g = torch.Generator().manual_seed(offset)
+    base = torch.randn(9, H + pad, generator=g).to(torch.bfloat16)
+    x = base[:, offset:offset + H]
+    w = random_quantized("Q4_K", 48, H, leading=(2,), std=0.05, generator=g)
+    ids = torch.tensor([[0], [1], [1], [0], [1], [0], [0], [1], [1]])
+    plan = reference.moe_plan(ids, torch.ones(9, 1), 2, 8)
+    d = torch.device(device)
+    args = (w.to(d), "Q4_K", H, plan.tile_expert.to(d), 8)
+    kw = dict(meta=plan.meta.to(d), row_token=plan.sorted_token.to(d))
+    got = gpuq.qmm(base.to(d)[:, offset:offset + H], *args, **kw).cpu()
+    assert torch.equal(got, gpuq.qmm(x.contiguous().to(d), *args, **kw).cpu())
+    want = reference.moe_qmm(reference.moe_gather(x, plan.sorted_token), w, "Q4_K", H,
+                             plan.tile_expert, 8)
+    assert rel_err(got, want) < 4e-3
+
+
 def _decode_case(name, device, dtype, pad, raw_bytes, E=3, N=5):
     """The decode of E experts' N rows into the second half of a NaN-filled buffer whose rows
     are n_in + pad long (pad 8: 16-byte aligned rows, vector stores; 1: scalar stores)."""

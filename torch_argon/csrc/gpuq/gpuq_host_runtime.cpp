@@ -134,6 +134,7 @@ std::string launch(int grid_x, int grid_y, int threads, const std::function<void
           swapcontext(&block.scheduler, &lane.ctx);
           if (lane.done) --remaining;
         }
+        if (!block.error.empty()) break;  // a lane threw: its error, not the others' wait
         if (remaining > 0 && block.events == before) {
           block.error = "gpuq host: lanes diverged at a warp exchange (mma) or a block barrier "
                         "in block (" + std::to_string(bx) + ", " + std::to_string(by) + ")";

@@ -28,6 +28,8 @@
 #else
 #define GQ_SHARED static thread_local
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 #include "gpuq_host_runtime.h"
 #define GQ_DEV inline
@@ -346,9 +348,25 @@ GQ_DEV void block_sync() { host::block_barrier(); }
 // Blocks are 2-, 4-, 8- or 16-byte aligned (or not at all: MXFP4's 17 bytes), so each format
 // loads its words through the widest access its alignment allows.
 
+// `p` itself; in the emulation, a lane's error where a GPU would fault: an address that is not
+// a multiple of the load's width (so the CPU tests catch a misaligned wide load).
+template <int WIDTH>
+GQ_DEV const uint8_t* checked(const uint8_t* p) {
+#if !defined(__CUDACC__)
+  if (reinterpret_cast<uintptr_t>(p) % WIDTH) {
+    throw std::runtime_error("gpuq host: misaligned " + std::to_string(WIDTH) + "-byte load");
+  }
+#endif
+  return p;
+}
+
 GQ_DEV uint32_t load_u8(const uint8_t* p) { return *p; }
-GQ_DEV uint32_t load_u16(const uint8_t* p) { return *reinterpret_cast<const uint16_t*>(p); }
-GQ_DEV uint32_t load_u32(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+GQ_DEV uint32_t load_u16(const uint8_t* p) {
+  return *reinterpret_cast<const uint16_t*>(checked<2>(p));
+}
+GQ_DEV uint32_t load_u32(const uint8_t* p) {
+  return *reinterpret_cast<const uint32_t*>(checked<4>(p));
+}
 // 8 bytes from an 8-byte aligned address, as two words (one 64-bit load).
 GQ_DEV void load_2u32(const uint8_t* p, uint32_t& lo, uint32_t& hi) {
 #if defined(__CUDACC__)
@@ -356,7 +374,7 @@ GQ_DEV void load_2u32(const uint8_t* p, uint32_t& lo, uint32_t& hi) {
   lo = v.x;
   hi = v.y;
 #else
-  std::memcpy(&lo, p, 4);
+  std::memcpy(&lo, checked<8>(p), 4);
   std::memcpy(&hi, p + 4, 4);
 #endif
 }
