@@ -312,8 +312,9 @@ def formats_line():
     saving = {f.name: 16 / f.bits_per_weight for f in quantized}
     low, high = min(saving, key=saving.get), max(saving, key=saving.get)
     shown = dict.fromkeys([low, "Q6_K", "Q4_K", high])
-    return (f"- **Quantized experts** in {len(quantized)} GGUF block formats, never dequantized "
-            f"in memory: {saving[low]:.1f}-{saving[high]:.1f}x fewer weight bytes than bf16 ("
+    return (f"- **Quantized experts** in {len(quantized)} GGUF block formats, kept as the "
+            f"blocks (CUDA at large T decodes one layer's into a reused bf16 workspace): "
+            f"{saving[low]:.1f}-{saving[high]:.1f}x fewer weight bytes than bf16 ("
             + ", ".join(f"{n} {saving[n]:.1f}x" for n in shown) + ").")
 
 
