@@ -23,22 +23,13 @@ import os
 import re
 import sys
 
+from checkout_modules import this_checkout
+
 DEFAULT_CONFIGS = "512x10x2048x512,128x8x2048x768"  # E x K x H x I
 
 
 def parse_configs(text):
     return [tuple(int(v) for v in c.split("x")) for c in text.split(",") if c]
-
-
-def this_checkout(module):
-    """torch_argon/testing/<module>.py of this checkout, loaded by path (it imports torch only)."""
-    import importlib.util
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                        "torch_argon", "testing", f"{module}.py")
-    spec = importlib.util.spec_from_file_location(f"argon_ab_{module}", path)
-    loaded = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(loaded)
-    return loaded
 
 
 def run(args):

@@ -26,6 +26,8 @@ import os
 import re
 import sys
 
+from checkout_modules import this_checkout
+
 DEFAULT_T = "1,16,128,512,1024,2048,3072,4096,6144,8192,16384"
 DEFAULT_CONFIGS = "512x10,128x8"  # E x K
 TILE_M = 16
@@ -61,18 +63,6 @@ def split_key(k):
 
 
 # ---- run (one side, on the GPU) ------------------------------------------------------------
-
-def this_checkout(module):
-    """torch_argon/testing/<module>.py of this checkout, loaded by path: the same routings and
-    timers for both sides, whatever the tree under test has."""
-    import importlib.util
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                        "torch_argon", "testing", f"{module}.py")
-    spec = importlib.util.spec_from_file_location(f"argon_ab_{module}", path)
-    loaded = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(loaded)
-    return loaded
-
 
 def run(args):
     import torch

@@ -47,6 +47,14 @@ if [ $rc -eq 0 ]; then
   # The link against the SDK's stubs with nothing left to load time: every symbol it cannot
   # resolve must be torch's or ours (csrc/metal/out_ops.cpp); an Apple symbol there is a misspelt
   # class or function, or one this SDK does not have.
+  # lld's Mach-O linker: Debian's lld-19 puts ld64.lld under /usr/lib/llvm-19/bin only.
+  LLD=$(command -v ld64.lld || ls /usr/lib/llvm-*/bin/ld64.lld 2>/dev/null | sort -V | tail -n 1 || true)
+  if [ -z "$LLD" ]; then
+    echo "  link: FAILED: no ld64.lld (install lld, e.g. apt-get install lld-19)"
+    echo "check_mps_glue: FAILED"
+    exit 1
+  fi
+  PATH="$(dirname "$LLD"):$PATH"
   LINK=("$CXX" "${TARGET[@]}" -fuse-ld=lld -shared "${objects[@]}" -framework Metal
         -framework Foundation -lobjc -lc++)
   "${LINK[@]}" -Wl,--error-limit=0 -o "$OUT/strict.dylib" > "$OUT/link.log" 2>&1 || true
