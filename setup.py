@@ -21,7 +21,7 @@ from torch.utils import cpp_extension
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, ROOT)  # build_tools/ beside this file (a PEP 517 build may not put it first)
-from build_tools import build_log, metal_codegen  # noqa: E402
+from build_tools import build_log, gpuq_codegen, metal_codegen  # noqa: E402
 
 CSRC = os.path.join("torch_argon", "csrc")
 TEST_BUILD = os.environ.get("ARGON_TEST_BUILD") == "1"
@@ -94,6 +94,15 @@ generated_units = [os.path.relpath(p, ROOT) for p in
                    metal_codegen.generate(os.path.join(ROOT, GENERATED), cuda=cuda and TEST_BUILD)]
 
 
+# ---- gpuq (torch_argon/csrc/gpuq: the quantized expert GEMMs and decode in CUDA C++).
+# build_tools/gpuq_codegen.py writes one unit per GGUF block format (so they compile in
+# parallel) and the kernels' tables under build/argon_generated/: the CUDA units go into _C
+# (CUDA builds), the same units compiled as C++ (the host emulation) into _C_test.
+gpuq_targets = (("cuda",) if cuda else ()) + (("host",) if TEST_BUILD else ())
+gpuq_units = [os.path.relpath(p, ROOT)
+              for p in gpuq_codegen.generate(os.path.join(ROOT, GENERATED), gpuq_targets)]
+
+
 def metal_inputs():
     """The files argon.metallib is made from: every kernel file and the shaders' headers."""
     return list(metal_codegen.library_files()) + sorted(
@@ -127,10 +136,11 @@ def build_metallib(inputs):
 # _C: the ops (csrc/*.cpp but the test module's own file), the CPU kernels, the CUDA kernels, and
 # on macOS the Metal backend (recipe, out ops, MPS dispatch).
 lib_srcs = [s for s in sources("*.cpp", "cpu/*.cpp") if not s.endswith("module_test.cpp")]
+lib_srcs += sources("gpuq/gpuq_ops.cpp")  # the gpuq ops' schemas (and their CUDA kernels)
 lib_flags = dict(cxx=list(cxx_flags), nvcc=list(nvcc_flags))
 lib_link = list(extra_link)
 if cuda:
-    lib_srcs += sources("cuda/*.cu")
+    lib_srcs += sources("cuda/*.cu") + [u for u in gpuq_units if u.endswith(".cu")]
 if want_mps():
     lib_srcs += sources("metal/*.cpp", "metal/mps/*.mm")
     defines.append(("ARGON_WITH_MPS", "1"))
@@ -145,6 +155,9 @@ if want_mps():
 test_srcs = sources("module_test.cpp", "checks.cpp", "functional.cpp", "autograd_skip.cpp",
                     "metal/*.cpp", "metal/host/*.cpp")
 test_srcs += [u for u in generated_units if u.endswith(".cpp")]
+# the gpuq kernels' host emulation: its ops' CPU kernels, the fibers, one unit per format
+test_srcs += sources("gpuq/gpuq_ops.cpp", "gpuq/gpuq_host_runtime.cpp")
+test_srcs += [u for u in gpuq_units if u.endswith(".cpp")]
 test_flags = dict(cxx=list(cxx_flags), nvcc=list(nvcc_flags))
 if cuda:
     test_srcs += [u for u in generated_units if u.endswith(".cu")] + sources("metal/cuda/*.cpp")
@@ -211,6 +224,7 @@ depends = [f for ext in ("h", "cpp", "cuh", "cu", "mm", "metal", "inc")
            for f in glob.glob(os.path.join("torch_argon", "**", f"*.{ext}"), recursive=True)]
 depends += glob.glob(os.path.join(CSRC, "metal", "host", "shim", "*"))
 depends += glob.glob(os.path.join(CSRC, "metal", "cuda", "prelude", "*"))
+depends.append(os.path.join(GENERATED, "gpuq_tables.inc"))  # the gpuq units include it
 depends = sorted(set(depends))
 Extension = cpp_extension.CUDAExtension if cuda else cpp_extension.CppExtension
 

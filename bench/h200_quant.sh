@@ -1,55 +1,56 @@
 #!/usr/bin/env bash
-# The quantized experts on the lent H200 (issue 31), in one call of under 7 minutes:
-#   bash bench/h200_quant.sh             # check every format (the CUDA tests), then the benchmark
-#   bash bench/h200_quant.sh --sweep     # + Q4_K block-shape sweep (time-budgeted)
-#   bash bench/h200_quant.sh --quick     # T = 128 and 2048 only
-#   bash bench/h200_quant.sh --gpuq      # the gpuq CUDA C++ kernels instead (bench_quant_gpuq.py):
-#                                        # every format, both activation modes, bf16 baseline,
-#                                        # floors; no extension build; about 90 s; writes
-#                                        # $OUT/h200_quant_gpuq.json (also bench/results/)
-# Builds the extension first only if this Python has none (bench/h200_run.sh build does too;
-# the build is not in the 7 minutes). Writes $OUT/h200_quant.json (also bench/results/),
-# $OUT/h200_quant.log; prints the table last. The check of every format is the CUDA tests of
-# tests/test_quant_triton.py (dequantize bit for bit, the GEMMs within tolerance; log:
-# $OUT/quant_check.log). Exit status: 0; 1 if a format's check failed or a path raised (the
-# table's last lines say which); 2 if the build failed.
+# The quantized experts on the lent GPU (issue 43), in one call:
+#   bash bench/h200_quant.sh --quick           # Q4_K, Q8_0, IQ4_XS, Q6_K, IQ2_XS (< 4 min)
+#   bash bench/h200_quant.sh                   # every format, and cuda_quantized's q8 mode
+#   bash bench/h200_quant.sh --check --quick   # the CUDA tests of the quantized kernels first
+# The build comes first (setup.py build_ext --inplace for sm_90: the gpuq kernels are compiled
+# into the extension; a no-op when nothing changed; not in the benchmark's minutes). --check
+# runs the CUDA tests of the gpuq kernels (moe_qmm_out's CUDA kernel on them included) and of
+# the CUDA quantized experts, at most CHECK_S seconds (default 240; log: $OUT/quant_check.log;
+# the Triton quantized kernels' own CUDA tests are tests/test_quant_triton.py, in
+# bench/h200_tests.sh). Every other argument goes to bench/bench_quant.py.
+# Writes $OUT/h200_quant.json (also bench/results/h200_quant.json, from which
+# `python bench/make_tables.py` makes the README's table) and $OUT/h200_quant.log; prints the
+# table last. Exit status: 0; 1 if a check failed or a path raised (the table's last lines say
+# which); 2 if the build failed.
 set -uo pipefail
 OUT="${OUT:-/tmp/argon_out}"
 mkdir -p "$OUT"
 . "$(dirname "$0")/gpu_env.sh"
 export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
 
-if [[ " $* " == *" --gpuq "* ]]; then
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
-  python3 bench/bench_quant.py "$@" --json "$OUT/h200_quant_gpuq.json" 2>&1 \
-    | tee "$OUT/h200_quant_gpuq.log"
-  rc=${PIPESTATUS[0]}
-  cp "$OUT/h200_quant_gpuq.json" bench/results/h200_quant_gpuq.json 2>/dev/null || true
-  exit "$rc"
+check=0
+args=()
+for a in "$@"; do
+  if [ "$a" = "--check" ]; then check=1; else args+=("$a"); fi
+done
+
+echo "== build (log: \$OUT/build.log)"
+t0=$SECONDS
+if ! ARGON_CUDA_ARCH=90 MAX_JOBS=16 python3 setup.py build_ext --inplace > "$OUT/build.log" 2>&1; then
+  tail -n 30 "$OUT/build.log"
+  echo "== BUILD FAILED (log: \$OUT/build.log)"
+  exit 2
+fi
+echo "== build done in $((SECONDS - t0)) s"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+
+check_rc=0
+if [ "$check" = 1 ]; then
+  t0=$SECONDS
+  # xdist where installed: the formats' Triton kernels compile in parallel
+  workers=$(python3 -c "import importlib.util as u; print('-n 8' if u.find_spec('xdist') else '')")
+  # bounded (CHECK_S, default 240 s): the device time of one call is short; rc 124 = cut off
+  timeout "${CHECK_S:-240}" python3 -m pytest -q -p no:cacheprovider $workers tests/test_gpuq.py \
+    tests/test_cuda_quantized.py -k "cuda" > "$OUT/quant_check.log" 2>&1
+  check_rc=$?
+  echo "== CUDA tests of gpuq and the CUDA quantized experts: rc=$check_rc in $((SECONDS - t0)) s"
+  tail -n 3 "$OUT/quant_check.log"
 fi
 
-suffix=$(python3 -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
-if [ ! -f "torch_argon/_C$suffix" ]; then
-  echo "== build: no torch_argon/_C$suffix for this Python"
-  t0=$SECONDS
-  if ! ARGON_CUDA_ARCH=90 MAX_JOBS=16 python3 setup.py build_ext --inplace > "$OUT/build.log" 2>&1; then
-    tail -n 30 "$OUT/build.log"
-    echo "== BUILD FAILED (log: \$OUT/build.log)"
-    exit 2
-  fi
-  echo "== build done in $((SECONDS - t0)) s"
-fi
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 t0=$SECONDS
-# xdist where installed: every format's kernels compile in parallel.
-workers=$(python3 -c "import importlib.util as u; print('-n 8' if u.find_spec('xdist') else '')")
-python3 -m pytest -q -p no:cacheprovider $workers tests/test_quant_triton.py \
-  -k "test_dequantize_cuda or test_qmm_cuda" > "$OUT/quant_check.log" 2>&1
-check_rc=$?
-echo "== check of every format (tests/test_quant_triton.py, CUDA): rc=$check_rc in $((SECONDS - t0)) s"
-tail -n 3 "$OUT/quant_check.log"
-t0=$SECONDS
-python3 bench/bench_quant.py --json "$OUT/h200_quant.json" "$@" 2>&1 | tee "$OUT/h200_quant.log"
+python3 bench/bench_quant.py --json "$OUT/h200_quant.json" ${args[@]+"${args[@]}"} 2>&1 \
+  | tee "$OUT/h200_quant.log"
 rc=${PIPESTATUS[0]}
 [ "$check_rc" -eq 0 ] || rc=1
 cp "$OUT/h200_quant.json" bench/results/h200_quant.json 2>/dev/null || true

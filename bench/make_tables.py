@@ -157,32 +157,91 @@ def _span(values, fmt="{:.1f}"):
     return fmt.format(lo) if fmt.format(lo) == fmt.format(hi) else f"{fmt.format(lo)}-{fmt.format(hi)}"
 
 
+# bench/bench_quant.py's implementations: their letters in the README's cells, and the full
+# table's columns ((implementation, activation_quant), heading)
+QUANT_IMPLS = {"cuda_quantized": "G", "cuda_quantized_dequant": "D", "triton_quantized": "T"}
+QUANT_COLUMNS = ((("cuda_quantized", "none"), "cuda_quantized"),
+                 (("cuda_quantized", "q8"), "cuda_quantized q8"),
+                 (("cuda_quantized_dequant", "none"), "cuda_quantized_dequant"),
+                 (("triton_quantized", "none"), "triton_quantized"))
+
+
+def quant_cells(records):
+    """{(format, (E, K, H, I), T): {(impl, mode): record}} of bench/bench_quant.py's experts
+    records. Records from before it timed several implementations (op "moe_experts": the Triton
+    quantized path, the layer's then) read as triton_quantized rows chosen by the layer, their
+    bf16 time in bf16_us."""
+    cells = {}
+    for r in records:
+        if r["op"] == "moe_experts":
+            r = dict(r, impl="triton_quantized", mode="none", chosen=True,
+                     bf16_us=r.get("baseline_median_us"))
+        elif r["op"] != "quant_experts":
+            continue
+        key = (r["quant"], layer_shape(r), r["T"])
+        cells.setdefault(key, {})[(r["impl"], r["mode"])] = r
+    return cells
+
+
+def _chosen(cell):
+    return next((r for r in cell.values() if r.get("chosen")), None)
+
+
+# The README's rows (the README stays under 12 KiB: bench/README.md has every format)
+README_QUANT_FORMATS = ("Q4_K", "Q8_0", "IQ4_XS", "Q6_K", "IQ2_XS")
+
+
 def quant_table(records, main_job):
-    """bench/bench_quant.py's experts records (quantized Triton experts on the GPU against the
-    same experts in bf16 and against dequantize-then-bf16), then a line of the main job's whole
-    layer with quantized experts (python -m torch_argon --quant)."""
-    rows = ["| format | config | T | quantized (us) | bf16 (us) | quantized / bf16 | "
-            "dequantize + bf16 (us) | weights: quantized / bf16 (MB) |",
-            "|---|---|---:|---:|---:|---:|---:|---:|"]
-    exp = [r for r in records if r["op"] == "moe_experts"]
-    for r in exp:
-        bf16_bytes = r["E"] * 3 * r["H"] * r["I"] * 2
-        base = r.get("baseline_median_us")
-        deq = r.get("dequant_bf16_us")
-        ratio = f"{r['median_us'] / base:.2f}x" if base else "-"
-        rows.append(f"| {r['quant']} | {shape_label(layer_shape(r))} | {r['T']} | "
-                    f"{r['median_us']:.0f} | {f'{base:.0f}' if base else '-'} | "
-                    f"{ratio} | "
-                    f"{f'{deq:.0f}' if deq else '-'} | {r['weight_bytes'] / 1e6:.0f} / "
-                    f"{bf16_bytes / 1e6:.0f} |")
-    ratios = [r["median_us"] / r["baseline_median_us"] for r in exp if r.get("baseline_median_us")]
+    """The README's: per format, the layer's choice among the CUDA quantized implementations
+    over the bf16 experts at each T on both layers (bench/bench_quant.py), then a line of the
+    main job's whole layer with quantized experts (python -m torch_argon --quant)."""
+    cells = quant_cells(records)
+    Ts = sorted({T for _, _, T in cells})
+    shapes = list(dict.fromkeys(s for _, s, _ in cells))
+    rows = ["| format | " + " | ".join(f"T={T}" for T in Ts) + " |",
+            "|---|" + "---:|" * len(Ts)]
+    for fmt in [f for f in README_QUANT_FORMATS if any(k[0] == f for k in cells)]:
+        out = []
+        for T in Ts:
+            parts = []
+            for shape in shapes:
+                r = _chosen(cells.get((fmt, shape, T), {}))
+                ok = r is not None and r.get("bf16_us")
+                parts.append(f"{r['median_us'] / r['bf16_us']:.2f}{QUANT_IMPLS[r['impl']]}"
+                             if ok else "-")
+            out.append("/".join(parts))
+        rows.append(f"| {fmt} | " + " | ".join(out) + " |")
     dense = next(q for q in main_job["quantized"] if q["op"] == "moe_layer")
     layers = ", ".join(f"{q['format']} {q['median_us']:.0f} us ({q['median_us'] / dense['median_us']:.1f}x, "
                        f"{dense['weight_bytes'] / q['weight_bytes']:.1f}x fewer weight bytes)"
                        for q in main_job["quantized"] if q["op"] == "moe_layer_quant")
     c = main_job["config"]
-    rows += ["", f"Quantized / bf16: {_span(ratios)}x. Main job (`--quant`, whole layer, T={c['T']} "
-             f"E={c['E']} K={c['K']}): bf16 {dense['median_us']:.0f} us, {layers}."]
+    rows += ["", "Time / bf16 experts' on " + " / ".join(
+        f"E={s[0]} K={s[1]} I={s[3]}" for s in shapes) + ": G `cuda_quantized`, D "
+             "`cuda_quantized_dequant`, T `triton_quantized` (all: bench/README.md). Main job "
+             f"(`--quant`, whole layer, T={c['T']} E={c['E']} K={c['K']}): bf16 "
+             f"{dense['median_us']:.0f} us, {layers}."]
+    return "\n".join(rows)
+
+
+def quant_all_table(records):
+    """bench/README.md's: every implementation's time per format, layer and T, with the bf16
+    experts', the floor and the layer's choice (bench/bench_quant.py)."""
+    rows = ["| format | config | T | bf16 (us) | floor (us) | "
+            + " | ".join(head for _, head in QUANT_COLUMNS)
+            + " | the layer's choice | choice / bf16 | choice / floor | weights (MB) |",
+            "|---|---|---:|---:|---:|" + "---:|" * len(QUANT_COLUMNS) + "---|---:|---:|---:|"]
+    for (fmt, shape, T), cell in quant_cells(records).items():
+        any_r = next(iter(cell.values()))
+        r = _chosen(cell)
+        base, floor = any_r.get("bf16_us"), any_r.get("floor_us")
+        times = [f"{cell[k]['median_us']:.0f}" if k in cell else "-" for k, _ in QUANT_COLUMNS]
+        over_base = f"{r['median_us'] / base:.2f}x" if r and base else "-"
+        over_floor = f"{r['median_us'] / floor:.2f}x" if r and floor else "-"
+        rows.append(f"| {fmt} | {shape_label(shape)} | {T} | {f'{base:.0f}' if base else '-'} | "
+                    f"{f'{floor:.0f}' if floor else '-'} | " + " | ".join(times)
+                    + f" | {r['impl'] if r else '-'} | {over_base} | {over_floor} | "
+                    f"{any_r['weight_bytes'] / 1e6:.0f} |")
     return "\n".join(rows)
 
 
@@ -253,8 +312,9 @@ def formats_line():
     saving = {f.name: 16 / f.bits_per_weight for f in quantized}
     low, high = min(saving, key=saving.get), max(saving, key=saving.get)
     shown = dict.fromkeys([low, "Q6_K", "Q4_K", high])
-    return (f"- **Quantized experts** in {len(quantized)} GGUF block formats, never dequantized "
-            f"in memory: {saving[low]:.1f}-{saving[high]:.1f}x fewer weight bytes than bf16 ("
+    return (f"- **Quantized experts** in {len(quantized)} GGUF block formats, kept as the "
+            f"blocks (CUDA at large T decodes one layer's into a reused bf16 workspace): "
+            f"{saving[low]:.1f}-{saving[high]:.1f}x fewer weight bytes than bf16 ("
             + ", ".join(f"{n} {saving[n]:.1f}x" for n in shown) + ").")
 
 
@@ -298,6 +358,7 @@ TABLES = {
     "cpu-llamacpp": ("README.md", ("cpu_gguf_llamacpp.json",), cpu_gguf_llamacpp_line),
     "h200-gemm-sweep": ("README.md", ("h200_gemm_sweep.json",), gemm_sweep_table),
     "h200-quant": ("README.md", ("h200_quant.json", "main_quant_h200.json"), quant_table),
+    "h200-quant-all": ("bench/README.md", ("h200_quant.json",), quant_all_table),
     "gguf": ("README.md", ("cpu_gguf.json", "h200_gguf.json"), gguf_table),
     "cpu_distributed": ("bench/README.md", ("cpu_distributed.json",), distributed_table),
     "cpu": ("bench/README.md", ("cpu.json",), ops_table),

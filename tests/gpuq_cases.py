@@ -1,6 +1,6 @@
 """Cases for the gpuq kernels (torch_argon/gpuq, csrc/gpuq), run on the CPU through the host
-emulation in CI and on a CUDA GPU where there is one (tests/test_gpuq.py, bench/bench_quant.py
---check). Each case returns a list of failure messages (empty = pass).
+emulation in CI and on a CUDA GPU where there is one (tests/test_gpuq.py). Each case returns a
+list of failure messages (empty = pass).
 
 References: torch_argon.reference.moe_qmm, the float64 product on the exactly dequantized
 weights (activation_quant "none"), or on the q8 activations (activation_quant "q8"). The kernels

@@ -154,9 +154,11 @@ def run_qmm_case(name, device, dtype, *, T=8, E=3, K=2, tm=16, dist="neg_some", 
 
 
 def run_experts_case(name, device, dtype, *, T=8, E=3, K=2, tm=16, dist="neg_some",
-                     down_name=None, split=None, problem=None, ops=None):
-    """The triton_quantized experts against the float64 layer on the dequantized weights. split: a
-    second format for `up` (gate and up then two tensors: two GEMMs and the swiglu op)."""
+                     down_name=None, split=None, problem=None, ops=None,
+                     impl="triton_quantized", activation="silu"):
+    """The experts implementation `impl` (triton_quantized, or cuda_quantized_dequant: the gpuq
+    decode then the dense Triton GEMMs) against the float64 layer on the dequantized weights.
+    split: a second format for `up` (gate and up then two tensors)."""
     from torch_argon.testing import backends
     ops = ops or backends.get("cuda" if torch.device(device).type == "cuda" else "cpu").ops
     H, I, x, wgu, wd, ids, w = problem or _problem(name, T, E, K, tm, dist, dtype,
@@ -175,16 +177,31 @@ def run_experts_case(name, device, dtype, *, T=8, E=3, K=2, tm=16, dist="neg_som
     else:
         q = QE(down=QW(wd.to(d), qformat(down_name), I), gate_up=QW(wgu.to(d), qformat(name), H))
     dense_d = dequantize_reference(wd, down_name, I)
-    want = reference.moe_layer(x, None, (dense_gu, dense_d), K, topk_ids=ids, topk_weights=w)
+    want = reference.moe_layer(x, None, (dense_gu, dense_d), K, topk_ids=ids, topk_weights=w,
+                               activation=activation)
     poison_allocator(d)
-    got = run_implementation("triton_quantized", x.to(d), ids.to(d), w.to(d), q, tile_m=tm,
-                             ops=ops)
-    what = f"{name}{'/' + split if split else ''}{'/' + down_name if down_name != name else ''}"
+    got = run_implementation(impl, x.to(d), ids.to(d), w.to(d), q, tile_m=tm, ops=ops,
+                             activation=activation)
+    what = (f"{impl} {name}{'/' + split if split else ''}"
+            f"{'/' + down_name if down_name != name else ''} {activation}")
     err = rel_err(got, want)
     if got.shape != want.shape or got.dtype != x.dtype or not err <= QREL_TOL[dtype]:
         return [f"{what} experts path: rel err {err:.2e} (shape {tuple(got.shape)}, "
                 f"{got.dtype})"]
     return []
+
+
+def run_dequant_path_case(name, **kwargs):
+    """The dequant path (experts/cuda_quantized_dequant.py: the gpuq decode, here its host
+    emulation from torch_argon._C_test, then the dense Triton GEMMs) on the CPU in fp16, twice:
+    the second call finds the workspace NaN-filled and must overwrite every value it reads."""
+    from torch_argon.experts import cuda_quantized_dequant
+    failures = run_experts_case(name, "cpu", torch.float16, impl="cuda_quantized_dequant",
+                                **kwargs)
+    for buf in cuda_quantized_dequant.WORKSPACE.buffers.values():
+        buf.fill_(float("nan"))
+    return failures + run_experts_case(name, "cpu", torch.float16,
+                                       impl="cuda_quantized_dequant", **kwargs)
 
 
 def run_partial_tile_case(device, dtype=torch.float16, name="Q8_0"):
@@ -299,6 +316,12 @@ def interpreter_cases():
     yield "experts_Q4_K", lambda: run_experts_case("Q4_K", "cpu", torch.float16, dist="uniform")
     yield "experts_split_Q4_K_IQ4_XS_down_Q6_K", lambda: run_experts_case(
         "Q4_K", "cpu", torch.float16, split="IQ4_XS", down_name="Q6_K")
+    for name, T, dist, extra in (("Q4_K", 8, "neg_some", {}), ("IQ2_XS", 12, "zipf", {}),
+                                 ("Q8_0", 6, "neg_all", {}), ("Q5_0", 0, "uniform", {}),
+                                 ("Q4_K", 9, "uniform", dict(split="IQ4_XS", down_name="Q6_K")),
+                                 ("Q6_K", 10, "one_expert", dict(activation="gelu"))):
+        yield f"dequant_path_{name}_{dist}_T{T}", lambda name=name, T=T, dist=dist, extra=extra: (
+            run_dequant_path_case(name, T=T, dist=dist, **extra))
     yield "partial_tiles", lambda: run_partial_tile_case("cpu")
     yield "configs", lambda: run_config_case("cpu")
     yield "registration", registration_case

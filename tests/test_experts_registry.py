@@ -72,7 +72,8 @@ def test_quantized_experts_choose_the_quantized_ops_on_the_cpu():
     assert why["ops_quantized"] == "" and why["ops_dense"].startswith("it runs dense experts")
     chosen = registry_api.choose(x, q, n_entries=T * K)
     assert (chosen.name, chosen.path, chosen.tile_m) == ("ops_quantized", "ops", 1)
-    assert [name for name, _ in chosen.declined] == ["triton_quantized"]
+    assert [name for name, _ in chosen.declined] == ["cuda_quantized", "cuda_quantized_dequant",
+                                                    "triton_quantized"]
 
 
 def test_float_parts_are_declined_by_the_quantized_ops_with_the_way_out():
@@ -155,8 +156,8 @@ def test_q8_runs_on_the_cpu_and_is_declined_where_moe_qmm_has_no_q8_kernels():
     assert ((got - want).norm() / want.norm()).item() < 2e-3
     call = ExpertsCall.of(x.to("meta"), q, ops=torch_argon.ops.argon_ops, activation_quant="q8")
     assert registry.BY_NAME["ops_quantized"].supports(call) == (
-        "activation_quant='q8': moe_qmm has q8 kernels on the CPU only, these activations are "
-        "on meta")
+        "activation_quant='q8': moe_qmm has q8 kernels on the CPU and on CUDA (the gpuq kernels), "
+        "these activations are on meta")
 
 
 @pytest.mark.parametrize("isa", torch.ops.argon_cpu.isas())

@@ -1,11 +1,12 @@
 """Registers, spills and SASS instructions per weight value of the gpuq kernels (csrc/gpuq),
-compiled for sm_90 without a GPU: nvcc with -Xptxas -v, and the cuobjdump that Triton's package
-carries.
+compiled for sm_90 without a GPU: the units setup.py builds (build_tools/gpuq_codegen.py) with
+its nvcc flags and -Xptxas -v, and the cuobjdump that Triton's package carries.
 
     python tools/gpuq_sass_check.py                   # every format
     python tools/gpuq_sass_check.py Q4_K IQ4_XS       # some
 
-For each format it prints every kernel's registers and spill bytes, and for the exact-path
+For each format it prints every kernel's registers and spill bytes, the instructions of the decode
+kernel per value (straight-line code: one thread, one 32-value chunk), and for the exact-path
 gate/up kernel at 8 tokens per warp (the small-T kernel: bf16, SwiGLU, NT=1) the instructions of
 its K loop per weight value a lane decodes, with the loop's most frequent instructions. The
 loop's values come from its HMMA count: per 32-value chunk the kernel issues 2 HMMA for each of
@@ -15,33 +16,25 @@ import collections
 import glob
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from build_tools import gpuq_codegen  # noqa: E402
 
 # Formats whose bf16 exact path needs no activation sums (signed codes, no min: csrc/gpuq).
 NO_SUMS = {"Q8_0", "IQ4_NL", "IQ4_XS"}
 SMALL_T_KERNEL = "Lb1ELi1ELb1ELb0E"  # <F, BF16=true, NT=1, SWIGLU=true, Q8=false>
+DECODE_KERNEL = "Lb1ELb1E"  # decode_kernel<F, BF16=true, VEC=true>
 
 
 def cuobjdump():
     found = glob.glob(os.path.join(sys.prefix, "lib", "python*", "site-packages", "triton",
                                    "backends", "nvidia", "bin", "cuobjdump"))
     return found[0] if found else "cuobjdump"
-
-
-def import_library():
-    """torch_argon.gpuq.library without the package's __init__ (no compiled extension needed)."""
-    import importlib.util
-    import types
-    if "torch_argon" not in sys.modules:
-        pkg = types.ModuleType("torch_argon")
-        pkg.__path__ = [os.path.join(ROOT, "torch_argon")]
-        sys.modules["torch_argon"] = pkg
-    return importlib.import_module("torch_argon.gpuq.library")
 
 
 def loop_histogram(sass_lines):
@@ -63,22 +56,25 @@ def loop_histogram(sass_lines):
     return best
 
 
-def check(name, lib, work):
-    struct = lib.FORMAT_STRUCTS[name]
+NVCC = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+# setup.py's nvcc flags for the CUDA units (--fmad=false included), for sm_90.
+NVCC_FLAGS = ["-std=c++17", "-O3", "--fmad=false", "-lineinfo",
+              "-gencode=arch=compute_90,code=sm_90"]
+
+
+def check(name, units, work):
     obj = os.path.join(work, f"{name}.o")
-    with open(os.path.join(work, "gpuq_tables.inc"), "w") as f:
-        f.write(lib.tables_source())
     res = subprocess.run(
-        ["nvcc", "-std=c++17", "-O3", "-gencode=arch=compute_90,code=sm_90", "-Xptxas", "-v",
-         f"-DGPUQ_FORMAT={struct}", f"-DGPUQ_FORMAT_NAME={name}", f"-I{work}", f"-I{lib.SRC}",
-         "-c", os.path.join(lib.SRC, "gpuq_entry.cu"), "-o", obj],
+        [NVCC, *NVCC_FLAGS, "-Xptxas", "-v", f"-I{work}", f"-I{gpuq_codegen.CSRC}", "-c",
+         units[name], "-o", obj],
         capture_output=True, text=True)
     if res.returncode:
         print(f"{name}: nvcc failed\n{res.stderr[-2000:]}")
         return False
     kernels, current = [], None
     for line in res.stderr.splitlines():  # ptxas -v: name, then spills, then registers
-        m = re.search(r"entry function '_ZN4gpuq10qmm_kernelINS_\d+Fmt\w+?E(\w+?)EEEvNS_", line)
+        m = re.search(r"entry function '_ZN4gpuq\d+cuda_target10qmm_kernel"
+                      r"INS0_\d+Fmt\w+?E(\w+?)EEEvNS_", line)
         if m:
             current = [m.group(1), 0, 0]
         elif current and "spill stores" in line:
@@ -97,14 +93,24 @@ def check(name, lib, work):
     print(f"{name:7s} small-T loop: {n} instructions, {values} values per lane: "
           f"{n / max(values, 1):.2f} per value; {dict(ops.most_common(8))}")
     print(f"        {regs}")
+    decode = next((f for f in func if "decode_kernel" in f.split("\n", 1)[0]
+                   and DECODE_KERNEL in f.split("\n", 1)[0]), "")
+    instr = [line for line in decode.splitlines() if re.match(r"\s*/\*[0-9a-f]{4,}\*/", line)]
+    ops = collections.Counter(re.sub(r"^\s*/\*\w+\*/\s*(@!?U?P\w+\s+)?", "", x).split()[0]
+                              .split(".")[0] for x in instr)
+    print(f"        decode to bf16 (one thread: 32 values, 16-byte stores): {len(instr)} "
+          f"instructions, "
+          f"{len(instr) / 32:.1f} per value; {dict(ops.most_common(6))}")
     return True
 
 
 def main(argv):
-    lib = import_library()
-    names = argv or list(lib.FORMAT_STRUCTS)
+    names = argv or gpuq_codegen.formats()
     with tempfile.TemporaryDirectory() as work:
-        ok = all([check(n, lib, work) for n in names])
+        units = {os.path.basename(p)[len("fmt_"):-len(".cu")]: p
+                 for p in gpuq_codegen.generate(work, targets=("cuda",))
+                 if os.path.basename(p).startswith("fmt_")}
+        ok = all([check(n, units, work) for n in names])
     return 0 if ok else 1
 
 

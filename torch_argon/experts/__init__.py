@@ -15,6 +15,7 @@ from . import flow, registry
 from .arguments import check_experts_arguments, check_options, check_x
 from .base import Experts, ExpertsCall
 from .cpu_workspace import clear_cpu_workspace
+from .cuda_quantized_dequant import clear_cuda_dequant_workspace
 from .registry import IMPLEMENTATIONS, PATHS
 
 
@@ -29,7 +30,7 @@ class Choice(NamedTuple):
     activation_quant: str = "none"
 
 
-def _call(x, experts, ops, tile_m, activation, activation_quant):
+def _call(x, experts, ops, tile_m, activation, activation_quant, n_entries):
     """The call of a layer on x with these experts and options, checked as the layer checks
     them (a ValueError naming the argument where the layer itself would raise)."""
     weights = as_expert_weights(experts)
@@ -37,23 +38,26 @@ def _call(x, experts, ops, tile_m, activation, activation_quant):
     weights.check_input(x)
     check_options(activation, activation_quant)
     return ExpertsCall.of(x, weights, ops=ops, tile_m=tile_m, activation=activation,
-                          activation_quant=activation_quant)
+                          activation_quant=activation_quant, n_entries=n_entries)
 
 
 def explain(x, experts, *, ops=argon_ops, tile_m: Optional[int] = None, path="auto",
-            activation="silu", activation_quant="auto"):
+            activation="silu", activation_quant="auto", n_entries: Optional[int] = None):
     """[(implementation name, reason)] in the order the layer tries them, for a layer call on
     activations x [T, H] with `experts` (an expert-weights object or a (w_gate_up, w_down)
     pair) and the layer's options: reason "" where the implementation supports the call, else
-    why it declines. The layer runs the first with an empty reason among those `path` allows."""
-    return registry.explain(_call(x, experts, ops, tile_m, activation, activation_quant), path)
+    why it declines. The layer runs the first with an empty reason among those `path` allows.
+    n_entries: the routed entries (T * K), as the layer knows them; some implementations decide
+    by the rows per expert (without it they answer for an unknown count)."""
+    return registry.explain(_call(x, experts, ops, tile_m, activation, activation_quant,
+                                  n_entries), path)
 
 
 def choose(x, experts, *, n_entries: int, ops=argon_ops, tile_m: Optional[int] = None,
            path="auto", activation="silu", activation_quant="auto") -> Choice:
     """The implementation and tile_m the layer takes for activations x [T, H], `experts` and
     n_entries = T * K routed entries (ValueError where none of `path`'s can run it)."""
-    call = _call(x, experts, ops, tile_m, activation, activation_quant)
+    call = _call(x, experts, ops, tile_m, activation, activation_quant, n_entries)
     impl, declined = registry.choose_with_reasons(call, path)
     return Choice(impl.name, impl.path, impl.tile_m(call, n_entries), tuple(declined),
                   impl.resolved_activation_quant(call))
@@ -70,10 +74,12 @@ def run_implementation(name, x, topk_ids, topk_weights, experts, *, ops=argon_op
     check_experts_arguments(x, topk_ids, topk_weights, weights, shared=shared, residual=residual,
                             activation=activation, activation_quant=activation_quant)
     call = ExpertsCall.of(x, weights, ops=ops, tile_m=tile_m, activation=activation,
-                          activation_quant=activation_quant, routing=topk_weights)
+                          activation_quant=activation_quant, n_entries=topk_ids.numel(),
+                          routing=topk_weights)
     return flow.run(registry.BY_NAME[name], call, topk_ids, topk_weights, shared=shared,
                     residual=residual, out_dtype=out_dtype)
 
 
 __all__ = ["ACTIVATION_QUANT", "Choice", "Experts", "ExpertsCall", "IMPLEMENTATIONS", "PATHS",
-           "choose", "clear_cpu_workspace", "explain", "run_implementation"]
+           "choose", "clear_cpu_workspace", "clear_cuda_dequant_workspace", "explain",
+           "run_implementation"]

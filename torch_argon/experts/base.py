@@ -20,6 +20,9 @@ class ExpertsCall:
     rule picks it). activation: the gated epilogue's ("silu", "gelu", "gelu_tanh").
     activation_quant: the mode asked for: the caller's, or the weights' own where the caller
         said "auto" (ExpertsCall.of).
+    n_entries: the routed entries the experts will get (T * K), where the entry knows them
+        before routing (moe_layer, moe_experts), else None; the implementations whose speed
+        depends on the rows per expert decide by it (from shapes: no host sync).
     records_grad: autograd records this call (grad mode on, and x, an expert weight or the
         routing weights require grad): only implementations with backward formulas run it,
         with intermediates that are never overwritten (autograd saves them).
@@ -30,11 +33,12 @@ class ExpertsCall:
     tile_m: Optional[int]
     activation: str
     activation_quant: str
+    n_entries: Optional[int] = None
     records_grad: bool = False
 
     @classmethod
     def of(cls, x, weights, *, ops, tile_m=None, activation="silu", activation_quant="auto",
-           routing=None):
+           n_entries=None, routing=None):
         """The call of a layer entry's (checked) arguments; activation_quant is the layer
         option: "auto" defers to the weights' own setting (QuantizedExperts.activation_quant).
         routing: the tensor the routing weights come from (the top-k weights, or the router's
@@ -44,7 +48,14 @@ class ExpertsCall:
         tracked = [x, routing, *weight_tensors(weights)]
         records_grad = torch.is_grad_enabled() and any(
             isinstance(t, torch.Tensor) and t.requires_grad for t in tracked)
-        return cls(x, weights, ops, tile_m, activation, activation_quant, records_grad)
+        return cls(x, weights, ops, tile_m, activation, activation_quant, n_entries,
+                   records_grad)
+
+    def rows_per_expert(self) -> Optional[float]:
+        """The mean rows each expert gets (n_entries / E), or None where n_entries is unknown."""
+        if self.n_entries is None:
+            return None
+        return self.n_entries / max(self.weights.n_experts, 1)
 
 
 def weight_tensors(weights) -> list:
@@ -115,6 +126,23 @@ def ops_tile_m(device) -> int:
     grouped GEMMs' M tile) and 1 on the CPU, where the GEMMs take each expert's rows in blocks
     of their own (csrc/cpu/moe_mm_cpu.cpp) and padding would be wasted work."""
     return 1 if torch.device(device).type == "cpu" else 16
+
+
+def fused_call_refusal(call, min_tile_m=1) -> str:
+    """What an implementation that runs its own fused kernels needs of a call besides its
+    device: autograd not recording the call (fused kernels have no backward formulas), the argon
+    op library (another OpSet means the caller wants its own ops run) and a tile_m that is None
+    or a power of two >= min_tile_m (its kernels' smallest M tile)."""
+    if call.records_grad:
+        return ("autograd records this call and its fused GEMMs have no backward formula (the "
+                "ops path, which has, runs instead)")
+    if not runs_argon_library(call.ops):
+        return "an OpSet other than the argon library was passed"
+    tm = call.tile_m
+    if tm is not None and (tm < min_tile_m or tm & (tm - 1)):
+        least = f" >= {min_tile_m}" if min_tile_m > 1 else ""
+        return f"tile_m={tm}: its GEMMs need a power of two{least}"
+    return ""
 
 
 def runs_argon_library(ops) -> bool:

@@ -4,12 +4,13 @@ the gathered rows, the weights dequantized a tile at a time inside each kernel. 
 device and OpSet; its kernels take blocks of the quantized formats only.
 
 activation_quant: "none" everywhere; "q8" (integer dot products on 8-bit activation blocks) where
-the op has q8 kernels: the CPU. Its default ("auto") is "q8" where the CPU kernels run on
-AVX-512 VNNI, which took 2.3-2.9x less time than "none" per GEMM on every format at 5e-3 relative
+the op has q8 kernels: the CPU, and CUDA where the gpuq kernels run. Its default ("auto") is
+"q8" where the CPU kernels run on AVX-512 VNNI, which took 2.3-2.9x less time than "none" per GEMM on every format at 5e-3 relative
 error (bench/cpu_isa_notes.md), and "none" elsewhere (on AVX2 q8 gained 1.1-1.4x against a
 baseline measured with AVX-512 sgemm, and the portable kernels are slower than "none")."""
 import torch
 
+from .. import gpuq
 from .base import Experts, ops_tile_m, runs_argon_library
 
 # The CPU kernel variants (torch.ops.argon_cpu.isa()) on which "auto" means "q8".
@@ -41,9 +42,11 @@ class OpsQuantized(Experts):
             return (f"{', '.join(floats)} stored as plain floats: the quantized ops take blocks "
                     "of the quantized formats (experts whose parts are all F32 / F16 / BF16 "
                     "run as DenseExperts: torch_argon.quant.build_experts)")
-        if call.activation_quant == "q8" and call.x.device.type != "cpu":
-            return (f"activation_quant='q8': moe_qmm has q8 kernels on the CPU only, these "
-                    f"activations are on {call.x.device.type}")
+        device = call.x.device
+        if call.activation_quant == "q8" and device.type != "cpu" and (
+                device.type != "cuda" or gpuq.refusal(device)):
+            return (f"activation_quant='q8': moe_qmm has q8 kernels on the CPU and on CUDA "
+                    f"(the gpuq kernels), these activations are on {device.type}")
         return ""
 
     def resolved_activation_quant(self, call):

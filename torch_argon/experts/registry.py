@@ -4,10 +4,14 @@ path="auto" takes the first implementation that supports the call; path="triton"
 first of that family; path=<name> that implementation. Each one says why it declines
 (`explain`), so a caller (the main job, a user wondering why a call is slow) can see the
 decision. The order puts the fused GPU kernels first, then the CPU's buffer-reusing path, then the
-one-op-per-stage fallbacks that run anywhere.
+one-op-per-stage fallbacks that run anywhere. Among the quantized GPU ones: gpuq's GEMMs on the
+GGUF bytes (small T), the decode-once path (large T: they split by rows per expert,
+experts/quantized_crossover.py), then the Triton quantized GEMM where neither runs.
 """
 from .base import ExpertsCall
 from .cpu_workspace import CpuWorkspace
+from .cuda_quantized import CudaQuantized
+from .cuda_quantized_dequant import CudaQuantizedDequant
 from .ops_dense import OpsDense
 from .ops_quantized import OpsQuantized
 from .triton_dense import TritonDense
@@ -16,6 +20,8 @@ from .triton_quantized import TritonQuantized
 # One line per implementation (docs/experts.md: adding one).
 IMPLEMENTATIONS = (
     TritonDense(),
+    CudaQuantized(),
+    CudaQuantizedDequant(),
     TritonQuantized(),
     CpuWorkspace(),
     OpsDense(),

@@ -6,7 +6,7 @@ table per GPU and shape, else the default rules); so does tile_m."""
 import torch
 
 from .. import triton_ops
-from .base import Experts, runs_argon_library
+from .base import Experts, fused_call_refusal
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 
@@ -15,18 +15,7 @@ def triton_refusal(call) -> str:
     """What the Triton implementations need besides their weights: CUDA tensors with Triton
     importable, the argon op library (another OpSet means the caller wants its own ops), and a
     tile_m that is None or a power of two >= 16 (the kernels' smallest M tile)."""
-    refusal = triton_ops.refusal(call.x.device)
-    if refusal:
-        return refusal
-    if call.records_grad:
-        return ("autograd records this call and the fused Triton GEMMs have no backward "
-                "formula (the ops path, which has, runs instead)")
-    if not runs_argon_library(call.ops):
-        return "an OpSet other than the argon library was passed"
-    tm = call.tile_m
-    if tm is not None and (tm < 16 or tm & (tm - 1)):
-        return f"tile_m={tm}: the Triton GEMMs need a power of two >= 16"
-    return ""
+    return triton_ops.refusal(call.x.device) or fused_call_refusal(call, min_tile_m=16)
 
 
 class TritonDense(Experts):

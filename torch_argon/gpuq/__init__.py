@@ -1,8 +1,7 @@
-"""gpuq: quantized expert GEMMs in CUDA C++ (torch_argon/csrc/gpuq) for every GGUF format,
-with a host emulation of the same kernels for testing without a GPU. See docs/quantized-experts.md
-and bench/quant_gpuq_notes.md."""
-from .ops import (FORMATS, gpuq_qmm_op, gpuq_quantize_q8_op, layer_tile_m, moe_experts_gpuq,
-                  qmm, quantize_q8)
+"""gpuq: the quantized expert GEMMs and the decode in CUDA C++ (torch_argon/csrc/gpuq) for every
+GGUF block format, as argon ops; on CPU tensors their host emulation (test builds). See
+docs/quantized-experts.md and bench/quant_gpuq_notes.md."""
+from .ops import FORMATS, dequantize, layer_tile_m, moe_qmm_out, qmm, quantize_q8, refusal
 
-__all__ = ["FORMATS", "gpuq_qmm_op", "gpuq_quantize_q8_op", "layer_tile_m", "moe_experts_gpuq",
-           "qmm", "quantize_q8"]
+__all__ = ["FORMATS", "dequantize", "layer_tile_m", "moe_qmm_out", "qmm", "quantize_q8",
+           "refusal"]

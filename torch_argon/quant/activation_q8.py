@@ -37,7 +37,7 @@ def quantize_rows_q8(x: torch.Tensor):
     if x.dim() != 2 or x.shape[1] % Q8_BLOCK:
         raise ValueError(f"x must be [R, n] with n a multiple of {Q8_BLOCK}, got "
                          f"{tuple(x.shape)}")
-    blocks = x.float().reshape(x.shape[0], -1, Q8_BLOCK)
+    blocks = x.float().reshape(x.shape[0], x.shape[1] // Q8_BLOCK, Q8_BLOCK)  # R may be 0
     amax = blocks.abs().amax(dim=-1)
     inv = torch.full_like(amax, 127.0) / amax  # (127.0 / amax is 127 * (1 / amax) in torch)
     d = amax / 127.0
@@ -55,7 +55,7 @@ def q8_activations(x: torch.Tensor) -> torch.Tensor:
     """The values a q8 GEMM multiplies: d * q per block, in float64 (exact), [R, n]."""
     q, d = quantize_rows_q8(x)
     R, n = x.shape
-    return (q.double().reshape(R, -1, Q8_BLOCK) * d.double()[..., None]).reshape(R, n)
+    return (q.double().reshape(R, n // Q8_BLOCK, Q8_BLOCK) * d.double()[..., None]).reshape(R, n)
 
 
 def check_activation_quant(activation_quant: str, name: str = "activation_quant") -> str:

@@ -22,7 +22,9 @@ exist and have no CUDA kernel yet):
 
   argon::dequantize_out(w_q, qtype, n_in, out)  float32 [..., N, n_in], bit-exact
   argon::moe_qmm_out(xs, w_q, qtype, n_in, tile_expert, tile_m, activation_quant, out)
-      the grouped GEMM with row-ordered xs (fp16 / bf16 / fp32), rows of unused tiles zero.
+      the grouped GEMM with row-ordered xs (fp16 / bf16 / fp32), rows of unused tiles zero: on
+      the gpuq kernels where they run it (activation_quant "none" and "q8"), else on Triton's
+      ("none" only).
 """
 import os
 from typing import Optional
@@ -31,7 +33,7 @@ import torch
 from torch._subclasses.fake_tensor import is_fake
 from torch.library import triton_op, wrap_triton
 
-from .. import _C
+from .. import _C, gpuq
 from .._shapes import META_N_TILES
 from ..ops import refuse_gradients
 from ..quant.activation_q8 import check_exact_activations_only
@@ -237,7 +239,13 @@ def dequantize_triton(w_q, qtype, n_in, out_dtype=torch.float32):
 
 
 def moe_qmm_out_cuda(xs, w_q, qtype, n_in, tile_expert, tile_m, activation_quant, out):
+    """The gpuq kernels (csrc/gpuq) where they run the call: bf16 / fp16 xs in both modes, fp32
+    xs with q8 (they serve q8, which the Triton kernel has not, and read each weight once per
+    up to 32 rows: bench/quant_gpuq_notes.md); else the Triton kernel, "none" only (fp32 xs; a
+    build or GPU without gpuq)."""
     _C.meta.moe_qmm_out(xs, w_q, qtype, n_in, tile_expert, tile_m, activation_quant, out)
+    if gpuq.moe_qmm_out(xs, w_q, qtype, n_in, tile_expert, tile_m, activation_quant, out):
+        return
     check_exact_activations_only(activation_quant, "CUDA")
     if out.numel():
         launch_moe_qmm(xs, w_q, qformat(qtype), n_in, device_tables(xs.device), tile_expert, None,

@@ -1,21 +1,34 @@
-// The C entry points of the gpuq kernels, one shared library per target: nvcc builds it for the
-// GPU, a host C++ compiler (-x c++) for the emulation CI runs (torch_argon/gpuq/library.py).
-// The GEMM is compiled once per format (one translation unit each, -DGPUQ_FORMAT=FmtQ4_K
-// -DGPUQ_FORMAT_NAME=Q4_K, so the formats build in parallel); -DGPUQ_QUANTIZE builds the q8
-// activation quantization. Each entry returns 0, or an error code with a message in `err`.
+// The launchers of one GGUF format's gpuq kernels (gpuq_launch.h): its GEMM in every variant and
+// its decode. A generated unit (build_tools/gpuq_codegen.py) defines GPUQ_FORMAT_NAME (Q4_K, ...)
+// and includes this file, once per format, so the formats compile in parallel; nvcc builds the
+// units for the GPU, the host compiler for the emulation (every lane a fiber:
+// gpuq_host_runtime.h), from the same source.
 #include <cstdio>
-#include <cstring>
+#include <string>
+#include <type_traits>
 
-#include "gpuq_kernel.h"
-#include "gpuq_quantize.h"
+#include "gpuq/gpuq_decode.h"
+#include "gpuq/gpuq_kernel.h"
+#include "gpuq/gpuq_launch.h"
 
 #define GPUQ_CAT2(a, b) a##b
 #define GPUQ_CAT(a, b) GPUQ_CAT2(a, b)
-#define GPUQ_EXPORT extern "C" __attribute__((visibility("default")))
 
+namespace gpuq {
+inline namespace GPUQ_TARGET {
 namespace {
 
-using gpuq::GemmParams;
+using Format = GPUQ_CAT(Fmt, GPUQ_FORMAT_NAME);
+
+// The format's block as the kernels read it is the block of the shared format table.
+#define GPUQ_CHECK_BLOCK(lower, UPPER, id, elems, bytes)                                      \
+  static_assert(!std::is_same<Format, Fmt##UPPER>::value ||                                   \
+                    (Format::BE == (elems) && Format::BB == (bytes)),                        \
+                "gpuq_formats.h disagrees with ARGON_QUANT_FORMATS on " #UPPER "'s block");
+ARGON_QUANT_FORMATS(GPUQ_CHECK_BLOCK)
+#undef GPUQ_CHECK_BLOCK
+
+constexpr int64_t kMaxGridY = 65535;
 
 int report(char* err, int err_len, const char* what) {
   if (err && err_len > 0) std::snprintf(err, err_len, "%s", what);
@@ -23,40 +36,41 @@ int report(char* err, int err_len, const char* what) {
 }
 
 #if defined(__CUDACC__)
-using Stream = cudaStream_t;
-
 int check_launch(char* err, int err_len) {
   const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? 0 : report(err, err_len, cudaGetErrorString(e));
 }
-#else
-using Stream = void*;
 #endif
 
-#if defined(GPUQ_FORMAT)
 template <bool BF16, int NT, bool SWIGLU, bool Q8>
-int run(const GemmParams& p, Stream stream, char* err, int err_len) {
+int run(const GemmParams& p, void* stream, char* err, int err_len) {
   constexpr int WN = SWIGLU ? 1 : 2;
-  const int cols_per_block = gpuq::kWarps * 16 * WN;
+  const int cols_per_block = kWarps * 16 * WN;
   const int gx = (p.n_out + cols_per_block - 1) / cols_per_block;
   const int64_t rows = static_cast<int64_t>(p.n_tiles_all) * p.tile_m;
-  const int gy = static_cast<int>(rows / p.rows_per_warp);
-  if (gx == 0 || gy == 0) return 0;
+  const int64_t groups = rows / p.rows_per_warp;
+  // grid y is at most 65535: more row groups take several launches, each from row_group0 on
+  for (int64_t first = 0; first < groups && gx > 0; first += kMaxGridY) {
+    GemmParams part = p;
+    part.row_group0 = static_cast<int32_t>(first);
+    const int gy = static_cast<int>(groups - first < kMaxGridY ? groups - first : kMaxGridY);
 #if defined(__CUDACC__)
-  gpuq::qmm_kernel<gpuq::GPUQ_FORMAT, BF16, NT, SWIGLU, Q8>
-      <<<dim3(gx, gy), gpuq::kWarps * 32, 0, stream>>>(p);
-  return check_launch(err, err_len);
+    qmm_kernel<Format, BF16, NT, SWIGLU, Q8>
+        <<<dim3(gx, gy), kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(part);
+    if (check_launch(err, err_len)) return 1;
 #else
-  (void)stream;
-  const std::string e = gpuq::host::launch(gx, gy, gpuq::kWarps * 32, [&p] {
-    gpuq::qmm_kernel<gpuq::GPUQ_FORMAT, BF16, NT, SWIGLU, Q8>(p);
-  });
-  return e.empty() ? 0 : report(err, err_len, e.c_str());
+    (void)stream;
+    const std::string e = host::launch(gx, gy, kWarps * 32, [&part] {
+      qmm_kernel<Format, BF16, NT, SWIGLU, Q8>(part);
+    });
+    if (!e.empty()) return report(err, err_len, e.c_str());
 #endif
+  }
+  return 0;
 }
 
 template <bool BF16, bool SWIGLU, bool Q8>
-int run_nt(const GemmParams& p, int nt, Stream stream, char* err, int err_len) {
+int run_nt(const GemmParams& p, int nt, void* stream, char* err, int err_len) {
   switch (nt) {
     case 1: return run<BF16, 1, SWIGLU, Q8>(p, stream, err, err_len);
     case 2: return run<BF16, 2, SWIGLU, Q8>(p, stream, err, err_len);
@@ -64,67 +78,57 @@ int run_nt(const GemmParams& p, int nt, Stream stream, char* err, int err_len) {
     default: return report(err, err_len, "gpuq: token blocks per warp must be 1, 2 or 4");
   }
 }
-#endif
 
 }  // namespace
 
-#if defined(GPUQ_FORMAT)
-// The GEMM of one format. nt: 8-token blocks per warp (1, 2, 4); swiglu: act(gate) * up of a
-// [E, 2 n_out, row_bytes] gate_up tensor; q8: x holds int8 codes and x_scale their scales;
-// bf16: the activations' (and out's) type is bf16, else fp16 (q8: out's type is out_bf16).
-GPUQ_EXPORT int GPUQ_CAT(gpuq_gemm_, GPUQ_FORMAT_NAME)(const GemmParams* p, int nt, int swiglu,
-                                                       int q8, int bf16, void* stream, char* err,
-                                                       int err_len) {
-  const Stream s = static_cast<Stream>(stream);
-  if (q8) {  // the MMA is int8 either way: one instantiation, out's type chosen at the store
-    return swiglu ? run_nt<true, true, true>(*p, nt, s, err, err_len)
-                  : run_nt<true, false, true>(*p, nt, s, err, err_len);
+int GPUQ_CAT(gemm_, GPUQ_FORMAT_NAME)(const GemmParams& p, const GemmVariant& v, void* stream,
+                                      char* err, int err_len) {
+  const int nt = v.token_blocks;
+  if (v.q8) {  // the MMA is int8 either way: one instantiation, out's type chosen at the store
+    return v.swiglu ? run_nt<true, true, true>(p, nt, stream, err, err_len)
+                    : run_nt<true, false, true>(p, nt, stream, err, err_len);
   }
-  if (bf16) {
-    return swiglu ? run_nt<true, true, false>(*p, nt, s, err, err_len)
-                  : run_nt<true, false, false>(*p, nt, s, err, err_len);
+  if (v.bf16) {
+    return v.swiglu ? run_nt<true, true, false>(p, nt, stream, err, err_len)
+                    : run_nt<true, false, false>(p, nt, stream, err, err_len);
   }
-  return swiglu ? run_nt<false, true, false>(*p, nt, s, err, err_len)
-                : run_nt<false, false, false>(*p, nt, s, err, err_len);
+  return v.swiglu ? run_nt<false, true, false>(p, nt, stream, err, err_len)
+                  : run_nt<false, false, false>(p, nt, stream, err, err_len);
 }
-#endif
 
-#if defined(GPUQ_QUANTIZE)
-#if defined(__CUDACC__)
-__global__ void quantize_q8_kernel(const void* x, int64_t stride, int64_t rows, int n_in,
-                                   int in_kind, int8_t* q, float* d) {
-  const int blocks = n_in / 32;
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= rows * blocks) return;
-  const int64_t r = i / blocks, b = i % blocks;
-  gpuq::quantize_block_q8(x, r * stride + 32 * b, in_kind, q + r * n_in + 32 * b,
-                          d + r * blocks + b);
-}
-#endif
+int GPUQ_CAT(weight_align_, GPUQ_FORMAT_NAME)() { return Format::ALIGN; }
 
-// q int8 [rows, n_in] and d float [rows, n_in / 32] of x [rows, n_in] (row stride in elements;
-// in_kind 0 bf16, 1 fp16, 2 fp32), as torch_argon.quant.activation_q8 defines them.
-GPUQ_EXPORT int gpuq_quantize_q8(const void* x, int64_t stride, int64_t rows, int n_in,
-                                 int in_kind, int8_t* q, float* d, void* stream, char* err,
-                                 int err_len) {
-  const int64_t n = rows * (n_in / 32);
-  if (n == 0) return 0;
+namespace {
+template <bool BF16, bool VEC>
+int decode(const DecodeParams& p, uint32_t chunks, void* stream, char* err, int err_len) {
 #if defined(__CUDACC__)
-  const int threads = 128;
-  quantize_q8_kernel<<<static_cast<unsigned>((n + threads - 1) / threads), threads, 0,
-                       static_cast<cudaStream_t>(stream)>>>(x, stride, rows, n_in, in_kind, q, d);
+  const uint32_t blocks = (chunks + kDecodeThreads - 1) / kDecodeThreads;
+  decode_kernel<Format, BF16, VEC>
+      <<<blocks, kDecodeThreads, 0, static_cast<cudaStream_t>(stream)>>>(p, chunks);
   return check_launch(err, err_len);
 #else
   (void)stream;
   (void)err;
   (void)err_len;
-  const int blocks = n_in / 32;
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t r = i / blocks, b = i % blocks;
-    gpuq::quantize_block_q8(x, r * stride + 32 * b, in_kind, q + r * n_in + 32 * b,
-                            d + r * blocks + b);
-  }
+  for (uint32_t i = 0; i < chunks; ++i) decode_chunk<Format, BF16, VEC>(p, i);
   return 0;
 #endif
 }
-#endif
+}  // namespace
+
+int GPUQ_CAT(decode_, GPUQ_FORMAT_NAME)(const DecodeParams& p, void* stream, char* err,
+                                        int err_len) {
+  const int64_t chunks = static_cast<int64_t>(p.n_expert) * p.n_rows * (p.n_in / 32);
+  if (chunks == 0) return 0;
+  if (chunks > 0xFFFFFFFFll) return report(err, err_len, "gpuq decode: 2^32 chunks or more");
+  const auto n = static_cast<uint32_t>(chunks);
+  if (p.out_kind == kBf16) {
+    return p.vector_stores ? decode<true, true>(p, n, stream, err, err_len)
+                           : decode<true, false>(p, n, stream, err, err_len);
+  }
+  return p.vector_stores ? decode<false, true>(p, n, stream, err, err_len)
+                         : decode<false, false>(p, n, stream, err, err_len);
+}
+
+}  // namespace GPUQ_TARGET
+}  // namespace gpuq

@@ -29,9 +29,15 @@ struct WarpState {
   unsigned char slots[32][kMaxExchange];
 };
 
+struct BarrierState {
+  int arrived = 0;
+  uint64_t generation = 0;
+};
+
 struct Block {
   std::vector<Lane> lanes;
   std::vector<WarpState> warps;
+  BarrierState barrier;
   ucontext_t scheduler;
   const std::function<void()>* kernel = nullptr;
   int bx = 0, by = 0;
@@ -57,22 +63,30 @@ void lane_entry() {
 }  // namespace
 
 int lane_id() { return g_lane->flat % 32; }
+int thread_id() { return g_lane->flat; }
 int warp_id() { return g_lane->flat / 32; }
 int block_x() { return g_block->bx; }
 int block_y() { return g_block->by; }
 
-// Every lane of the warp arrives here before any leaves: the last to arrive opens the next
+// Every one of `count` lanes arrives here before any leaves: the last to arrive opens the next
 // generation; the others yield to the scheduler until it has.
-static void warp_barrier(WarpState& w, Lane* me) {
-  const uint64_t gen = w.generation;
+template <class State>
+static void barrier(State& b, int count, Lane* me) {
+  const uint64_t gen = b.generation;
   ++g_block->events;
-  if (++w.arrived == 32) {
-    w.arrived = 0;
-    ++w.generation;
+  if (++b.arrived == count) {
+    b.arrived = 0;
+    ++b.generation;
   } else {
-    while (w.generation == gen) swapcontext(&me->ctx, &g_block->scheduler);
+    while (b.generation == gen) swapcontext(&me->ctx, &g_block->scheduler);
   }
   g_lane = me;
+}
+
+static void warp_barrier(WarpState& w, Lane* me) { barrier(w, 32, me); }
+
+void block_barrier() {
+  barrier(g_block->barrier, static_cast<int>(g_block->lanes.size()), g_lane);
 }
 
 void warp_exchange(const void* mine, size_t bytes, void* all) {
@@ -102,6 +116,7 @@ std::string launch(int grid_x, int grid_y, int threads, const std::function<void
       block.bx = bx;
       block.by = by;
       for (auto& w : block.warps) w.arrived = 0;
+      block.barrier.arrived = 0;
       for (auto& lane : block.lanes) {
         lane.done = false;
         getcontext(&lane.ctx);
@@ -119,9 +134,10 @@ std::string launch(int grid_x, int grid_y, int threads, const std::function<void
           swapcontext(&block.scheduler, &lane.ctx);
           if (lane.done) --remaining;
         }
+        if (!block.error.empty()) break;  // a lane threw: its error, not the others' wait
         if (remaining > 0 && block.events == before) {
-          block.error = "gpuq host: lanes of a warp diverged at a warp exchange (mma) in block (" +
-                        std::to_string(bx) + ", " + std::to_string(by) + ")";
+          block.error = "gpuq host: lanes diverged at a warp exchange (mma) or a block barrier "
+                        "in block (" + std::to_string(bx) + ", " + std::to_string(by) + ")";
           break;
         }
       }

@@ -28,20 +28,23 @@
 // (the partial's float is then its bits less 12582912: no int-to-float conversion), and
 // acc += (s * d_a) * P + z * (d_a * Sigma_q).
 //
-// Launch shape: blocks of kWarps warps; block (x, y) computes rows [y * rows_per_warp, + rows)
-// of the plan (one tile's, or part of one) against columns [x * kWarps * 16 * WN, + ...), each
+// Launch shape: blocks of kWarps warps; block (x, y) computes rows [(y + row_group0) *
+// rows_per_warp, + rows_per_warp) of the plan (one tile's, or part of one; a plan of more than
+// 65535 row groups takes several launches) against columns [x * kWarps * 16 * WN, + ...), each
 // warp 16 * WN columns (SWIGLU: WN gate and WN up row groups, the epilogue act(gate) * up).
 // The K loop walks the row's blocks and their 32-value chunks; every lane loads its own bytes
-// (4-byte loads where the format's alignment allows) and its activations (8 bytes per token and
-// 16 values). Each warp is independent: no shared memory, no block barrier.
+// (4-byte loads where the format's alignment allows; a block's header bytes through the words
+// that hold them, one load a word for all its chunks) and its activations (one 8-byte load per
+// token and 16 values). Each warp is independent; the block shares only the format's lookup
+// table (IQ2_XS, IQ3_S), copied into shared memory at the start (one block barrier).
 //
 // Lab knobs (compile-time, for A/B runs; bench/quant_gpuq_notes.md has the measurements):
 // GPUQ_PREFETCH=1 prefetches each weight row's bytes 256 on into L1 at every block;
 // GPUQ_MIN_BLOCKS_NT1=n asks ptxas for n resident blocks of the 8-token kernels (4: 128
 // registers, 12 bytes spilled, 5-17% faster at T = 128 than 1 with 134 registers).
 //
-// Limits: n_in a multiple of the format's block; activations bf16 or fp16 rows with 16-byte
-// aligned rows; tensors aligned to the format's ALIGN; rows_per_warp <= 8 * NT and a divisor of
+// Limits: n_in a multiple of the format's block; activations bf16 or fp16 with 8-byte aligned
+// rows (q8 codes: 4-byte); tensors aligned to the format's ALIGN; rows_per_warp <= 8 * NT and a divisor of
 // tile_m or tile_m itself; |codes| * 32 * 127 < 2^22 (true of every format).
 #pragma once
 #include "gpuq_formats.h"
@@ -60,6 +63,7 @@
 #endif
 
 namespace gpuq {
+inline namespace GPUQ_TARGET {
 
 constexpr int kWarps = 4;
 constexpr uint32_t kMagicPartial = 0x4B400000u;  // int32 partials start here: float bits
@@ -103,12 +107,20 @@ GQ_DEV float apply_activation(int which, float g) {
 }
 
 GQ_DEV void store_value(const GemmParams& p, int64_t row, int col, float v) {
-  uint16_t* out = static_cast<uint16_t*>(p.out) + row * p.out_stride + col;
-  *out = p.out_bf16 ? float_to_bf16_bits(v) : float_to_half_bits(v);
+  const int64_t at = row * p.out_stride + col;
+  if (p.out_kind == kFp32) {
+    static_cast<float*>(p.out)[at] = v;
+  } else {
+    static_cast<uint16_t*>(p.out)[at] =
+        p.out_kind == kBf16 ? float_to_bf16_bits(v) : float_to_half_bits(v);
+  }
 }
 
 template <class F, bool BF16, int NT, bool SWIGLU, bool Q8>
 GQ_KERNEL(NT) qmm_kernel(const GemmParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  __trap();  // bf16 and int8 mma.sync need sm_80 (the ops refuse older devices before a launch)
+#else
   constexpr int WN = SWIGLU ? 1 : 2;           // output row groups per warp
   constexpr int G = SWIGLU ? 2 * WN : WN;      // weight row groups per warp
   constexpr int SUBS = F::BE / 32;             // chunks per block
@@ -118,8 +130,18 @@ GQ_KERNEL(NT) qmm_kernel(const GemmParams p) {
   constexpr bool NEEDS_SUM = !SCALED && (F::HAS_MIN || BIAS != 0);
   constexpr int PREFETCH_AHEAD = 256;  // bytes past the current block
 
+  // The format's lookup table (IQ2_XS, IQ3_S), copied into shared memory once per block: the
+  // grid rows are then read there instead of through L1 for every 4 codes.
+  constexpr int TW = F::TABLE_WORDS;
+  GQ_SHARED uint32_t table[TW > 0 ? TW : 1];
+  if (TW > 0) {
+    const uint32_t* global = F::global_table();
+    for (int i = thread_in_block(); i < TW; i += kWarps * 32) table[i] = global[i];
+    block_sync();  // before any warp leaves
+  }
+
   const int lane = lane_id(), g = lane >> 2, t = lane & 3;
-  const int64_t row0 = static_cast<int64_t>(block_y()) * p.rows_per_warp;
+  const int64_t row0 = (static_cast<int64_t>(block_y()) + p.row_group0) * p.rows_per_warp;
   const int tile = static_cast<int>(row0 / p.tile_m);
   const int col0 = (block_x() * kWarps + warp_id()) * 16 * WN;
   if (col0 >= p.n_out) return;  // warp-uniform: the whole warp leaves
@@ -127,11 +149,11 @@ GQ_KERNEL(NT) qmm_kernel(const GemmParams p) {
   const int n_tiles = p.meta ? p.meta[p.meta_n_tiles_index] : p.n_tiles_all;
 
   float acc[G][NT][4];
-#pragma unroll
+GQ_UNROLL
   for (int gi = 0; gi < G; ++gi)
-#pragma unroll
+GQ_UNROLL
     for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
+GQ_UNROLL
       for (int j = 0; j < 4; ++j) acc[gi][nt][j] = 0.f;
 
   if (tile < n_tiles && expert >= 0 && expert < p.n_expert) {
@@ -140,9 +162,9 @@ GQ_KERNEL(NT) qmm_kernel(const GemmParams p) {
                            int32_t(kMagicPartial)};
     // The lane's weight rows: g and g + 8 of each group, wrapped past n_out (stores are masked).
     const uint8_t* wrow[G][2];
-#pragma unroll
+GQ_UNROLL
     for (int gi = 0; gi < G; ++gi)
-#pragma unroll
+GQ_UNROLL
       for (int h = 0; h < 2; ++h) {
         const int n = (col0 + 16 * (gi % WN) + g + 8 * h) % p.n_out;
         const int64_t wn = n + ((SWIGLU && gi >= WN) ? p.n_out : 0);
@@ -153,7 +175,7 @@ GQ_KERNEL(NT) qmm_kernel(const GemmParams p) {
     bool xok[NT];
     // q8: the scale rows of the lane's accumulator tokens (slots nt * 8 + 2t, + 1).
     const float* drow[NT][2];
-#pragma unroll
+GQ_UNROLL
     for (int nt = 0; nt < NT; ++nt) {
       const int slot = nt * 8 + g;
       int64_t xr = slot < p.rows_per_warp ? row0 + slot : -1;
@@ -161,7 +183,7 @@ GQ_KERNEL(NT) qmm_kernel(const GemmParams p) {
       xok[nt] = xr >= 0 && xr < p.n_a_rows;
       xrow[nt] = static_cast<const uint8_t*>(p.x) + (xok[nt] ? xr : 0) * p.x_stride;
       if (Q8) {
-#pragma unroll
+GQ_UNROLL
         for (int j = 0; j < 2; ++j) {
           const int s2 = nt * 8 + 2 * t + j;
           int64_t r = s2 < p.rows_per_warp ? row0 + s2 : -1;
@@ -175,35 +197,32 @@ GQ_KERNEL(NT) qmm_kernel(const GemmParams p) {
     for (int blk = 0; blk < p.n_blocks; ++blk) {
       const int64_t ahead = static_cast<int64_t>(blk) * F::BB + PREFETCH_AHEAD + 64 * t;
       if (GPUQ_PREFETCH && ahead < row_bytes) {
-#pragma unroll
+GQ_UNROLL
         for (int gi = 0; gi < G; ++gi)
-#pragma unroll
+GQ_UNROLL
           for (int h = 0; h < 2; ++h) prefetch_l1(wrow[gi][h] + ahead);
       }
-#pragma unroll
+GQ_UNROLL
       for (int ch = 0; ch < SUBS; ++ch) {
         const int k0 = blk * F::BE + 32 * ch;  // the chunk's first value along the row
         // B fragments: per token block and group word (L16: values 16w + 4t .. + 3).
         uint32_t b[NT][2][2];
         float sigma[NT][GROUPS][2];  // the lane's two tokens' sums per group (scaled for q8)
         float da[NT][2];
-#pragma unroll
+GQ_UNROLL
         for (int nt = 0; nt < NT; ++nt) {
           if (Q8) {
             const int8_t* q = reinterpret_cast<const int8_t*>(xrow[nt]) + k0;
             b[nt][0][0] = xok[nt] ? load_u32(reinterpret_cast<const uint8_t*>(q + 4 * t)) : 0u;
             b[nt][1][0] = xok[nt] ? load_u32(reinterpret_cast<const uint8_t*>(q + 16 + 4 * t)) : 0u;
-#pragma unroll
+GQ_UNROLL
             for (int j = 0; j < 2; ++j) da[nt][j] = drow[nt][j] ? drow[nt][j][k0 / 32] : 0.f;
           } else {
             const uint8_t* xv = xrow[nt] + 2 * k0;
-#pragma unroll
+GQ_UNROLL
             for (int w = 0; w < 2; ++w) {
-              uint32_t v01 = 0, v23 = 0;
-              if (xok[nt]) {
-                v01 = load_u32(xv + 2 * (16 * w + 4 * t));
-                v23 = load_u32(xv + 2 * (16 * w + 4 * t) + 4);
-              }
+              uint32_t v01 = 0, v23 = 0;  // values 16w + 4t .. + 3: one 64-bit load
+              if (xok[nt]) load_2u32(xv + 2 * (16 * w + 4 * t), v01, v23);
               b[nt][w][0] = byte_perm(v01, v23, 0x5410);  // values 0, 2
               b[nt][w][1] = byte_perm(v01, v23, 0x7632);  // values 1, 3
             }
@@ -211,7 +230,7 @@ GQ_KERNEL(NT) qmm_kernel(const GemmParams p) {
           if (NEEDS_SUM) {
             if (Q8) {
               const uint32_t ones[4] = {0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u};
-#pragma unroll
+GQ_UNROLL
               for (int gr = 0; gr < GROUPS; ++gr) {
                 int32_t qs[4];
                 if (GROUPS == 1) {
@@ -220,7 +239,7 @@ GQ_KERNEL(NT) qmm_kernel(const GemmParams p) {
                 } else {
                   mma_s8_k16(qs, ones, &b[nt][gr][0], c0);
                 }
-#pragma unroll
+GQ_UNROLL
                 for (int j = 0; j < 2; ++j)
                   sigma[nt][gr][j] = (as_float(uint32_t(qs[j])) - kMagicPartialValue) * da[nt][j];
               }
@@ -240,7 +259,7 @@ GQ_KERNEL(NT) qmm_kernel(const GemmParams p) {
                 sigma[nt][0][0] = sum[0];
                 sigma[nt][0][1] = sum[1];
               } else {
-#pragma unroll
+GQ_UNROLL
                 for (int gr = 0; gr < GROUPS; ++gr) {
                   if (BF16) mma_bf16(sum, ones, b[nt][gr], zero);
                   else mma_f16(sum, ones, b[nt][gr], zero);
@@ -252,20 +271,21 @@ GQ_KERNEL(NT) qmm_kernel(const GemmParams p) {
           }
         }
 
-#pragma unroll
+GQ_UNROLL
         for (int gi = 0; gi < G; ++gi) {
           uint32_t wq[2][2];  // [row g / g + 8][word]
           float s[2][GROUPS], m[2][GROUPS], z[2][GROUPS];
-#pragma unroll
+GQ_UNROLL
           for (int h = 0; h < 2; ++h) {
-            F::chunk(wrow[gi][h] + static_cast<int64_t>(blk) * F::BB, ch, t, wq[h], s[h], m[h]);
-#pragma unroll
-            for (int gr = 0; gr < GROUPS; ++gr) z[h][gr] = -(s[h][gr] * float(BIAS) + m[h][gr]);
+            F::chunk(wrow[gi][h] + static_cast<int64_t>(blk) * F::BB, ch, t, wq[h], s[h], m[h],
+                     table);
+GQ_UNROLL
+            for (int gr = 0; gr < GROUPS; ++gr) z[h][gr] = -fmaf(s[h][gr], float(BIAS), m[h][gr]);
           }
           if (Q8) {
-#pragma unroll
+GQ_UNROLL
             for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
+GQ_UNROLL
               for (int gr = 0; gr < GROUPS; ++gr) {
                 int32_t part[4];
                 if (GROUPS == 1) {
@@ -276,7 +296,7 @@ GQ_KERNEL(NT) qmm_kernel(const GemmParams p) {
                   const uint32_t a[2] = {wq[0][gr], wq[1][gr]};
                   mma_s8_k16(part, a, &b[nt][gr][0], c0);
                 }
-#pragma unroll
+GQ_UNROLL
                 for (int j = 0; j < 4; ++j) {
                   const float pf = as_float(uint32_t(part[j])) - kMagicPartialValue;
                   float v = acc[gi][nt][j];
@@ -287,33 +307,33 @@ GQ_KERNEL(NT) qmm_kernel(const GemmParams p) {
             }
           } else {
             uint32_t a[2][4];  // per word (k16 step): the A fragment
-#pragma unroll
+GQ_UNROLL
             for (int w = 0; w < 2; ++w) {
               codes_to_pairs<F, BF16>(wq[0][w], a[w][0], a[w][2]);
               codes_to_pairs<F, BF16>(wq[1][w], a[w][1], a[w][3]);
             }
             if (SCALED) {
               const uint32_t minus_bias = pack_bf16x2(-float(BIAS), -float(BIAS));
-#pragma unroll
+GQ_UNROLL
               for (int w = 0; w < 2; ++w) {
                 const int gr = GROUPS == 1 ? 0 : w;
                 const uint32_t scale[2] = {pack_bf16x2(s[0][gr], s[0][gr]),
                                            pack_bf16x2(s[1][gr], s[1][gr])};
                 const uint32_t neg_min[2] = {pack_bf16x2(-m[0][gr], -m[0][gr]),
                                              pack_bf16x2(-m[1][gr], -m[1][gr])};
-#pragma unroll
+GQ_UNROLL
                 for (int r = 0; r < 4; ++r) {  // registers 0, 2: row g; 1, 3: row g + 8
                   const uint32_t code = BIAS ? bf16x2_add(a[w][r], minus_bias) : a[w][r];
                   a[w][r] = bf16x2_fma(code, scale[r & 1], neg_min[r & 1]);
                 }
               }
-#pragma unroll
+GQ_UNROLL
               for (int nt = 0; nt < NT; ++nt) {
                 mma_bf16(acc[gi][nt], a[0], b[nt][0], acc[gi][nt]);
                 mma_bf16(acc[gi][nt], a[1], b[nt][1], acc[gi][nt]);
               }
             } else {
-#pragma unroll
+GQ_UNROLL
               for (int nt = 0; nt < NT; ++nt) {
                 const float zero[4] = {0.f, 0.f, 0.f, 0.f};
                 float part[GROUPS][4];
@@ -326,15 +346,15 @@ GQ_KERNEL(NT) qmm_kernel(const GemmParams p) {
                     mma_f16(part[0], a[1], b[nt][1], part[0]);
                   }
                 } else {
-#pragma unroll
+GQ_UNROLL
                   for (int gr = 0; gr < GROUPS; ++gr) {
                     if (BF16) mma_bf16(part[gr], a[gr], b[nt][gr], zero);
                     else mma_f16(part[gr], a[gr], b[nt][gr], zero);
                   }
                 }
-#pragma unroll
+GQ_UNROLL
                 for (int gr = 0; gr < GROUPS; ++gr)
-#pragma unroll
+GQ_UNROLL
                   for (int j = 0; j < 4; ++j) {
                     float v = acc[gi][nt][j];
                     if (NEEDS_SUM) v = fmaf(z[j / 2][gr], sigma[nt][gr][j % 2], v);
@@ -351,11 +371,11 @@ GQ_KERNEL(NT) qmm_kernel(const GemmParams p) {
   }
 
   // Epilogue: the lane holds columns col0 + 16 wn + g (+ 8) for tokens nt * 8 + 2t (+ 1).
-#pragma unroll
+GQ_UNROLL
   for (int wn = 0; wn < WN; ++wn)
-#pragma unroll
+GQ_UNROLL
     for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
+GQ_UNROLL
       for (int j = 0; j < 4; ++j) {
         const int col = col0 + 16 * wn + g + 8 * (j / 2);
         const int slot = nt * 8 + 2 * t + (j % 2);
@@ -364,6 +384,8 @@ GQ_KERNEL(NT) qmm_kernel(const GemmParams p) {
         if (SWIGLU) v = apply_activation(p.activation, v) * acc[wn + WN][nt][j];
         store_value(p, row0 + slot, col, v);
       }
+#endif
 }
 
+}  // namespace GPUQ_TARGET
 }  // namespace gpuq

@@ -17,18 +17,26 @@
 #include <cstdint>
 #include <cstring>
 
+#include "gpuq/gpuq_target.h"
+
 #if defined(__CUDACC__)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #define GQ_DEV __device__ __forceinline__
+// Shared memory of a thread block; in the emulation, the thread's (its blocks run one at a time).
+#define GQ_SHARED __shared__
 #else
+#define GQ_SHARED static thread_local
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 #include "gpuq_host_runtime.h"
 #define GQ_DEV inline
 #endif
 
 namespace gpuq {
+inline namespace GPUQ_TARGET {
 
 // ---- scalars --------------------------------------------------------------------------------
 
@@ -68,6 +76,17 @@ GQ_DEV float half_bits_to_float(uint32_t h) {
     return sign ? -v : v;
   }
   return as_float(sign | ((exp + 112) << 23) | (man << 13));
+#endif
+}
+
+// a * b - c with two roundings, never fused into one (the reference's order for the formats
+// with mins: docs/quantized-formats.md), whatever the compiler's contraction flags.
+GQ_DEV float mul_sub_rn(float a, float b, float c) {
+#if defined(__CUDACC__)
+  return __fsub_rn(__fmul_rn(a, b), c);
+#else
+  volatile float product = a * b;  // a store the compiler may not fuse with the subtraction
+  return product - c;
 #endif
 }
 
@@ -307,45 +326,58 @@ GQ_DEV void mma_s8_k16(int32_t d[4], const uint32_t a[2], const uint32_t b[1], c
 
 // ---- the lane's position ----------------------------------------------------------------------
 
-GQ_DEV int lane_id() {
+// thread_in_block: the thread's index in its block; block_sync: every thread of the block
+// arrives before any goes on (__syncthreads).
 #if defined(__CUDACC__)
-  return threadIdx.x & 31;
+GQ_DEV int lane_id() { return threadIdx.x & 31; }
+GQ_DEV int warp_id() { return threadIdx.x >> 5; }
+GQ_DEV int thread_in_block() { return threadIdx.x; }
+GQ_DEV int block_x() { return blockIdx.x; }
+GQ_DEV int block_y() { return blockIdx.y; }
+GQ_DEV void block_sync() { __syncthreads(); }
 #else
-  return host::lane_id();
+GQ_DEV int lane_id() { return host::lane_id(); }
+GQ_DEV int warp_id() { return host::warp_id(); }
+GQ_DEV int thread_in_block() { return host::thread_id(); }
+GQ_DEV int block_x() { return host::block_x(); }
+GQ_DEV int block_y() { return host::block_y(); }
+GQ_DEV void block_sync() { host::block_barrier(); }
 #endif
-}
-
-GQ_DEV int warp_id() {
-#if defined(__CUDACC__)
-  return threadIdx.x >> 5;
-#else
-  return host::warp_id();
-#endif
-}
-
-GQ_DEV int block_x() {
-#if defined(__CUDACC__)
-  return blockIdx.x;
-#else
-  return host::block_x();
-#endif
-}
-
-GQ_DEV int block_y() {
-#if defined(__CUDACC__)
-  return blockIdx.y;
-#else
-  return host::block_y();
-#endif
-}
 
 // ---- loads of GGUF bytes ----------------------------------------------------------------------
 // Blocks are 2-, 4-, 8- or 16-byte aligned (or not at all: MXFP4's 17 bytes), so each format
 // loads its words through the widest access its alignment allows.
 
+// `p` itself; in the emulation, a lane's error where a GPU would fault: an address that is not
+// a multiple of the load's width (so the CPU tests catch a misaligned wide load).
+template <int WIDTH>
+GQ_DEV const uint8_t* checked(const uint8_t* p) {
+#if !defined(__CUDACC__)
+  if (reinterpret_cast<uintptr_t>(p) % WIDTH) {
+    throw std::runtime_error("gpuq host: misaligned " + std::to_string(WIDTH) + "-byte load");
+  }
+#endif
+  return p;
+}
+
 GQ_DEV uint32_t load_u8(const uint8_t* p) { return *p; }
-GQ_DEV uint32_t load_u16(const uint8_t* p) { return *reinterpret_cast<const uint16_t*>(p); }
-GQ_DEV uint32_t load_u32(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+GQ_DEV uint32_t load_u16(const uint8_t* p) {
+  return *reinterpret_cast<const uint16_t*>(checked<2>(p));
+}
+GQ_DEV uint32_t load_u32(const uint8_t* p) {
+  return *reinterpret_cast<const uint32_t*>(checked<4>(p));
+}
+// 8 bytes from an 8-byte aligned address, as two words (one 64-bit load).
+GQ_DEV void load_2u32(const uint8_t* p, uint32_t& lo, uint32_t& hi) {
+#if defined(__CUDACC__)
+  const uint2 v = *reinterpret_cast<const uint2*>(p);
+  lo = v.x;
+  hi = v.y;
+#else
+  std::memcpy(&lo, checked<8>(p), 4);
+  std::memcpy(&hi, p + 4, 4);
+#endif
+}
 // 4 bytes from a 2-byte aligned address.
 GQ_DEV uint32_t load_u32_a2(const uint8_t* p) { return load_u16(p) | (load_u16(p + 2) << 16); }
 // 4 bytes from any address.
@@ -353,4 +385,5 @@ GQ_DEV uint32_t load_u32_a1(const uint8_t* p) {
   return load_u8(p) | (load_u8(p + 1) << 8) | (load_u8(p + 2) << 16) | (load_u8(p + 3) << 24);
 }
 
+}  // namespace GPUQ_TARGET
 }  // namespace gpuq

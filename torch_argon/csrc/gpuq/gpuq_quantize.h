@@ -3,15 +3,17 @@
 // d = q = 0 when amax is 0 or 127 / amax overflows. A block with a NaN or an infinity gets a
 // non-finite d (its q is unspecified, as the definition says).
 #pragma once
+#include "gpuq_params.h"
 #include "gpuq_prims.h"
 
 namespace gpuq {
+inline namespace GPUQ_TARGET {
 
-// in_kind: 0 bf16, 1 fp16, 2 fp32 (the bits at x).
+// in_kind: the FloatKind of the bits at x (gpuq_params.h).
 GQ_DEV float load_activation(const void* x, int64_t i, int in_kind) {
-  if (in_kind == 2) return static_cast<const float*>(x)[i];
+  if (in_kind == kFp32) return static_cast<const float*>(x)[i];
   const uint32_t h = static_cast<const uint16_t*>(x)[i];
-  return in_kind == 0 ? bf16_bits_to_float(h) : half_bits_to_float(h);
+  return in_kind == kBf16 ? bf16_bits_to_float(h) : half_bits_to_float(h);
 }
 
 GQ_DEV void quantize_block_q8(const void* row, int64_t first, int in_kind, int8_t* q, float* d) {
@@ -38,4 +40,5 @@ GQ_DEV void quantize_block_q8(const void* row, int64_t first, int in_kind, int8_
   }
 }
 
+}  // namespace GPUQ_TARGET
 }  // namespace gpuq

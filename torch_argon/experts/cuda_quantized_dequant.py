@@ -1,0 +1,132 @@
+"""Quantized experts on CUDA at large T: each layer call decodes the experts' GGUF blocks to the
+activations' dtype once (the gpuq decode, csrc/gpuq/gpuq_decode.h: 16-byte stores, bit for bit
+dequantize_reference rounded once) into a workspace kept across calls, then runs the dense
+Triton grouped GEMMs of triton_dense on it (the gather and the activation fused into gate/up).
+
+Why: gpuq's GEMMs (cuda_quantized) and the Triton quantized GEMM decode every weight once per
+32 rows of a tile, so from a few dozen rows per expert the decoding outweighs the GEMMs; here
+it costs one pass over the weights per call (E * 3 * H * I values written: 1.2 GB for
+Qwen3-30B-A3B's E=128 H=2048 I=768, about 0.3-0.4 ms on an H200), after which the GEMMs run at
+the dense rate. It declines below the rows per expert of experts/quantized_crossover.py, where
+cuda_quantized is faster.
+
+Numerics: each weight is rounded to the activations' dtype once (as the Triton quantized path
+and gpuq's scaled path round it), then the dense GEMMs accumulate in fp32: the Triton quantized
+path's tolerance (1.5e-2 relative in bf16, tests/test_cuda_quantized.py).
+
+Memory: the workspace holds one layer's experts decoded, E * 3 * H * I values of the
+activations' dtype (in bf16: 1.2 GB for E=128 H=2048 I=768, 3.2 GB for E=512 H=2048 I=512), the
+largest layer seen,
+per (device, dtype, CUDA stream), shared by every layer of a model (each call overwrites it),
+until clear_cuda_dequant_workspace(). Calls whose decoded weights must outlive the call get
+fresh tensors instead: torch.compile tracing (a traced graph allocates its own), CUDA graph
+capture (the graph's pool owns them) and calls autograd records (the GEMMs' backward may keep
+the weights).
+"""
+import dataclasses
+import threading
+
+import torch
+
+from .. import gpuq
+from .base import Experts
+from .ops_quantized import float_parts
+from .quantized_crossover import dequant_from_rows
+from .triton_dense import HALF_DTYPES, TritonDense, triton_refusal
+
+_DENSE = TritonDense()
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodedExperts:
+    """The decoded stacks as triton_dense reads them: gate_up [E, 2I, H], down [E, H, I]."""
+    gate_up: torch.Tensor
+    down: torch.Tensor
+
+
+class _Workspace:
+    """The decoded weights' buffers, by (role, dtype, device, stream, inference mode): each the
+    largest seen, until cleared."""
+
+    def __init__(self):
+        self.buffers = {}
+        self.lock = threading.Lock()
+
+    def buffer(self, role, shape, dtype, device):
+        numel = shape[0] * shape[1] * shape[2]
+        stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+        key = (role, dtype, device, stream, torch.is_inference_mode_enabled())
+        with self.lock:
+            buf = self.buffers.get(key)
+            if buf is None or buf.numel() < numel:
+                self.buffers[key] = None  # free the old one before taking the new
+                buf = self.buffers[key] = torch.empty(numel, dtype=dtype, device=device)
+        return buf[:numel].view(shape)
+
+
+WORKSPACE = _Workspace()
+
+
+def clear_cuda_dequant_workspace():
+    """Free the decoded-experts workspace of cuda_quantized_dequant (every device, dtype and
+    stream); the next call takes it again."""
+    with WORKSPACE.lock:
+        WORKSPACE.buffers.clear()
+
+
+def _must_be_fresh(call) -> bool:
+    """Whether the decoded weights must outlive the call (see the module doc)."""
+    x = call.x
+    return (torch.compiler.is_compiling()
+            or (x.device.type == "cuda" and torch.cuda.is_current_stream_capturing())
+            or (torch.is_grad_enabled() and x.requires_grad))
+
+
+class CudaQuantizedDequant(Experts):
+    name = "cuda_quantized_dequant"
+    path = "triton"
+    kind = "quantized"
+    fuses_gather = True
+    activation_quant = ("none",)
+
+    def supports(self, call):
+        why = triton_refusal(call) or gpuq.refusal(call.x.device)
+        if why:
+            return why
+        if call.x.dtype not in HALF_DTYPES:
+            return "the decoded experts' dense GEMMs need fp16 / bf16 activations"
+        floats = float_parts(call.weights)
+        if floats:
+            return f"{', '.join(floats)} stored as plain floats: it decodes quantized blocks only"
+        rows, start = call.rows_per_expert(), dequant_from_rows(call.weights)
+        if rows is not None and rows < start:
+            return (f"{rows:.3g} rows per expert: below {start}, gpuq's GEMMs on the GGUF bytes "
+                    "are faster (experts/quantized_crossover.py)")
+        return ""
+
+    def default_tile_m(self, call, n_entries):
+        return _DENSE.default_tile_m(call, n_entries)
+
+    def workspace(self, call, rows):
+        w, dtype, device = call.weights, call.x.dtype, call.x.device
+        E, H, I = w.n_experts, w.hidden, w.inter
+        shapes = {"gate_up": (E, 2 * I, H), "down": (E, H, I)}
+        if _must_be_fresh(call):
+            return {role: torch.empty(s, dtype=dtype, device=device) for role, s in shapes.items()}
+        return {role: WORKSPACE.buffer(role, s, dtype, device) for role, s in shapes.items()}
+
+    def apply(self, call, x, xs, plan, workspace):
+        w = call.weights
+        gate_up, down = workspace["gate_up"], workspace["down"]
+
+        def decode(part, out):
+            gpuq.dequantize(part.data, part.qtype.type_id, part.n_in, out=out)
+
+        if w.fused:
+            decode(w.gate_up, gate_up)
+        else:
+            decode(w.gate, gate_up[:, :w.inter])
+            decode(w.up, gate_up[:, w.inter:])
+        decode(w.down, down)
+        dense_call = dataclasses.replace(call, weights=DecodedExperts(gate_up, down))
+        return _DENSE.apply(dense_call, x, None, plan, {})

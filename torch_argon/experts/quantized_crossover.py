@@ -1,0 +1,31 @@
+"""Where the CUDA quantized experts change implementation: the mean rows per expert (T * K / E)
+from which the layer decodes the experts to bf16 / fp16 once per call and runs the dense GEMMs
+(cuda_quantized_dequant) instead of gpuq's GEMMs on the GGUF bytes (cuda_quantized), which
+decode each weight once per 32 rows of a tile.
+
+The numbers are the crossovers of the two paths' times in bench/quant_gpuq_notes.md's H100
+table (2026-12-05, same-call bf16 baseline): gpuq's GEMMs as measured at T = 128 ... 16384 on
+both configs (E=512 K=10 H=2048 I=512; E=128 K=8 H=2048 I=768), the dequant path as the
+measured bf16 GEMMs plus the decode modelled as its bytes (the GGUF bytes read, E * 3 * H * I
+bf16 values written) over the measured copy bandwidth (2.42 TB/s); both configs cross within
+5 rows of each other. The coordinator's H200 run of bench/bench_quant.py replaces them (its
+records have both paths at every T: tools' readers can recompute the crossover).
+"""
+
+# format -> rows per expert from which the dequant path runs (E512 / E128 crossovers)
+DEQUANT_FROM_ROWS = {
+    "Q4_K": 55,    # 53.8 / 56.8
+    "Q8_0": 42,    # 42.1 / 41.3
+    "IQ4_XS": 68,  # 68.3 / 68.5
+    "Q6_K": 54,    # 52.5 / 54.9
+    "IQ2_XS": 40,  # 38.7 / 42.4
+}
+# the formats the table has no row for: the middle of the measured ones
+DEFAULT_DEQUANT_FROM_ROWS = 48
+
+
+def dequant_from_rows(weights) -> float:
+    """The rows per expert from which quantized `weights` (QuantizedExperts) run the dequant
+    path: the smallest of its parts' formats' crossovers."""
+    return min(DEQUANT_FROM_ROWS.get(w.qtype.name, DEFAULT_DEQUANT_FROM_ROWS)
+               for w in weights.parts().values())
