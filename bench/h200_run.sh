@@ -2,6 +2,7 @@
 # What we run on the lent H200, in as few calls as possible (see bench/README.md):
 #   bash bench/h200_run.sh build tests main     # build, the GPU run of the suite (h200_tests.sh), the main job
 #   bash bench/h200_run.sh layer ops            # bench/bench_layer.py, bench/bench_cuda.py
+#   bash bench/h200_run.sh train                # bench/bench_train.py (forward + backward)
 # Logs and results go to $OUT (the device tool's folder) or /tmp/argon_out.
 set -uo pipefail
 OUT="${OUT:-/tmp/argon_out}"
@@ -33,6 +34,9 @@ for what in "$@"; do
     ops)
       TAIL=20 step ops python3 bench/bench_cuda.py --out bench/results/h200.json
       cp bench/results/h200.json "$OUT/h200.json" ;;
+    train)  # issue 46's configs: bf16, T = 2048 and 8192, graph replay (about 2 minutes)
+      TAIL=12 step train python3 bench/bench_train.py --json bench/results/h200_train.json
+      cp bench/results/h200_train.json "$OUT/h200_train.json" ;;
     *) echo "unknown step $what"; exit 2 ;;
   esac
 done

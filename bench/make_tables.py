@@ -331,6 +331,23 @@ def cpu_gguf_llamacpp_line(records):
             + " its tokens/s.")
 
 
+def train_table(records):
+    """Forward + backward of the layer (bench/bench_train.py) against our forward and each
+    plain-torch layer with torch's autograd, per layer config and T."""
+    rows = ["| config | dtype | T | fwd + bwd (us) | / our forward | per-expert loop (us) | "
+            "argsort + grouped_mm (us) | grad rel err vs loop |",
+            "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in sorted(records, key=lambda r: (layer_shape(r), r["dtype"], r["T"])):
+        cells = []
+        for name in ("layer_per_expert_loop", "layer_argsort_grouped_mm"):
+            b = r["baselines"].get(name)
+            cells.append(_x(b["median_us"], r["median_us"]) if b else "-")
+        rows.append(f"| {shape_label(layer_shape(r))} | {r['dtype']} | {r['T']} | "
+                    f"{r['median_us']:.0f} | {r['vs_forward']:.2f} | {' | '.join(cells)} | "
+                    f"{r['max_grad_rel_err']:.1e} |")
+    return "\n".join(rows)
+
+
 # name: (the document holding its marker, its results files in bench/results, the function
 # making it from their parsed JSON, in that order; no files: the function reads the library).
 TABLES = {
@@ -348,6 +365,8 @@ TABLES = {
     "cpu-quant": ("bench/README.md", ("cpu_quant.json",), cpu_quant_table),
     "h200": ("bench/README.md", ("h200.json",), cuda_ops_table),
     "h200x2": ("bench/README.md", ("h200x2.json",), distributed_table),
+    "cpu-train": ("bench/README.md", ("cpu_train.json",), train_table),
+    "h200-train": ("bench/README.md", ("h200_train.json",), train_table),
 }
 DOCS = tuple(dict.fromkeys(doc for doc, _, _ in TABLES.values()))
 MARKER = re.compile(r"<!-- table:([\w-]+) -->\n(.*?)<!-- /table:\1 -->", re.S)

@@ -303,6 +303,23 @@ def swiglu_out_dtype_against_out(ops, d):
             (rand(4, 8, device=d), rand(4, 4, device=d)))
 
 
+@misuse("grad_out must have swiglu's output shape")
+def swiglu_backward_grad_shape(ops, d):
+    return ops.swiglu_backward, (rand(4, 3, device=d), rand(4, 8, device=d))
+
+
+@misuse("grad_out must be float32, float16 or bfloat16")
+def swiglu_backward_grad_int(ops, d):
+    return (ops.swiglu_backward,
+            (torch.zeros(4, 4, dtype=torch.int32, device=d), rand(4, 8, device=d)))
+
+
+@misuse("out overlaps the input gate")
+def swiglu_backward_out_over_gate(ops, d):
+    gu = rand(4, 8, device=d)
+    return (lambda dy, g: ops.swiglu_backward(dy, g, out=g)), (rand(4, 4, device=d), gu)
+
+
 # ---- moe_mm ------------------------------------------------------------------------------------
 
 def mm_call(change, tile_m=None):
@@ -332,6 +349,36 @@ def moe_mm_out_over_xs(ops, d):
     xs = rand(R, H, device=d)
     return ((lambda xs, w, te: ops.moe_mm(xs, w, te, TM, out=xs)),
             (xs, rand(E, H, H, device=d), plan.tile_expert))
+
+
+def weight_grad_call(change, n_expert=E):
+    def make(ops, d):
+        plan = plan_of(ops, d)
+        xs, dy, te = change(rand(R, 32, device=d), rand(R, 24, device=d), plan.tile_expert)
+        return ((lambda xs, dy, te: ops.moe_mm_weight_grad(xs, dy, te, n_expert, TM)),
+                (xs, dy, te))
+    return make
+
+
+for name, match, change, n_expert in [
+        ("grad_dtype", "grad_out must have the dtype of xs",
+         lambda xs, dy, te: (xs, dy.half(), te), E),
+        ("grad_rows", "grad_out must have the rows of xs",
+         lambda xs, dy, te: (xs, dy[:-1], te), E),
+        ("xs_rows", "xs must have tile_expert.size", lambda xs, dy, te: (xs[:-1], dy[:-1], te), E),
+        ("tile_expert_int64", "tile_expert must be int32",
+         lambda xs, dy, te: (xs, dy, te.long()), E),
+        ("n_expert_0", "n_expert must be >= 1", lambda xs, dy, te: (xs, dy, te), 0),
+]:
+    misuse(match, name=f"moe_mm_weight_grad_{name}")(weight_grad_call(change, n_expert))
+
+
+@misuse("out overlaps the input xs")
+def moe_mm_weight_grad_out_over_xs(ops, d):
+    plan = plan_of(ops, d)
+    xs = rand(R, H, device=d)
+    return ((lambda xs, dy, te: ops.moe_mm_weight_grad(xs, dy, te, 1, TM, out=xs[:H].view(1, H, H))),
+            (xs, rand(R, H, device=d), plan.tile_expert))
 
 
 # ---- dequantize --------------------------------------------------------------------------------

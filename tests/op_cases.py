@@ -26,6 +26,8 @@ def op_cases(backend):
     w_q = random_quantized("Q8_0", H, KQ, leading=(E,), generator=torch.Generator().manual_seed(0),
                            device=d)
     xq = torch.randn(R, KQ, device=d, dtype=torch.bfloat16)
+    dy = torch.randn(R, H, device=d, dtype=torch.float32)  # swiglu's output gradient
+    dmm = torch.randn(R, 2 * H, device=d, dtype=torch.bfloat16)  # moe_mm's output gradient
     return {
         "moe_plan": (ns.moe_plan, (ids, w, E, TM)),
         "moe_plan_out": (ns.moe_plan_out, (ids, w, E, TM, *plan_outs)),
@@ -35,6 +37,12 @@ def op_cases(backend):
         "moe_combine_out": (ns.moe_combine_out, (y, plan.pos, w, None, x, empty(T, H, dt=y.dtype))),
         "swiglu": (ns.swiglu, (g, None, None, "gelu_tanh")),
         "swiglu_out": (ns.swiglu_out, (g[:, :H], g[:, H:], "gelu", empty(R, H, dt=g.dtype))),
+        "swiglu_backward": (ns.swiglu_backward, (dy, g, None, "silu")),
+        "swiglu_backward_out": (ns.swiglu_backward_out, (dy, g[:, :H], g[:, H:], "gelu_tanh",
+                                                         empty(R, 2 * H, dt=g.dtype))),
+        "moe_mm_weight_grad": (ns.moe_mm_weight_grad, (y, dmm, plan.tile_expert, TM, E)),
+        "moe_mm_weight_grad_out": (ns.moe_mm_weight_grad_out,
+                                   (y, dmm, plan.tile_expert, TM, E, empty(E, 2 * H, H, dt=y.dtype))),
         "moe_mm": (ns.moe_mm, (y, W, plan.tile_expert, TM)),
         "moe_mm_out": (ns.moe_mm_out, (y, W, plan.tile_expert, TM, empty(R, 2 * H, dt=y.dtype))),
         "dequantize": (ns.dequantize, (w_q, Q8_0, KQ)),

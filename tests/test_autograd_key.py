@@ -1,11 +1,13 @@
-"""Gradients never vanish silently (issue 42 item 17). The argon ops have no backward formulas
-yet, so their Autograd-key kernels (csrc/autograd_skip.cpp) refuse any call that would need one:
-in grad mode, a tensor argument that requires grad (an input, or an output the op writes) raises
-NotImplementedError naming the op, the argument and what to do, before anything is written;
-every public entry inherits it (moe_layer, moe_experts on the ops, CPU-workspace and Triton
-paths, nn.MoE, compiled or not). Under no_grad / inference_mode the same tensors run, with the
-values of a call without grad; with no tensor requiring grad, the kernel skips torch's autograd
-fallback. Dual tensors (forward AD) are refused too."""
+"""Gradients never vanish silently (issue 42 item 17, issue 46). The functional forms of
+moe_gather, moe_combine, swiglu, moe_mm and moe_qmm have backward formulas (torch_argon/autograd.py;
+their values: test_gradients.py); moe_plan is not differentiable (its outputs never require
+grad); every other op (the _out forms, swiglu_backward, moe_mm_weight_grad, dequantize, the
+Triton GEMMs) keeps an Autograd-key kernel (csrc/autograd_skip.cpp) that refuses a call that
+would need a gradient: in grad mode, a tensor argument that requires grad (an input, or an output
+the op writes) raises NotImplementedError naming the op, the argument and what to do, before
+anything is written. Under no_grad / inference_mode the same tensors run, with the values of a
+call without grad. Dual tensors (forward AD) are refused by every op. The public entries
+(moe_layer, moe_experts, nn.MoE, compiled or not) train, whichever input requires grad."""
 import warnings
 
 import pytest
@@ -15,9 +17,12 @@ import torch.autograd.forward_ad as fwAD
 import torch_argon
 from op_cases import OPS, op_cases, written_args
 from torch_argon import triton_ops
+from torch_argon.autograd import FORMULAS
 
 OUT_FORMS = [name for name in OPS if name.endswith("_out")]
-REFUSAL = "requires grad, but the argon ops .* have no backward yet"
+NOT_DIFFERENTIABLE = ("moe_plan",)
+REFUSING = [name for name in OPS if name not in FORMULAS and name not in NOT_DIFFERENTIABLE]
+REFUSAL = "requires grad, but this op has no backward formula"
 
 
 def _out_args(op, args):
@@ -60,7 +65,7 @@ def _assert_same_values(got, want):
         torch.testing.assert_close(g.detach(), w, rtol=0, atol=0, equal_nan=True)
 
 
-@pytest.mark.parametrize("op_name", OPS)
+@pytest.mark.parametrize("op_name", REFUSING)
 def test_an_input_requiring_grad_is_refused(backend, op_name):
     """Each floating input in turn requires grad: refused in grad mode (outputs untouched),
     computed under no_grad and inference_mode with the values of a plain call."""
@@ -86,13 +91,36 @@ def test_an_input_requiring_grad_is_refused(backend, op_name):
             assert not any(t.requires_grad for t in got)
 
 
+@pytest.mark.parametrize("op_name", list(FORMULAS))
+def test_an_op_with_a_formula_records_its_backward(backend, op_name):
+    """Each floating input in turn requires grad: the output carries the formula's backward
+    node, with the values of a plain call; under no_grad nothing is recorded."""
+    op, args = op_cases(backend)[op_name]
+    plain = op(*args)
+    for i in _floating_inputs(args, []):
+        got = op(*_with_grad(args, i))
+        assert got.requires_grad and got.grad_fn is not None
+        _assert_same_values([got], [plain])
+        with torch.no_grad():
+            assert not op(*_with_grad(args, i)).requires_grad
+
+
+def test_moe_plan_is_not_differentiable(backend):
+    """topk_weights requiring grad: the plan runs (no refusal), no output requires grad."""
+    op, (ids, w, E, tm) = op_cases(backend)["moe_plan"]
+    plain = op(ids, w, E, tm)
+    got = op(ids, w.clone().requires_grad_(), E, tm)
+    assert not any(t.requires_grad for t in got)
+    _assert_same_values(list(got), list(plain))
+
+
 def test_the_refusal_says_what_to_do():
     x = torch.randn(4, 8, requires_grad=True)
     with pytest.raises(NotImplementedError) as err:
-        torch_argon.swiglu(x)
+        torch_argon.swiglu(x, out=torch.empty(4, 4))
     message = str(err.value)
-    for advice in ("argon::swiglu: gate requires grad", "moe_layer, moe_experts and nn.MoE",
-                   "torch.no_grad()", "torch.inference_mode()", "integrations.transformers"):
+    for advice in ("argon::swiglu_out: gate requires grad", "functional forms", "out= forms",
+                   "torch.no_grad()", "torch.inference_mode()"):
         assert advice in message
 
 
@@ -146,66 +174,71 @@ def run_layer(t):
     return torch_argon.moe_layer(t["x"], t["router_weight"], (t["w_gate_up"], t["w_down"]), K)
 
 
-def test_the_issues_layer_call_raises_instead_of_returning_no_gradients():
+def test_the_issues_layer_call_returns_every_gradient():
     t = {k: v.requires_grad_() for k, v in layer_inputs().items()}
-    with pytest.raises(NotImplementedError, match=REFUSAL):
-        out = run_layer(t)
-        torch.autograd.grad(out.sum(), tuple(t.values()), allow_unused=True)
+    out = run_layer(t)
+    grads = torch.autograd.grad(out.sum(), tuple(t.values()), allow_unused=True)
+    assert all(g is not None and bool(g.abs().sum() > 0) for g in grads)
+
+
+def all_grads():
+    t = {k: v.requires_grad_() for k, v in layer_inputs().items()}
+    run_layer(t).backward(torch.ones(T, H))
+    return {k: v.grad for k, v in t.items()}
 
 
 @pytest.mark.parametrize("tracked", ["x", "router_weight", "w_gate_up", "w_down"])
-def test_layer_refuses_any_input_requiring_grad(tracked):
-    """One input at a time (the CPU path with only the router tracked keeps its workspace
-    buffers, another path than with x or the experts tracked): refused; under no_grad, the
-    values of the untracked call."""
+def test_layer_trains_any_input_requiring_grad(tracked):
+    """One input at a time (with only the router tracked, the CPU-workspace path would keep
+    the y its combine's backward reads in a buffer the next call overwrites: it declines):
+    the gradient of a call with every input tracked, bit for bit; under no_grad, the values of
+    the untracked call."""
     want = run_layer(layer_inputs())
     t = layer_inputs()
     t[tracked].requires_grad_()
-    with pytest.raises(NotImplementedError, match=REFUSAL):
-        run_layer(t)
+    out = run_layer(t)
+    run_layer(layer_inputs())  # a later call, as the next layer's or step's would be
+    out.backward(torch.ones(T, H))
+    _assert_same_values([t[tracked].grad], [all_grads()[tracked]])
     with torch.no_grad():
         torch.testing.assert_close(run_layer(t), want, rtol=0, atol=0)
 
 
-def test_moe_experts_refuses_topk_weights_requiring_grad():
+def test_moe_experts_gives_topk_weights_their_gradient():
     t = layer_inputs()
     ids = torch.randint(0, E, (T, K), generator=torch.Generator().manual_seed(1))
     weights = torch.rand(T, K, requires_grad=True)
-    with pytest.raises(NotImplementedError, match=f"topk_weights {REFUSAL}"):
-        torch_argon.moe_experts(t["x"], ids, weights, (t["w_gate_up"], t["w_down"]))
+    out = torch_argon.moe_experts(t["x"], ids, weights, (t["w_gate_up"], t["w_down"]))
+    torch_argon.moe_experts(t["x"], ids, weights.detach(), (t["w_gate_up"], t["w_down"]))
+    out.backward(torch.ones(T, H))
+    y = [torch_argon.moe_experts(t["x"], ids, torch.eye(K)[k].expand(T, K).contiguous(),
+                                 (t["w_gate_up"], t["w_down"])) for k in range(K)]
+    want = torch.stack([yk.sum(dim=1) for yk in y], dim=1)  # d out.sum() / d w[t, k] = y_k[t].sum()
+    torch.testing.assert_close(weights.grad, want, rtol=1e-5, atol=1e-5)
 
 
-def test_quantized_experts_refuse_x_requiring_grad():
-    from torch_argon.quant import QuantizedExperts, QuantizedWeight, random_quantized
-    g = torch.Generator().manual_seed(2)
-    gate, up, down = (QuantizedWeight(random_quantized("Q8_0", n_out, n_in, leading=(E,),
-                                                       generator=g), "Q8_0", n_in)
-                      for n_out, n_in in ((32, 64), (32, 64), (64, 32)))
-    experts = QuantizedExperts.from_parts(gate, up, down)
-    x = torch.randn(T, 64, requires_grad=True)
-    ids = torch.randint(0, E, (T, K), generator=g)
-    with pytest.raises(NotImplementedError, match=f"argon::moe_gather: x {REFUSAL}"):
-        torch_argon.moe_experts(x, ids, torch.rand(T, K), experts)
-
-
-def test_nn_moe_in_grad_mode_raises_compiled_or_not_and_warns_nothing():
-    """nn.MoE's parameters require grad: in grad mode the block refuses, eagerly and while
-    torch.compile traces (where torch's autograd fallback used to warn three times), with no
-    warning; under no_grad it runs, compiled too, with no warning either."""
+def test_nn_moe_trains_compiled_or_not_and_warns_nothing():
+    """nn.MoE's parameters require grad: in grad mode the block records its backward, eagerly
+    and compiled with fullgraph=True (where torch's autograd fallback used to warn), the same
+    gradients both ways, with no warning; under no_grad it runs, compiled too."""
     moe = torch_argon.nn.MoE(H, I, E, K)
     x = torch.randn(T, H)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        with pytest.raises(NotImplementedError, match=REFUSAL):
-            moe(x)
+        moe(x).square().sum().backward()
+        eager = [p.grad.clone() for p in moe.parameters()]
+        moe.zero_grad()
         torch._dynamo.reset()
-        with pytest.raises(Exception, match=REFUSAL):
-            torch.compile(moe, fullgraph=True)(x)
+        torch.compile(moe, fullgraph=True)(x).square().sum().backward()
+        compiled = [p.grad.clone() for p in moe.parameters()]
         with torch.no_grad():
             want = moe(x)
             torch._dynamo.reset()
             got = torch.compile(moe, fullgraph=True)(x)
     torch.testing.assert_close(got, want)
+    for e, c in zip(eager, compiled):
+        torch.testing.assert_close(c, e, rtol=1e-5, atol=1e-6)
+    assert all(bool(g.abs().sum() > 0) for g in eager)
     assert not [w for w in caught if "autograd kernel was not registered" in str(w.message)]
 
 

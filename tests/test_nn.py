@@ -178,22 +178,30 @@ def test_nn_moe_matches_reference(backend, dtype, shared, activation):
 
 @pytest.mark.parametrize("backend", backend_params(backends.NAMES))
 def test_nn_moe_in_grad_mode(backend):
-    """Grad mode on (a model called without torch.no_grad()): with frozen parameters, the output
-    of no_grad, bit for bit (the CPU moe_mm raised here until the argon ops' Autograd kernels ran
-    the backends below autograd: csrc/autograd_skip.cpp); with parameters that require grad, the
-    argon ops refuse, having no backward yet (tests/test_autograd_key.py), where the reference
-    (plain torch) records its graph."""
+    """Grad mode on (a model called without torch.no_grad()): with parameters that require grad,
+    the output of no_grad, bit for bit, and a backward that reaches every parameter and x, the
+    reference's gradients (plain torch autograd) within bf16's tolerance; with frozen
+    parameters, the output of no_grad again (the CPU moe_mm raised here until the argon ops'
+    Autograd kernels ran the backends below autograd: csrc/autograd_skip.cpp)."""
     b = backends.get(backend)
     moe = small_moe(torch.bfloat16, ops=b.ops).to(b.device)
     assert all(p.requires_grad for p in moe.parameters())
-    x = torch.randn(2, 9, 64).to(torch.bfloat16).to(b.device)
+    x = torch.randn(2, 9, 64).to(torch.bfloat16).to(b.device).requires_grad_()
     with torch.no_grad():
         want = moe(x)
-    if backend != "reference":
-        with pytest.raises(NotImplementedError, match="no backward yet"):
-            moe(x)
+    out = moe(x)
+    torch.testing.assert_close(out, want, rtol=0, atol=0)
+    out.float().square().sum().backward()
+    got = [x.grad] + [p.grad for p in moe.parameters()]
+    ref = small_moe(torch.float32, ops=backends.get("reference").ops)
+    ref.load_state_dict({k: v.float().cpu() for k, v in moe.state_dict().items()})
+    ref_x = x.detach().float().cpu().requires_grad_()
+    ref(ref_x).square().sum().backward()
+    for g, w in zip(got, [ref_x.grad] + [p.grad for p in ref.parameters()]):
+        assert g is not None and bool(g.abs().sum() > 0)
+        assert (g.float().cpu() - w).abs().max() <= 5e-2 * w.abs().max()
     moe.requires_grad_(False)
-    torch.testing.assert_close(moe(x), want, rtol=0, atol=0)
+    torch.testing.assert_close(moe(x.detach()), want, rtol=0, atol=0)
 
 
 def test_nn_moe_loads_a_transformers_style_state_dict():

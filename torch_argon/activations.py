@@ -41,3 +41,23 @@ def gelu_tanh(g):
 # name -> the reference function (elementwise, in the argument's dtype; callers pass float64 or
 # float32 to get the reference's precision).
 REFERENCE = {"silu": F.silu, "gelu": gelu_erf, "gelu_tanh": gelu_tanh}
+
+
+def _silu_slope(g):
+    s = torch.sigmoid(g)
+    return s * (1.0 + g * (1.0 - s))
+
+
+def _gelu_erf_slope(g):
+    return 0.5 * (1.0 + torch.erf(g * 0.7071067811865476)) + g * torch.exp(-0.5 * g * g) * \
+        0.3989422804014327
+
+
+def _gelu_tanh_slope(g):
+    t = torch.tanh(0.7978845608028654 * (g + 0.044715 * g ** 3))
+    return 0.5 * (1.0 + t) + 0.5 * g * (1.0 - t * t) * 0.7978845608028654 * \
+        (1.0 + 3 * 0.044715 * g * g)
+
+
+# name -> the activation's derivative (elementwise; callers pass float64).
+DERIVATIVE = {"silu": _silu_slope, "gelu": _gelu_erf_slope, "gelu_tanh": _gelu_tanh_slope}

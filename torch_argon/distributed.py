@@ -56,7 +56,7 @@ import torch.distributed as dist
 
 from .experts import flow, registry
 from .experts.arguments import check_experts_arguments
-from .experts.base import ExpertsCall
+from .experts.base import ExpertsCall, weight_tensors
 from .experts.flow import Batch, PrepareFinalize
 from .ops import argon_ops
 from .weights import as_expert_weights
@@ -282,6 +282,27 @@ def _argument_error(x, topk_ids, topk_weights, experts, n_experts, mode, tokens,
     return None
 
 
+def _refuse_gradients(x, topk_weights, local_experts, shared, residual):
+    """Expert parallel is inference only: the collectives carry no autograd, so gradients of
+    tokens sent to other ranks would be lost without a word. In grad mode a tensor that requires
+    grad raises (on every rank alike, as every rank calls with the same kind of tensors)."""
+    if not torch.is_grad_enabled():
+        return
+    try:
+        stacks = weight_tensors(as_expert_weights(local_experts))
+    except (TypeError, ValueError):
+        stacks = []  # the argument checks below say what is wrong, on every rank
+
+    named = [("x", x), ("topk_weights", topk_weights), ("shared", shared),
+             ("residual", residual)] + [("local_experts", t) for t in stacks]
+    for name, t in named:
+        if isinstance(t, torch.Tensor) and t.requires_grad:
+            raise NotImplementedError(
+                f"ep_moe_experts: {name} requires grad, but expert parallel is inference only "
+                "(no autograd through the collectives): call it under torch.no_grad() / "
+                "torch.inference_mode(), or train without process_group")
+
+
 def ep_moe_experts(x, topk_ids, topk_weights, local_experts, *, n_experts: int, group=None,
                    mode: str = "auto", tokens: str = "sharded", tile_m: Optional[int] = None,
                    shared=None, residual=None, ops=argon_ops, path: str = "auto",
@@ -309,6 +330,7 @@ def ep_moe_experts(x, topk_ids, topk_weights, local_experts, *, n_experts: int, 
     Returns [T, H] in x's dtype: this rank's tokens' outputs (sharded) or all of them
     (replicated).
     """
+    _refuse_gradients(x, topk_weights, local_experts, shared, residual)
     W, rank = _group_size_rank(group)
     experts = impl = call = None
     try:
@@ -317,7 +339,7 @@ def ep_moe_experts(x, topk_ids, topk_weights, local_experts, *, n_experts: int, 
                                       tokens, shared, residual, activation, activation_quant)
         if local_error is None:  # the implementation, chosen once for the local experts
             call = ExpertsCall.of(x, experts, ops=ops, tile_m=tile_m, activation=activation,
-                                  activation_quant=activation_quant)
+                                  activation_quant=activation_quant, routing=topk_weights)
             impl = registry.choose(call, path)
     except (TypeError, ValueError) as e:
         local_error = e

@@ -47,7 +47,8 @@ def moe_experts(x, topk_ids, topk_weights, experts, *, tile_m=None, shared=None,
     check_experts_arguments(x, topk_ids, topk_weights, weights, shared=shared, residual=residual,
                             activation=activation, activation_quant=activation_quant)
     call = ExpertsCall.of(x, weights, ops=ops, tile_m=tile_m, activation=activation,
-                          activation_quant=activation_quant, n_entries=topk_ids.numel())
+                          activation_quant=activation_quant, n_entries=topk_ids.numel(),
+                          routing=topk_weights)
     return flow.run(registry.choose(call, path), call, topk_ids, topk_weights, shared=shared,
                     residual=residual, out_dtype=out_dtype)
 
@@ -112,7 +113,8 @@ def moe_layer(x, router_weight, experts, top_k, *, scoring="softmax", renormaliz
             raise ValueError("pass either shared (a tensor) or shared_expert_weights, not both")
         _check_shared_expert_weights(x, shared_expert_weights, shared_expert_gate)
     call = ExpertsCall.of(x, weights, ops=ops, tile_m=tile_m, activation=activation,
-                          activation_quant=activation_quant, n_entries=x.shape[0] * top_k)
+                          activation_quant=activation_quant, n_entries=x.shape[0] * top_k,
+                          routing=router_weight)
     impl = registry.choose(call, path)
     if shared_expert_weights is not None:
         shared = shared_expert(x, *shared_expert_weights, shared_expert_gate, ops=ops,

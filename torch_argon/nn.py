@@ -2,7 +2,9 @@
 that runs on the argon ops, with parameter names and layouts of transformers' MoE blocks, so a
 block's state_dict loads as is and integrations can wrap a model's own modules without copies.
 
-Forward only: the argon ops have no autograd formulas (inference / prefill).
+Trains: the argon ops' backward formulas (torch_argon/autograd.py) give x, the router, the expert
+stacks and the shared expert their gradients; torch.compile(fullgraph=True) traces forward and
+backward.
 """
 from typing import Optional
 

@@ -92,6 +92,18 @@ def swiglu(gate, up=None, out_dtype=None, activation="silu"):
     return (ACTIVATIONS[activation](gate.float()) * up.float()).to(out_dtype or gate.dtype)
 
 
+def swiglu_backward(grad_out, gate, up=None, activation="silu"):
+    """[d gate | d up] of swiglu, [R, 2I] in gate's dtype: grad_out * up * act'(gate) and
+    grad_out * act(gate), in float64, rounded once."""
+    activations.check(activation)
+    if up is None:
+        gate, up = gate.chunk(2, dim=-1)
+    g, u, dy = gate.double(), up.double(), grad_out.double()
+    a = ACTIVATIONS[activation](g)
+    da = activations.DERIVATIVE[activation](g)
+    return torch.cat([dy * u * da, dy * a], dim=-1).to(gate.dtype)
+
+
 def moe_mm(xs, w, tile_expert, tile_m):
     out = torch.zeros(xs.shape[0], w.shape[1], dtype=xs.dtype, device=xs.device)
     row_expert = tile_expert.long().repeat_interleave(tile_m)
@@ -101,6 +113,24 @@ def moe_mm(xs, w, tile_expert, tile_m):
         rows = row_expert == e
         out[rows] = (xs[rows].double() @ w[e].double().T).to(xs.dtype)
     return out
+
+
+def moe_mm_weight_grad(xs, grad_out, tile_expert, tile_m, n_expert):
+    """out[e] = sum over the rows of tiles of expert e of grad_out[r]^T xs[r], [E, N, Kd] in
+    xs's dtype (float64 sums, rounded once); experts without tiles get zeros."""
+    out = torch.zeros(n_expert, grad_out.shape[1], xs.shape[1], dtype=torch.float64,
+                      device=xs.device)
+    row_expert = tile_expert.long().repeat_interleave(tile_m)
+    for e in row_expert.unique().tolist():
+        if e < 0:
+            continue
+        if e >= n_expert:
+            j = int((tile_expert == e).nonzero()[0])
+            raise ValueError(f"tile_expert[{j}] = {e} is out of range: expected -1 or an expert "
+                             f"in [0, n_expert={n_expert})")
+        rows = row_expert == e
+        out[e] = grad_out[rows].double().T @ xs[rows].double()
+    return out.to(xs.dtype)
 
 
 def dequantize(w_q, qtype, n_in):

@@ -16,10 +16,13 @@ def topk_experts(scores, top_k, impl="auto"):
     scores at the cut, the lowest ids, as torch.topk picks them), ordered by score and, among
     equal scores, by ascending id, where torch.topk's CUDA sort leaves equal scores in no
     documented order. "auto": triton where its kernels can run (CUDA tensors, Triton
-    importable), else torch."""
+    importable) and autograd does not record the call (the Triton kernel has no backward:
+    router gradients flow through torch.topk), else torch."""
     if impl not in TOPKS:
         raise ValueError(f"topk must be one of {TOPKS}, got {impl!r}")
-    if impl == "triton" or (impl == "auto" and not triton_ops.refusal(scores.device)):
+    recorded = torch.is_grad_enabled() and scores.requires_grad
+    if impl == "triton" or (impl == "auto" and not recorded
+                            and not triton_ops.refusal(scores.device)):
         return triton_ops.topk_triton(scores, top_k)
     return torch.topk(scores, top_k, dim=-1)
 

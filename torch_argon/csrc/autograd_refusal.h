@@ -1,6 +1,6 @@
-// The error every argon op raises where a gradient would be needed (grad mode on, an argument
-// requiring grad): the ops have no backward formulas yet, and an output whose gradient silently
-// never reaches its inputs is worse than no output. Raised by the ops' Autograd kernels
+// The error an argon op without a backward formula raises where a gradient would be needed
+// (grad mode on, an argument requiring grad): an output whose gradient silently never reaches
+// its inputs is worse than no output. Raised by the ops' Autograd kernels
 // (autograd_skip.cpp) and, through _C.refuse_gradient, by the ops defined in Python.
 #pragma once
 #include <string_view>

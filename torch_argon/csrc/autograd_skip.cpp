@@ -11,15 +11,24 @@
 // requiring grad, redispatches the unboxed call below the autograd keys, as the fallback does
 // (the ADInplaceOrView key, a fallthrough for these ops, is skipped either way).
 //
-// Why a refusal: the ops have no backward formulas yet. The fallback would return outputs whose
-// backward passes no gradient (torch only warns), so a model trained through them would
-// silently not train. In grad mode, a tensor argument that requires grad (an input, or an
-// output the op would write) raises autograd_refusal.h's NotImplementedError naming the op and
-// the argument, before any kernel runs; every entry point (the ops, moe_layer, moe_experts,
-// nn.MoE) inherits it. A tensor with a forward-mode gradient (a dual tensor) raises too.
-// Issue 46 gives the ops backward formulas one by one with torch.library.register_autograd; an
-// op that has one leaves register_skips below, so that its Autograd slot is the formula's.
+// Why a refusal: an op without a backward formula would otherwise return outputs whose
+// backward passes no gradient (torch only warns), so a model trained through it would silently
+// not train. In grad mode, a tensor argument that requires grad (an input, or an output the op
+// would write) raises autograd_refusal.h's NotImplementedError naming the op and the argument,
+// before any kernel runs. A tensor with a forward-mode gradient (a dual tensor) raises too.
+// Which ops have what (issue 46):
+//   - the functional forms of moe_gather, moe_combine, swiglu, moe_mm and moe_qmm have backward
+//     formulas (torch_argon/autograd.py, torch.library.register_autograd): their Autograd slot
+//     is the formula's, so they are left out here (kHasFormula);
+//   - moe_plan is not differentiable (integer outputs; sorted_weight is a copy the layer never
+//     differentiates through): it runs below autograd whatever requires grad, its outputs
+//     never require grad (kNeverDifferentiable);
+//   - the _out forms (torch's own out= ops refuse autograd too), swiglu_backward and
+//     moe_mm_weight_grad (the formulas' own ops: no double backward) and dequantize (bytes in)
+//     keep the refusal.
 #include <torch/library.h>
+
+#include <string_view>
 
 #include "autograd_refusal.h"
 #include "op_signatures.h"
@@ -61,27 +70,28 @@ int first_requiring_grad(const Args&... args) {
 
 [[noreturn]] void refuse_gradient(std::string_view op, std::string_view argument) {
   C10_THROW_ERROR(NotImplementedError,
-                  c10::str(op, ": ", argument, " requires grad, but the argon ops (and so "
-                           "moe_layer, moe_experts and nn.MoE) have no backward yet: no gradient "
-                           "would reach it. For inference, call under torch.no_grad() or "
-                           "torch.inference_mode(), or pass tensors that do not require grad; to "
-                           "train, use a differentiable forward (a model patched with "
-                           "torch_argon.integrations.transformers.patch() runs its own forward wherever gradients are needed)."));
+                  c10::str(op, ": ", argument, " requires grad, but this op has no backward "
+                           "formula: no gradient would reach it. To train, call the functional "
+                           "forms of moe_gather, moe_combine, swiglu, moe_mm or moe_qmm (or "
+                           "moe_layer / nn.MoE, which run them in grad mode); their out= forms, "
+                           "the fused Triton GEMMs and the backward ops themselves are forward "
+                           "only. For inference, call under torch.no_grad() or "
+                           "torch.inference_mode()."));
 }
 
 namespace {
 
-template <const char* NS, const char* Name, typename Fn>
+template <const char* NS, const char* Name, bool Refuse, typename Fn>
 struct SkipAutograd;
 
-template <const char* NS, const char* Name, typename Ret, typename... Args>
-struct SkipAutograd<NS, Name, Ret(Args...)> {
+template <const char* NS, const char* Name, bool Refuse, typename Ret, typename... Args>
+struct SkipAutograd<NS, Name, Refuse, Ret(Args...)> {
   static Ret kernel(c10::DispatchKeySet keys, Args... args) {
     static const auto op = find_op<Ret(Args...)>(NS, Name);
     TORCH_CHECK_NOT_IMPLEMENTED(!(has_forward_grad(args) || ...), "Trying to use forward AD with ",
-                                NS, "::", Name, ", which does not support it (the argon ops are "
-                                "forward only)");
-    if (c10::GradMode::is_enabled()) {
+                                NS, "::", Name, ", which does not support it (the argon ops have "
+                                "backward formulas only)");
+    if (Refuse && c10::GradMode::is_enabled()) {
       const int i = first_requiring_grad(args...);
       if (i >= 0) refuse_gradient(op.schema().name(), op.schema().arguments()[i].name());
     }
@@ -92,6 +102,24 @@ struct SkipAutograd<NS, Name, Ret(Args...)> {
   }
 };
 
+// The ops with a backward formula: torch.library.register_autograd's kernel sends a call with
+// no argument requiring grad below autograd, so a dual tensor would lose its tangent silently.
+// This kernel, one key lower (ADInplaceOrView, which every tensor outside inference mode
+// carries), refuses forward AD for them as SkipAutograd does for the others.
+template <const char* NS, const char* Name, typename Fn>
+struct RefuseForwardAD;
+
+template <const char* NS, const char* Name, typename Ret, typename... Args>
+struct RefuseForwardAD<NS, Name, Ret(Args...)> {
+  static Ret kernel(c10::DispatchKeySet keys, Args... args) {
+    static const auto op = find_op<Ret(Args...)>(NS, Name);
+    TORCH_CHECK_NOT_IMPLEMENTED(!(has_forward_grad(args) || ...), "Trying to use forward AD with ",
+                                NS, "::", Name, ", which does not support it (the argon ops have "
+                                "backward formulas only)");
+    return op.redispatch(keys & c10::after_ADInplaceOrView_keyset, args...);
+  }
+};
+
 // The op names as constants with linkage (template arguments of SkipAutograd).
 #define ARGON_NAME_CONSTANTS(name, schema, out_schema, Fn, OutFn) \
   constexpr char k_##name[] = #name;                              \
@@ -99,9 +127,34 @@ struct SkipAutograd<NS, Name, Ret(Args...)> {
 ARGON_OPS(ARGON_NAME_CONSTANTS)
 #undef ARGON_NAME_CONSTANTS
 
+// The functional forms whose Autograd slot is a backward formula (torch_argon/autograd.py).
+constexpr bool kHasFormula(std::string_view name) {
+  return name == "moe_gather" || name == "moe_combine" || name == "swiglu" || name == "moe_mm" ||
+         name == "moe_qmm";
+}
+// The ops that run below autograd whatever requires grad: no output is differentiable.
+constexpr bool kNeverDifferentiable(std::string_view name) { return name == "moe_plan"; }
+
 template <const char* NS, const char* Name, typename Fn>
 void skip_autograd(torch::Library& m) {
-  m.impl(Name, TORCH_FN((&SkipAutograd<NS, Name, Fn>::kernel)));
+  if constexpr (!kHasFormula(Name)) {
+    m.impl(Name, TORCH_FN((&SkipAutograd<NS, Name, !kNeverDifferentiable(Name), Fn>::kernel)));
+  }
+}
+
+template <const char* NS, const char* Name, typename Fn>
+void refuse_forward_ad(torch::Library& m) {
+  if constexpr (kHasFormula(Name)) {
+    m.impl(Name, TORCH_FN((&RefuseForwardAD<NS, Name, Fn>::kernel)));
+  }
+}
+
+template <const char* NS>
+void register_forward_ad_refusals(torch::Library& m) {
+#define ARGON_REFUSE_FORWARD_AD(name, schema, out_schema, Fn, OutFn) \
+  refuse_forward_ad<NS, k_##name, Fn>(m);
+  ARGON_OPS(ARGON_REFUSE_FORWARD_AD)
+#undef ARGON_REFUSE_FORWARD_AD
 }
 
 template <const char* NS>
@@ -117,10 +170,15 @@ void register_skips(torch::Library& m) {
 
 #ifndef ARGON_TEST_MODULE
 TORCH_LIBRARY_IMPL(argon, Autograd, m) { register_skips<kArgon>(m); }
+TORCH_LIBRARY_IMPL(argon, ADInplaceOrView, m) { register_forward_ad_refusals<kArgon>(m); }
 #else  // torch_argon._C_test (module_test.cpp)
 TORCH_LIBRARY_IMPL(argon_host, Autograd, m) { register_skips<kArgonHost>(m); }
+TORCH_LIBRARY_IMPL(argon_host, ADInplaceOrView, m) { register_forward_ad_refusals<kArgonHost>(m); }
 #ifdef ARGON_WITH_CUDA
 TORCH_LIBRARY_IMPL(argon_metal_cuda, Autograd, m) { register_skips<kArgonMetalCuda>(m); }
+TORCH_LIBRARY_IMPL(argon_metal_cuda, ADInplaceOrView, m) {
+  register_forward_ad_refusals<kArgonMetalCuda>(m);
+}
 #endif
 #endif
 

@@ -262,6 +262,30 @@ int check_swiglu(const at::Tensor& gate, const std::optional<at::Tensor>& up,
   return args.activation;
 }
 
+SwigluArgs check_swiglu_backward_inputs(const at::Tensor& grad_out, const at::Tensor& gate,
+                                        const std::optional<at::Tensor>& up,
+                                        c10::string_view activation) {
+  SwigluArgs args = check_swiglu_inputs(gate, up, activation);
+  check_dim(grad_out, "grad_out", 2, "[R, I]");
+  check_float(grad_out, "grad_out");
+  TORCH_CHECK_VALUE(grad_out.sym_sizes() == c10::SymIntArrayRef(args.out_shape),
+                    "grad_out must have swiglu's output shape [R, I] = ", shown(args.out_shape),
+                    ", got ", shown(grad_out.sym_sizes()));
+  check_device(grad_out, "grad_out", gate.device());
+  args.out_shape[1] = args.out_shape[1] * 2;
+  return args;
+}
+
+int check_swiglu_backward(const at::Tensor& grad_out, const at::Tensor& gate,
+                          const std::optional<at::Tensor>& up, c10::string_view activation,
+                          const at::Tensor& out) {
+  const SwigluArgs args = check_swiglu_backward_inputs(grad_out, gate, up, activation);
+  check_out(out, "out", args.out_shape, gate.scalar_type(), gate.device());
+  check_no_overlap({{"out", &out}},
+                   {{"grad_out", &grad_out}, {"gate", &gate}, {"up", up ? &*up : nullptr}});
+  return args.activation;
+}
+
 // ---- the grouped GEMMs -----------------------------------------------------------------------
 
 void check_tile_plan(const at::Tensor& rows, const char* rows_name, const at::Tensor& tile_expert,
@@ -295,6 +319,35 @@ void check_moe_mm(const at::Tensor& xs, const at::Tensor& w, const at::Tensor& t
   const SymShape shape = check_moe_mm_inputs(xs, w, tile_expert, tile_m);
   check_out(out, "out", shape, xs.scalar_type(), xs.device());
   check_no_overlap({{"out", &out}}, {{"xs", &xs}, {"w", &w}, {"tile_expert", &tile_expert}});
+}
+
+SymShape check_moe_mm_weight_grad_inputs(const at::Tensor& xs, const at::Tensor& grad_out,
+                                         const at::Tensor& tile_expert, int64_t tile_m,
+                                         int64_t n_expert) {
+  check_dim(xs, "xs", 2, "[R, Kd]");
+  check_float(xs, "xs");
+  check_dim(grad_out, "grad_out", 2, "[R, N]");
+  TORCH_CHECK_VALUE(grad_out.scalar_type() == xs.scalar_type(), "grad_out must have the dtype of "
+                    "xs (", dtype_name(xs.scalar_type()), "), got ",
+                    dtype_name(grad_out.scalar_type()));
+  TORCH_CHECK_VALUE(grad_out.sym_size(0) == xs.sym_size(0), "grad_out must have the rows of xs (",
+                    shown(xs.sym_size(0)), "), got ", shown(grad_out.sym_sizes()));
+  check_device(grad_out, "grad_out", xs.device());
+  check_tile_plan(xs, "xs", tile_expert, tile_m);
+  TORCH_CHECK_VALUE(n_expert >= 1, "n_expert must be >= 1, got ", n_expert);
+  TORCH_CHECK_VALUE(n_expert <= kMaxExperts, "n_expert must be at most ", kMaxExperts, ", got ",
+                    n_expert);
+  return {c10::SymInt(n_expert), grad_out.sym_size(1), xs.sym_size(1)};
+}
+
+void check_moe_mm_weight_grad(const at::Tensor& xs, const at::Tensor& grad_out,
+                              const at::Tensor& tile_expert, int64_t tile_m, int64_t n_expert,
+                              const at::Tensor& out) {
+  const SymShape shape = check_moe_mm_weight_grad_inputs(xs, grad_out, tile_expert, tile_m,
+                                                         n_expert);
+  check_out(out, "out", shape, xs.scalar_type(), xs.device());
+  check_no_overlap({{"out", &out}},
+                   {{"xs", &xs}, {"grad_out", &grad_out}, {"tile_expert", &tile_expert}});
 }
 
 // ---- the quantized op family -----------------------------------------------------------------

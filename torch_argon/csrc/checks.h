@@ -91,6 +91,15 @@ SwigluArgs check_swiglu_inputs(const at::Tensor& gate, const std::optional<at::T
 int check_swiglu(const at::Tensor& gate, const std::optional<at::Tensor>& up,
                  c10::string_view activation, const at::Tensor& out);
 
+// swiglu_backward: grad_out [R, I] (any float dtype: the forward's output dtype), gate and up as
+// swiglu takes them, out [R, 2I] of gate's dtype (d gate | d up); the activation's code.
+SwigluArgs check_swiglu_backward_inputs(const at::Tensor& grad_out, const at::Tensor& gate,
+                                        const std::optional<at::Tensor>& up,
+                                        c10::string_view activation);
+int check_swiglu_backward(const at::Tensor& grad_out, const at::Tensor& gate,
+                          const std::optional<at::Tensor>& up, c10::string_view activation,
+                          const at::Tensor& out);
+
 // A grouped GEMM's rows and tiles: tile_expert [R / tile_m] int32 on rows' device, tile_m a
 // power of two, and `rows` (named rows_name in errors) with tile_expert.size(0) * tile_m rows.
 // moe_mm and moe_qmm check xs with it; the Triton GEMMs their gathered or row-ordered input.
@@ -102,6 +111,15 @@ SymShape check_moe_mm_inputs(const at::Tensor& xs, const at::Tensor& w,
                              const at::Tensor& tile_expert, int64_t tile_m);
 void check_moe_mm(const at::Tensor& xs, const at::Tensor& w, const at::Tensor& tile_expert,
                   int64_t tile_m, const at::Tensor& out);
+
+// moe_mm_weight_grad: xs [R,Kd], grad_out [R,N] of xs's dtype, tile_expert [R/tile_m] int32,
+// 1 <= n_expert <= kMaxExperts, out [E,N,Kd] of xs's dtype, contiguous.
+SymShape check_moe_mm_weight_grad_inputs(const at::Tensor& xs, const at::Tensor& grad_out,
+                                         const at::Tensor& tile_expert, int64_t tile_m,
+                                         int64_t n_expert);
+void check_moe_mm_weight_grad(const at::Tensor& xs, const at::Tensor& grad_out,
+                              const at::Tensor& tile_expert, int64_t tile_m, int64_t n_expert,
+                              const at::Tensor& out);
 
 // The quantized op family. qtype: a ggml type id with kernels (quant_formats.h); w_q: uint8
 // blocks [..., N, row_bytes] for rows of n_in values (n_in a multiple of the format's block).

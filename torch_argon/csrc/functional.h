@@ -41,6 +41,17 @@ struct DispatchOut {
     static auto op = find_op<SwigluOutFn>(NS, "swiglu_out");
     op.call(gate, up, activation, out);
   }
+  static void swiglu_backward_out(const Tensor& grad_out, const Tensor& gate, const OptTensor& up,
+                                  c10::string_view activation, const Tensor& out) {
+    static auto op = find_op<SwigluBackwardOutFn>(NS, "swiglu_backward_out");
+    op.call(grad_out, gate, up, activation, out);
+  }
+  static void moe_mm_weight_grad_out(const Tensor& xs, const Tensor& grad_out,
+                                     const Tensor& tile_expert, int64_t tile_m, int64_t n_expert,
+                                     const Tensor& out) {
+    static auto op = find_op<MoeMmWeightGradOutFn>(NS, "moe_mm_weight_grad_out");
+    op.call(xs, grad_out, tile_expert, tile_m, n_expert, out);
+  }
   static void moe_mm_out(const Tensor& xs, const Tensor& w, const Tensor& tile_expert,
                          int64_t tile_m, const Tensor& out) {
     static auto op = find_op<MoeMmOutFn>(NS, "moe_mm_out");
@@ -79,6 +90,15 @@ struct ChecksOnly {
   static void swiglu_out(const Tensor& gate, const OptTensor& up, c10::string_view activation,
                          const Tensor& out) {
     check_swiglu(gate, up, activation, out);
+  }
+  static void swiglu_backward_out(const Tensor& grad_out, const Tensor& gate, const OptTensor& up,
+                                  c10::string_view activation, const Tensor& out) {
+    check_swiglu_backward(grad_out, gate, up, activation, out);
+  }
+  static void moe_mm_weight_grad_out(const Tensor& xs, const Tensor& grad_out,
+                                     const Tensor& tile_expert, int64_t tile_m, int64_t n_expert,
+                                     const Tensor& out) {
+    check_moe_mm_weight_grad(xs, grad_out, tile_expert, tile_m, n_expert, out);
   }
   static void moe_mm_out(const Tensor& xs, const Tensor& w, const Tensor& tile_expert,
                          int64_t tile_m, const Tensor& out) {
@@ -138,6 +158,23 @@ struct Functional {
                        int64_t tile_m) {
     Tensor out = at::empty_symint(check_moe_mm_inputs(xs, w, tile_expert, tile_m), xs.options());
     Out::moe_mm_out(xs, w, tile_expert, tile_m, out);
+    return out;
+  }
+
+  static Tensor swiglu_backward(const Tensor& grad_out, const Tensor& gate, const OptTensor& up,
+                                c10::string_view activation) {
+    Tensor out = at::empty_symint(
+        check_swiglu_backward_inputs(grad_out, gate, up, activation).out_shape, gate.options());
+    Out::swiglu_backward_out(grad_out, gate, up, activation, out);
+    return out;
+  }
+
+  static Tensor moe_mm_weight_grad(const Tensor& xs, const Tensor& grad_out,
+                                   const Tensor& tile_expert, int64_t tile_m, int64_t n_expert) {
+    Tensor out = at::empty_symint(
+        check_moe_mm_weight_grad_inputs(xs, grad_out, tile_expert, tile_m, n_expert),
+        xs.options());
+    Out::moe_mm_weight_grad_out(xs, grad_out, tile_expert, tile_m, n_expert, out);
     return out;
   }
 

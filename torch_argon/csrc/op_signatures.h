@@ -23,8 +23,13 @@ using CombineOutFn = void(const Tensor& y, const Tensor& pos, const Tensor& topk
                           const OptTensor& shared, const OptTensor& residual, const Tensor& out);
 using SwigluOutFn = void(const Tensor& gate, const OptTensor& up, c10::string_view activation,
                          const Tensor& out);
+using SwigluBackwardOutFn = void(const Tensor& grad_out, const Tensor& gate, const OptTensor& up,
+                                 c10::string_view activation, const Tensor& out);
 using MoeMmOutFn = void(const Tensor& xs, const Tensor& w, const Tensor& tile_expert,
                         int64_t tile_m, const Tensor& out);
+using MoeMmWeightGradOutFn = void(const Tensor& xs, const Tensor& grad_out,
+                                  const Tensor& tile_expert, int64_t tile_m, int64_t n_expert,
+                                  const Tensor& out);
 using DequantizeOutFn = void(const Tensor& w_q, int64_t qtype, int64_t n_in, const Tensor& out);
 using MoeQmmOutFn = void(const Tensor& xs, const Tensor& w_q, int64_t qtype, int64_t n_in,
                          const Tensor& tile_expert, int64_t tile_m,
@@ -41,8 +46,12 @@ using CombineFn = Tensor(const Tensor& y, const Tensor& pos, const Tensor& topk_
                          std::optional<at::ScalarType> out_dtype);
 using SwigluFn = Tensor(const Tensor& gate, const OptTensor& up,
                         std::optional<at::ScalarType> out_dtype, c10::string_view activation);
+using SwigluBackwardFn = Tensor(const Tensor& grad_out, const Tensor& gate, const OptTensor& up,
+                                c10::string_view activation);
 using MoeMmFn = Tensor(const Tensor& xs, const Tensor& w, const Tensor& tile_expert,
                        int64_t tile_m);
+using MoeMmWeightGradFn = Tensor(const Tensor& xs, const Tensor& grad_out,
+                                 const Tensor& tile_expert, int64_t tile_m, int64_t n_expert);
 using DequantizeFn = Tensor(const Tensor& w_q, int64_t qtype, int64_t n_in);
 using MoeQmmFn = Tensor(const Tensor& xs, const Tensor& w_q, int64_t qtype, int64_t n_in,
                         const Tensor& tile_expert, int64_t tile_m,

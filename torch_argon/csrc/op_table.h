@@ -35,10 +35,19 @@
     "Tensor",                                                                                    \
     "(Tensor gate, Tensor? up, str activation, Tensor(a!) out) -> ()",                           \
     SwigluFn, SwigluOutFn)                                                                       \
+  X(swiglu_backward,                                                                             \
+    "(Tensor grad_out, Tensor gate, Tensor? up=None, str activation=\"silu\") -> Tensor",        \
+    "(Tensor grad_out, Tensor gate, Tensor? up, str activation, Tensor(a!) out) -> ()",          \
+    SwigluBackwardFn, SwigluBackwardOutFn)                                                       \
   X(moe_mm,                                                                                      \
     "(Tensor xs, Tensor w, Tensor tile_expert, int tile_m) -> Tensor",                           \
     "(Tensor xs, Tensor w, Tensor tile_expert, int tile_m, Tensor(a!) out) -> ()",               \
     MoeMmFn, MoeMmOutFn)                                                                         \
+  X(moe_mm_weight_grad,                                                                          \
+    "(Tensor xs, Tensor grad_out, Tensor tile_expert, int tile_m, int n_expert) -> Tensor",      \
+    "(Tensor xs, Tensor grad_out, Tensor tile_expert, int tile_m, int n_expert, "                \
+    "Tensor(a!) out) -> ()",                                                                     \
+    MoeMmWeightGradFn, MoeMmWeightGradOutFn)                                                     \
   X(dequantize,                                                                                  \
     "(Tensor w_q, int qtype, int n_in) -> Tensor",                                               \
     "(Tensor w_q, int qtype, int n_in, Tensor(a!) out) -> ()",                                   \

@@ -74,7 +74,8 @@ def run_implementation(name, x, topk_ids, topk_weights, experts, *, ops=argon_op
     check_experts_arguments(x, topk_ids, topk_weights, weights, shared=shared, residual=residual,
                             activation=activation, activation_quant=activation_quant)
     call = ExpertsCall.of(x, weights, ops=ops, tile_m=tile_m, activation=activation,
-                          activation_quant=activation_quant, n_entries=topk_ids.numel())
+                          activation_quant=activation_quant, n_entries=topk_ids.numel(),
+                          routing=topk_weights)
     return flow.run(registry.BY_NAME[name], call, topk_ids, topk_weights, shared=shared,
                     residual=residual, out_dtype=out_dtype)
 

@@ -23,6 +23,9 @@ class ExpertsCall:
     n_entries: the routed entries the experts will get (T * K), where the entry knows them
         before routing (moe_layer, moe_experts), else None; the implementations whose speed
         depends on the rows per expert decide by it (from shapes: no host sync).
+    records_grad: autograd records this call (grad mode on, and x, an expert weight or the
+        routing weights require grad): only implementations with backward formulas run it,
+        with intermediates that are never overwritten (autograd saves them).
     """
     x: torch.Tensor
     weights: object
@@ -31,21 +34,37 @@ class ExpertsCall:
     activation: str
     activation_quant: str
     n_entries: Optional[int] = None
+    records_grad: bool = False
 
     @classmethod
     def of(cls, x, weights, *, ops, tile_m=None, activation="silu", activation_quant="auto",
-           n_entries=None):
+           n_entries=None, routing=None):
         """The call of a layer entry's (checked) arguments; activation_quant is the layer
-        option: "auto" defers to the weights' own setting (QuantizedExperts.activation_quant)."""
+        option: "auto" defers to the weights' own setting (QuantizedExperts.activation_quant).
+        routing: the tensor the routing weights come from (the top-k weights, or the router's
+        weight before routing), for records_grad."""
         if activation_quant == "auto":
             activation_quant = getattr(weights, "activation_quant", "auto")
-        return cls(x, weights, ops, tile_m, activation, activation_quant, n_entries)
+        tracked = [x, routing, *weight_tensors(weights)]
+        records_grad = torch.is_grad_enabled() and any(
+            isinstance(t, torch.Tensor) and t.requires_grad for t in tracked)
+        return cls(x, weights, ops, tile_m, activation, activation_quant, n_entries,
+                   records_grad)
 
     def rows_per_expert(self) -> Optional[float]:
         """The mean rows each expert gets (n_entries / E), or None where n_entries is unknown."""
         if self.n_entries is None:
             return None
         return self.n_entries / max(self.weights.n_experts, 1)
+
+
+def weight_tensors(weights) -> list:
+    """The tensors of an expert-weights object: a dense one's two stacks, a quantized one's
+    parts' data."""
+    if hasattr(weights, "gate_up") and isinstance(weights.gate_up, torch.Tensor):
+        return [weights.gate_up, weights.down]
+    parts = getattr(weights, "parts", None)
+    return [getattr(w, "data", None) for w in parts().values()] if parts else []
 
 
 class Experts:
@@ -111,8 +130,12 @@ def ops_tile_m(device) -> int:
 
 def fused_call_refusal(call, min_tile_m=1) -> str:
     """What an implementation that runs its own fused kernels needs of a call besides its
-    device: the argon op library (another OpSet means the caller wants its own ops run) and a
-    tile_m that is None or a power of two >= min_tile_m (its kernels' smallest M tile)."""
+    device: autograd not recording the call (fused kernels have no backward formulas), the argon
+    op library (another OpSet means the caller wants its own ops run) and a tile_m that is None
+    or a power of two >= min_tile_m (its kernels' smallest M tile)."""
+    if call.records_grad:
+        return ("autograd records this call and its fused GEMMs have no backward formula (the "
+                "ops path, which has, runs instead)")
     if not runs_argon_library(call.ops):
         return "an OpSet other than the argon library was passed"
     tm = call.tile_m

@@ -49,15 +49,13 @@ class CpuWorkspace(Experts):
     kind = "dense"
 
     def supports(self, call):
-        w = call.weights
         if call.x.device.type != "cpu":
             return "its buffers live in CPU memory"
         if not runs_argon_library(call.ops):
             return "an OpSet other than the argon library was passed (it gets fresh tensors)"
         if torch.compiler.is_compiling():
             return "torch.compile is tracing (a traced graph allocates its own intermediates)"
-        if torch.is_grad_enabled() and (call.x.requires_grad or w.gate_up.requires_grad
-                                        or w.down.requires_grad):
+        if call.records_grad:
             return "autograd records this call (its intermediates must not be overwritten)"
         return ""
 

@@ -23,13 +23,13 @@ The activation of the gated epilogue is read from the experts' act_fn: SiLU (Swi
 (erf) or GELU (tanh) (transformers' "silu", "gelu", "gelu_pytorch_tanh", "gelu_new", ...).
 Blocks with another activation are refused (strict) or skipped, with the reason in the report.
 
-Gradients: the argon ops have no autograd formulas. A patched block whose forward would need
-gradients (grad mode on, and its input or any of its parameters requires grad) runs the original
-block's forward instead (on_grad="fallback", the default), so training, gradient checkpointing
-and gradient-based tests get the model's own results and gradients; on_grad="raise" raises an
-error naming the block instead. Wrap inference in torch.no_grad() / torch.inference_mode() (as
-generate() does) to run on argon. A block in training mode with router jitter (Mixtral's
-router_jitter_noise) also falls back, since the argon path does not apply the jitter.
+Gradients: the argon ops have backward formulas (torch_argon/autograd.py), so a patched block
+trains on argon (on_grad="train", the default): gradients reach the router, both expert stacks,
+the shared expert and the block's input, as through the block's own forward. on_grad="fallback"
+runs the original block's forward instead wherever gradients are needed (grad mode on, and its
+input or any of its parameters requires grad); on_grad="raise" raises an error naming the block
+there. A block in training mode with router jitter (Mixtral's router_jitter_noise) runs its own
+forward whatever on_grad says, since the argon path does not apply the jitter.
 
 A lighter hook for every other transformers MoE whose experts use @use_experts_implementation
 (gated SiLU / GELU, concatenated gate/up stacks, no bias): register_experts_implementation()
@@ -69,8 +69,8 @@ EXPERTS_HOOK_MIN_VERSION = (5, 7)
 _SHARDED = "_argon_experts_sharded"  # model attribute: the experts were cut to a rank's share
 _MOE = "_argon_moe"  # patched block attribute (outside _modules): its torch_argon.nn.MoE
 _SETTINGS = "_argon_settings"  # patched block attribute: the MoE's settings (to rebuild it)
-_ON_GRAD = "_argon_on_grad"  # patched block attribute: "fallback" or "raise"
-ON_GRAD = ("fallback", "raise")
+_ON_GRAD = "_argon_on_grad"  # patched block attribute: "train", "fallback" or "raise"
+ON_GRAD = ("train", "fallback", "raise")
 
 
 def _require_transformers():
@@ -221,17 +221,18 @@ def to_argon(block, *, tile_m=None, ops=None, process_group=None, ep_mode="auto"
 
 class ArgonBlock:
     """Mixin of the patched block classes (Argon<Block>(ArgonBlock, <Block>)): forward runs the
-    block's torch_argon.nn.MoE, or the block's own forward where gradients are needed."""
+    block's torch_argon.nn.MoE, or the block's own forward where on_grad="fallback" says so or
+    router jitter is on."""
 
     def forward(self, hidden_states, *args, **kwargs):
         reason = _why_original_forward(self, hidden_states)
         if reason:
             if self.__dict__.get(_ON_GRAD, "fallback") == "raise":
                 raise RuntimeError(
-                    f"{type(self).__bases__[1].__name__} patched by torch_argon: {reason}, and "
-                    f"the argon ops have no backward; run it under torch.no_grad() / "
-                    f"torch.inference_mode(), or patch with on_grad='fallback' (runs the "
-                    f"block's own forward then), or unpatch the model to train")
+                    f"{type(self).__bases__[1].__name__} patched by torch_argon with "
+                    f"on_grad='raise': {reason}; patch with on_grad='train' (the default: the "
+                    f"block trains on argon) or on_grad='fallback' (its own forward runs "
+                    f"then), or run it under torch.no_grad() / torch.inference_mode()")
             return super().forward(hidden_states, *args, **kwargs)
         return argon_forward(self, hidden_states, *args, **kwargs)
 
@@ -265,7 +266,7 @@ def _build_moe(block, *, activation, tile_m=None, ops=None, process_group=None, 
 
 def _why_original_forward(block, hidden_states):
     """Why a patched block must run its own forward this call, or ''."""
-    if torch.is_grad_enabled():
+    if block.__dict__.get(_ON_GRAD, "train") != "train" and torch.is_grad_enabled():
         if isinstance(hidden_states, torch.Tensor) and hidden_states.requires_grad:
             return "its input requires grad"
         if any(p.requires_grad for p in block.parameters()):
@@ -331,7 +332,7 @@ def _nothing_to_patch(model, classes, already):
             f"({', '.join(c.__name__ for c in classes) or 'none in this transformers'})")
 
 
-def patch(model, *, tile_m=None, ops=None, strict=True, on_grad="fallback", process_group=None,
+def patch(model, *, tile_m=None, ops=None, strict=True, on_grad="train", process_group=None,
           ep_mode="auto", ep_tokens="sharded"):
     """Run every supported sparse MoE block of `model` on the argon ops (its class becomes
     Argon<Block>; see the module doc). Returns a PatchReport: the list of the qualified names of
@@ -344,7 +345,8 @@ def patch(model, *, tile_m=None, ops=None, strict=True, on_grad="fallback", proc
         A model with no block to patch (none of a supported class, or all patched already)
         gives an empty report that says why (.nothing_to_patch), with a warning.
     on_grad: what a patched block does when its forward needs gradients (see the module doc):
-        "fallback" runs the block's own forward, "raise" raises.
+        "train" runs it on argon with its backward (the default), "fallback" runs the block's
+        own forward, "raise" raises.
     process_group: run the experts expert parallel over this torch.distributed group (every
         rank runs the model; docs/distributed.md). Each block's experts are cut down in place
         to this rank's share, so patch after loading the weights; the state_dict then holds
@@ -421,12 +423,9 @@ EXPERTS_IMPLEMENTATION = "argon"
 
 def argon_experts_forward(experts, hidden_states, top_k_index, top_k_weights):
     """transformers' experts forward signature: x [T, H], ids [T, K], weights [T, K] -> [T, H].
-    Expert-parallel sentinel ids (== num_experts) become -1, which the plan skips. Where
-    gradients are needed (see the module doc), transformers' eager experts forward runs."""
-    if torch.is_grad_enabled() and (hidden_states.requires_grad or top_k_weights.requires_grad
-                                    or any(p.requires_grad for p in experts.parameters())):
-        return type(experts).forward.__wrapped__(experts, hidden_states, top_k_index,
-                                                 top_k_weights)
+    Expert-parallel sentinel ids (== num_experts) become -1, which the plan skips. In grad mode
+    the argon ops' backward formulas give the experts, hidden_states and top_k_weights their
+    gradients."""
     activation = experts.__dict__.get("_argon_activation")
     if activation is None:
         reason = why_experts_unsupported(experts)

@@ -21,9 +21,9 @@
 
 #include "../checks.h"
 #include "../op_signatures.h"
-#include "block_scan.cuh"
 #include "../float_dispatch.h"
 #include "cuda_common.cuh"
+#include "plan_groups.cuh"
 
 namespace argon::cuda {
 namespace {
@@ -97,37 +97,6 @@ __global__ void __launch_bounds__(kMmThreads) moe_mm_tiles_kernel(MmParams<T> p)
   }
 }
 
-// Group ends for torch._grouped_mm from tile_expert, and whether tile_expert has the plan's
-// layout. One block: tiles per expert (shared atomics: integer counts, order-free), a block
-// scan, then every tile checks that it lies inside its expert's range.
-__global__ void __launch_bounds__(1024)
-    group_ends_kernel(const int* tile_expert, int n_tiles, int E, int tm, int* ends, int* ok) {
-  extern __shared__ int s_first[];  // [E]: tiles per expert, then first tile of each expert
-  __shared__ int s_warp[32];
-  for (int e = threadIdx.x; e < E; e += blockDim.x) s_first[e] = 0;
-  __syncthreads();
-  for (int j = threadIdx.x; j < n_tiles; j += blockDim.x) {
-    const int e = tile_expert[j];
-    if (e >= 0 && e < E) atomicAdd(&s_first[e], 1);
-  }
-  const int total = block_exclusive_scan(s_first, E, s_warp);
-  int good = 1;
-  for (int j = threadIdx.x; j < n_tiles; j += blockDim.x) {
-    const int e = tile_expert[j];
-    if (e >= 0 && e < E) {
-      const int end = e + 1 < E ? s_first[e + 1] : total;
-      good &= j >= s_first[e] && j < end;
-    } else {
-      good &= j >= total;
-    }
-  }
-  good = __syncthreads_and(good);
-  for (int e = threadIdx.x; e < E; e += blockDim.x) {
-    ends[e] = (e + 1 < E ? s_first[e + 1] : total) * tm;
-  }
-  if (threadIdx.x == 0) *ok = good;
-}
-
 template <typename T>
 MmParams<T> mm_params(const Tensor& xs, const Tensor& w, const Tensor& tile_expert,
                       int64_t tile_m, const Tensor& out) {
@@ -159,10 +128,6 @@ void launch_tiles(const MmParams<T>& p) {
   ARGON_CUDA_CHECK_LAUNCH();
 }
 
-// torch._grouped_mm refuses more groups than this ("Can't process more than 1024 groups"):
-// stacks of more experts take the tile kernel.
-constexpr int64_t kGroupedMmMaxGroups = 1024;
-
 bool grouped_mm_applies(const Tensor& xs, const Tensor& w, const Tensor& out) {
   if (xs.scalar_type() != at::kBFloat16) return false;
   const int major = at::cuda::getCurrentDeviceProperties()->major;
@@ -171,7 +136,7 @@ bool grouped_mm_applies(const Tensor& xs, const Tensor& w, const Tensor& out) {
   auto aligned = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.const_data_ptr()) % 16 == 0; };
   return R > 0 && Kd > 0 && N > 0 && Kd % 8 == 0 && N % 8 == 0 && E <= kGroupedMmMaxGroups &&
          xs.stride(1) == 1 && xs.stride(0) % 8 == 0 && aligned(xs) &&
-         w.stride(2) == 1 && w.stride(1) % 8 == 0 && w.stride(0) % 8 == 0 && aligned(w) &&
+         grouped_mm_takes_weights(w) && aligned(w) &&
          (!out.defined() || out.stride(0) % 8 == 0);
 }
 

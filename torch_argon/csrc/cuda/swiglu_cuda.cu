@@ -13,16 +13,10 @@
 #include "../op_signatures.h"
 #include "../float_dispatch.h"
 #include "cuda_common.cuh"
+#include "cuda_math.cuh"
 
 namespace argon::cuda {
 namespace {
-
-// The primitives of the shared activations: CUDA's expf, erff, tanhf.
-struct CudaMath {
-  static __host__ __device__ __forceinline__ float expf(float x) { return ::expf(x); }
-  static __host__ __device__ __forceinline__ float erff(float x) { return ::erff(x); }
-  static __host__ __device__ __forceinline__ float tanhf(float x) { return ::tanhf(x); }
-};
 
 template <typename in_t, typename out_t, int V, int Act>
 __global__ void __launch_bounds__(256)

@@ -103,6 +103,44 @@ void swiglu_out(Target& target, const Tensor& gate_in, const OptTensor& up_in,
   target.encode([&](Encoder& enc) { encode_swiglu(enc, p, b); });
 }
 
+void swiglu_backward_out(Target& target, const Tensor& grad_out_in, const Tensor& gate_in,
+                         const OptTensor& up_in, c10::string_view activation, const Tensor& out) {
+  const int act = check_swiglu_backward(grad_out_in, gate_in, up_in, activation, out);
+  const Tensor grad_out = grad_out_in.contiguous();
+  const Tensor gate = gate_in.contiguous();
+  const Tensor up = up_in ? up_in->contiguous() : gate;
+  ArgonSwigluBackwardParams p{};
+  p.rows = u32(grad_out.size(0), "R");
+  p.cols = u32(grad_out.size(1), "I");
+  p.in_stride = static_cast<uint64_t>(gate.size(1));
+  p.up_offset = up_in ? 0 : p.cols;
+  p.grad_dtype = argon_dtype(grad_out.scalar_type());
+  p.value_dtype = argon_dtype(gate.scalar_type());
+  p.activation = static_cast<uint32_t>(act);
+  const SwigluBackwardBuffers b{target.bind(grad_out), target.bind(gate), target.bind(up),
+                                target.bind(out)};
+  target.encode([&](Encoder& enc) { encode_swiglu_backward(enc, p, b); });
+}
+
+void moe_mm_weight_grad_out(Target& target, const Tensor& xs_in, const Tensor& grad_out_in,
+                            const Tensor& tile_expert_in, int64_t tile_m, int64_t n_expert,
+                            const Tensor& out) {
+  check_moe_mm_weight_grad(xs_in, grad_out_in, tile_expert_in, tile_m, n_expert, out);
+  const Tensor xs = xs_in.contiguous();
+  const Tensor grad_out = grad_out_in.contiguous();
+  const Tensor tile_expert = tile_expert_in.contiguous();
+  ArgonMoeMmWeightGradParams p{};
+  p.rows = u32(xs.size(0), "R");
+  p.n = u32(grad_out.size(1), "N");
+  p.kd = u32(xs.size(1), "Kd");
+  p.tile_m = u32(tile_m, "tile_m");
+  p.n_expert = u32(n_expert, "n_expert");
+  p.dtype = argon_dtype(xs.scalar_type());
+  const MoeMmWeightGradBuffers b{target.bind(xs), target.bind(grad_out), target.bind(tile_expert),
+                                 target.bind(out)};
+  target.encode([&](Encoder& enc) { encode_moe_mm_weight_grad(enc, p, b); });
+}
+
 void moe_mm_out(Target& target, const Tensor& xs, const Tensor& w, const Tensor& tile_expert_in,
                 int64_t tile_m, const Tensor& out) {
   check_moe_mm(xs, w, tile_expert_in, tile_m, out);

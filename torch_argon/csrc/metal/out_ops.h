@@ -37,6 +37,11 @@ void moe_combine_out(Target& target, const Tensor& y, const Tensor& pos,
                      const OptTensor& residual, const Tensor& out);
 void swiglu_out(Target& target, const Tensor& gate, const OptTensor& up,
                 c10::string_view activation, const Tensor& out);
+void swiglu_backward_out(Target& target, const Tensor& grad_out, const Tensor& gate,
+                         const OptTensor& up, c10::string_view activation, const Tensor& out);
+void moe_mm_weight_grad_out(Target& target, const Tensor& xs, const Tensor& grad_out,
+                            const Tensor& tile_expert, int64_t tile_m, int64_t n_expert,
+                            const Tensor& out);
 void moe_mm_out(Target& target, const Tensor& xs, const Tensor& w, const Tensor& tile_expert,
                 int64_t tile_m, const Tensor& out);
 void dequantize_out(Target& target, const Tensor& w_q, int64_t qtype, int64_t n_in,

@@ -105,6 +105,14 @@ void encode_swiglu(Encoder& enc, const ArgonSwigluParams& p, const SwigluBuffers
          {p.rows, ceil_div(p.cols, ARGON_ELEMWISE_THREADS), 1}, {ARGON_ELEMWISE_THREADS, 1, 1});
 }
 
+void encode_swiglu_backward(Encoder& enc, const ArgonSwigluBackwardParams& p,
+                            const SwigluBackwardBuffers& b) {
+  if (p.rows == 0 || p.cols == 0) return;
+  launch(enc, "swiglu_backward",
+         {{"grad_out", b.grad_out}, {"gate", b.gate}, {"up", b.up}, {"out", b.out}, {"p", p}},
+         {p.rows, ceil_div(p.cols, ARGON_ELEMWISE_THREADS), 1}, {ARGON_ELEMWISE_THREADS, 1, 1});
+}
+
 const char* moe_mm_kernel(const ArgonMoeMmParams& p) {
   // moe_mm_simd's 32-row blocks must not straddle plan tiles.
   return p.tile_m >= ARGON_MM_TILE ? "moe_mm_simd" : "moe_mm_rows";
@@ -119,6 +127,16 @@ void encode_moe_mm(Encoder& enc, const ArgonMoeMmParams& p, const MoeMmBuffers& 
          simd ? Size3{p.rows / ARGON_MM_TILE, ceil_div(p.n, ARGON_MM_TILE), 1}
               : Size3{p.rows, ceil_div(p.n, ARGON_ELEMWISE_THREADS), 1},
          simd ? Size3{ARGON_MM_THREADS, 1, 1} : Size3{ARGON_ELEMWISE_THREADS, 1, 1});
+}
+
+void encode_moe_mm_weight_grad(Encoder& enc, const ArgonMoeMmWeightGradParams& p,
+                               const MoeMmWeightGradBuffers& b) {
+  // No early exit for R = 0: the output (zeros then) is written whatever the rows.
+  if (p.n_expert == 0 || p.n == 0 || p.kd == 0) return;
+  launch(enc, "moe_mm_weight_grad",
+         {{"xs", b.xs}, {"grad_out", b.grad_out}, {"tile_expert", b.tile_expert}, {"out", b.out},
+          {"p", p}},
+         {ceil_div(p.kd, ARGON_ELEMWISE_THREADS), p.n, p.n_expert}, {ARGON_ELEMWISE_THREADS, 1, 1});
 }
 
 const char* dequantize_kernel(uint32_t qtype) {

@@ -49,12 +49,26 @@ struct SwigluBuffers {
 };
 void encode_swiglu(Encoder& enc, const ArgonSwigluParams& p, const SwigluBuffers& b);
 
+// ---- swiglu_backward -------------------------------------------------------------------------
+struct SwigluBackwardBuffers {
+  BufArg grad_out, gate, up, out;  // fused [R, 2I] input: up = gate, p.up_offset = I
+};
+void encode_swiglu_backward(Encoder& enc, const ArgonSwigluBackwardParams& p,
+                            const SwigluBackwardBuffers& b);
+
 // ---- moe_mm ----------------------------------------------------------------------------------
 struct MoeMmBuffers {
   BufArg xs, w, tile_expert, out;
 };
 const char* moe_mm_kernel(const ArgonMoeMmParams& p);
 void encode_moe_mm(Encoder& enc, const ArgonMoeMmParams& p, const MoeMmBuffers& b);
+
+// ---- moe_mm_weight_grad ----------------------------------------------------------------------
+struct MoeMmWeightGradBuffers {
+  BufArg xs, grad_out, tile_expert, out;
+};
+void encode_moe_mm_weight_grad(Encoder& enc, const ArgonMoeMmWeightGradParams& p,
+                               const MoeMmWeightGradBuffers& b);
 
 // ---- dequantize, moe_qmm (quant_params.h; the kernels are per format) -----------------------
 // The kernel for ggml type `qtype`, or nullptr for a type without kernels.
