@@ -179,7 +179,8 @@ def test_nn_moe_matches_reference(backend, dtype, shared, activation):
 @pytest.mark.parametrize("backend", backend_params(backends.NAMES))
 def test_nn_moe_in_grad_mode(backend):
     """Grad mode on (a model called without torch.no_grad()): with parameters that require grad,
-    the output of no_grad, bit for bit, and a backward that reaches every parameter and x, the
+    the output of no_grad, bit for bit (within bf16's tolerance on CUDA, where no_grad runs the
+    fused Triton GEMMs and grad mode the ops), and a backward that reaches every parameter and x, the
     reference's gradients (plain torch autograd) within bf16's tolerance; with frozen
     parameters, the output of no_grad again (the CPU moe_mm raised here until the argon ops'
     Autograd kernels ran the backends below autograd: csrc/autograd_skip.cpp)."""
@@ -190,7 +191,10 @@ def test_nn_moe_in_grad_mode(backend):
     with torch.no_grad():
         want = moe(x)
     out = moe(x)
-    torch.testing.assert_close(out, want, rtol=0, atol=0)
+    if backend == "cuda":  # no_grad ran the fused Triton GEMMs, grad mode the ops (a backward)
+        torch.testing.assert_close(out, want, rtol=1.6e-2, atol=1.6e-2)
+    else:
+        torch.testing.assert_close(out, want, rtol=0, atol=0)
     out.float().square().sum().backward()
     got = [x.grad] + [p.grad for p in moe.parameters()]
     ref = small_moe(torch.float32, ops=backends.get("reference").ops)

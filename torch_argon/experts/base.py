@@ -64,7 +64,7 @@ def weight_tensors(weights) -> list:
     if hasattr(weights, "gate_up") and isinstance(weights.gate_up, torch.Tensor):
         return [weights.gate_up, weights.down]
     parts = getattr(weights, "parts", None)
-    return [getattr(w, "data", None) for w in parts().values()] if parts else []
+    return [getattr(w, "data", None) for w in parts().values()] if parts is not None else []
 
 
 class Experts:
