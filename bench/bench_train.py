@@ -19,7 +19,7 @@ Timing: on CUDA, CUDA-graph replays where the call can be captured, else CUDA ev
 eager calls (the loop and the argsort plan sync with the host); on the CPU the wall clock, every
 call once per round in turn (`--rounds`), so the load of a shared machine reaches all alike.
 
-Records: {"op": "moe_layer_train", "backend", "dtype", "T", "E", "K", "H", "I",
+Records: {"op": "moe_layer_train", "backend", "device" (its name), "dtype", "T", "E", "K", "H", "I",
 "median_us" (ours, forward + backward), "timing", "forward_us", "vs_forward",
 "baselines": {name: {"median_us", "timing", "speedup"}}, "max_grad_rel_err" (ours against the
 loop's gradients, largest over the four)}. A run replaces the records of the same (backend,
@@ -123,7 +123,9 @@ def bench_one(args, config, T, dtype):
         timed = {name: (statistics.median(v), "wall-interleaved") for name, v in runs.items()}
         forward_us = timed.pop("forward")[0]
     ours_us, how = timed.pop("argon")
-    record = {"op": "moe_layer_train", "backend": device.type, "dtype": str(dtype).split(".")[-1],
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    record = {"op": "moe_layer_train", "backend": device.type, "device": name,
+              "dtype": str(dtype).split(".")[-1],
               "T": T, "E": E, "K": K, "H": H, "I": I, "median_us": round(ours_us, 1),
               "timing": how, "forward_us": round(forward_us, 1),
               "vs_forward": round(ours_us / forward_us, 2),

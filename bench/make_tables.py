@@ -216,7 +216,8 @@ def quant_table(records, main_job):
                        f"{dense['weight_bytes'] / q['weight_bytes']:.1f}x fewer weight bytes)"
                        for q in main_job["quantized"] if q["op"] == "moe_layer_quant")
     c = main_job["config"]
-    rows += ["", "Time / bf16 experts' on " + " / ".join(
+    device = next((r["device"] for r in records if r.get("device")), "an unnamed GPU")
+    rows += ["", f"Measured on an {device}. Time / bf16 experts' on " + " / ".join(
         f"E={s[0]} K={s[1]} I={s[3]}" for s in shapes) + ": G `cuda_quantized`, D "
              "`cuda_quantized_dequant`, T `triton_quantized` (all: bench/README.md). Main job "
              f"(`--quant`, whole layer, T={c['T']} E={c['E']} K={c['K']}): bf16 "
@@ -334,16 +335,19 @@ def cpu_gguf_llamacpp_line(records):
 def train_table(records):
     """Forward + backward of the layer (bench/bench_train.py) against our forward and each
     plain-torch layer with torch's autograd, per layer config and T."""
-    rows = ["| config | dtype | T | fwd + bwd (us) | / our forward | per-expert loop (us) | "
-            "argsort + grouped_mm (us) | grad rel err vs loop |",
-            "|---|---|---:|---:|---:|---:|---:|---:|"]
+    rows = ["| device | config | dtype | T | fwd + bwd (us) | timing | / our forward | "
+            "per-expert loop (us) | argsort + grouped_mm (us) | grad rel err vs loop |",
+            "|---|---|---|---:|---:|---|---:|---:|---:|---:|"]
     for r in sorted(records, key=lambda r: (layer_shape(r), r["dtype"], r["T"])):
         cells = []
         for name in ("layer_per_expert_loop", "layer_argsort_grouped_mm"):
             b = r["baselines"].get(name)
             cells.append(_x(b["median_us"], r["median_us"]) if b else "-")
-        rows.append(f"| {shape_label(layer_shape(r))} | {r['dtype']} | {r['T']} | "
-                    f"{r['median_us']:.0f} | {r['vs_forward']:.2f} | {' | '.join(cells)} | "
+            if b and b["timing"] != r["timing"]:
+                cells[-1] += f" ({b['timing']})"
+        rows.append(f"| {r.get('device', r['backend'])} | {shape_label(layer_shape(r))} | "
+                    f"{r['dtype']} | {r['T']} | {r['median_us']:.0f} | {r['timing']} | "
+                    f"{r['vs_forward']:.2f} | {' | '.join(cells)} | "
                     f"{r['max_grad_rel_err']:.1e} |")
     return "\n".join(rows)
 
