@@ -360,7 +360,7 @@ def test_python_backends_raise_the_same_q8_error():
     """The CUDA registration (Python) words the error as the C++ check does."""
     from torch_argon.quant.activation_q8 import check_exact_activations_only
     with pytest.raises(ValueError, match='activation_quant="q8" has no kernels on CUDA '
-                       r'\(its integer kernels run on the CPU\); pass activation_quant="none"'):
+                       r'\(its integer kernels run on the CPU and on CUDA sm_80\+\); pass activation_quant="none"'):
         check_exact_activations_only("q8", "CUDA")
     check_exact_activations_only("none", "CUDA")
 

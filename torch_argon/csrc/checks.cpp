@@ -430,8 +430,8 @@ ActivationQuant check_activation_quant(c10::string_view activation_quant) {
 
 void check_exact_activations_only(ActivationQuant activation_quant, const char* backend) {
   TORCH_CHECK_VALUE(activation_quant == ActivationQuant::kNone, "activation_quant=\"q8\" has "
-                    "no kernels on ", backend, " (its integer kernels run on the CPU); pass "
-                    "activation_quant=\"none\" there, the exact-dequant product");
+                    "no kernels on ", backend, " (its integer kernels run on the CPU and on CUDA "
+                    "sm_80+); pass activation_quant=\"none\" there, the exact-dequant product");
 }
 
 SymShape check_moe_qmm_inputs(const at::Tensor& xs, const at::Tensor& w_q, int64_t qtype,

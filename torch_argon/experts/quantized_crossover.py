@@ -8,8 +8,10 @@ table (2026-12-05, same-call bf16 baseline): gpuq's GEMMs as measured at T = 128
 both configs (E=512 K=10 H=2048 I=512; E=128 K=8 H=2048 I=768), the dequant path as the
 measured bf16 GEMMs plus the decode modelled as its bytes (the GGUF bytes read, E * 3 * H * I
 bf16 values written) over the measured copy bandwidth (2.42 TB/s); both configs cross within
-5 rows of each other. The coordinator's H200 run of bench/bench_quant.py replaces them (its
-records have both paths at every T: tools' readers can recompute the crossover).
+5 rows of each other. The first measurement of both paths (bench/bench_quant.py --quick on an
+H100, bench/results/h200_quant.json) brackets every listed format's crossover between 40 rows
+(E=512, T=2048: gpuq faster by 1.3-2.0x) and 128 (E=128, T=2048: the dequant path faster by
+1.04-1.7x); the modelled values sit inside it except IQ2_XS's, raised to the bracket's middle.
 """
 
 # format -> rows per expert from which the dequant path runs (E512 / E128 crossovers)
@@ -18,7 +20,7 @@ DEQUANT_FROM_ROWS = {
     "Q8_0": 42,    # 42.1 / 41.3
     "IQ4_XS": 68,  # 68.3 / 68.5
     "Q6_K": 54,    # 52.5 / 54.9
-    "IQ2_XS": 40,  # 38.7 / 42.4
+    "IQ2_XS": 64,  # modelled 38.7 / 42.4; measured: gpuq faster at 40 rows
 }
 # the formats the table has no row for: the middle of the measured ones
 DEFAULT_DEQUANT_FROM_ROWS = 48

@@ -70,5 +70,6 @@ def check_exact_activations_only(activation_quant: str, backend: str) -> None:
     (check_exact_activations_only in csrc/checks.cpp)."""
     if check_activation_quant(activation_quant) != "none":
         raise ValueError(f'activation_quant="q8" has no kernels on {backend} (its integer '
-                         'kernels run on the CPU); pass activation_quant="none" there, the '
+                         'kernels run on the CPU and on CUDA sm_80+); pass '
+                         'activation_quant="none" there, the '
                          'exact-dequant product')
