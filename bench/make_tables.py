@@ -220,7 +220,8 @@ def quant_table(records, main_job):
     rows += ["", f"Measured on an {device}. Time / bf16 experts' on " + " / ".join(
         f"E={s[0]} K={s[1]} I={s[3]}" for s in shapes) + ": G `cuda_quantized`, D "
              "`cuda_quantized_dequant`, T `triton_quantized` (all: bench/README.md). Main job "
-             f"(`--quant`, whole layer, T={c['T']} E={c['E']} K={c['K']}): bf16 "
+             f"(`--quant`, whole layer, T={c['T']} E={c['E']} K={c['K']}; an H200 run of "
+             "2026-12-02, before the CUDA C++ kernels): bf16 "
              f"{dense['median_us']:.0f} us, {layers}."]
     return "\n".join(rows)
 
