@@ -38,10 +38,10 @@
 // token and 16 values). Each warp is independent; the block shares only the format's lookup
 // table (IQ2_XS, IQ3_S), copied into shared memory at the start (one block barrier).
 //
-// Lab knobs (compile-time, for A/B runs; bench/quant_gpuq_notes.md has the measurements):
+// Compile-time variants for A/B builds (their measurements: bench/quant_gpuq_notes.md):
 // GPUQ_PREFETCH=1 prefetches each weight row's bytes 256 on into L1 at every block;
-// GPUQ_MIN_BLOCKS_NT1=n asks ptxas for n resident blocks of the 8-token kernels (4: 128
-// registers, 12 bytes spilled, 5-17% faster at T = 128 than 1 with 134 registers).
+// GPUQ_MIN_BLOCKS_NT1=n asks ptxas for n resident blocks of the 8-token kernels (the default
+// 4 keeps them at 128 registers, trading a few spilled bytes for occupancy at small T).
 //
 // Limits: n_in a multiple of the format's block; activations bf16 or fp16 with 8-byte aligned
 // rows (q8 codes: 4-byte); tensors aligned to the format's ALIGN; rows_per_warp <= 8 * NT and a divisor of
