@@ -7,7 +7,8 @@
 #   bash bench/h200_vllm.sh                        # T = 128 ... 16384
 #   bash bench/h200_vllm.sh --quick --paths NAME   # an experts implementation by name besides auto
 #   bash bench/h200_vllm.sh --no-build ...         # the extension is built already
-# The build comes first (setup.py build_ext --inplace for sm_90; a no-op when nothing changed).
+# The build comes first (h200_run.sh build: build_ext --inplace for sm_90; a no-op when nothing
+# changed).
 # Every other argument goes to bench/bench_vllm_side_by_side.py.
 # Writes $OUT/vllm_side_by_side.json (also bench/results/vllm_side_by_side.json) and
 # $OUT/vllm_side_by_side.log; prints the table last. Exit status: 0; 1 if a row raised or an
@@ -37,17 +38,15 @@ elif [ "$staged" != 0 ]; then
   exit 2
 fi
 
-if [ "$build" = 1 ]; then
-  echo "== build (log: \$OUT/build.log)"
-  t0=$SECONDS
-  if ! ARGON_CUDA_ARCH=90 MAX_JOBS=16 python3 setup.py build_ext --inplace > "$OUT/build.log" 2>&1; then
-    tail -n 30 "$OUT/build.log"
+if [ "$build" = 1 ]; then  # h200_run.sh's build step: sm_90, log in $OUT/build.log
+  bash "$(dirname "$0")/h200_run.sh" build | tee "$OUT/build_step.txt"
+  if ! grep -q "^== build rc=0" "$OUT/build_step.txt"; then
     echo "== BUILD FAILED (log: \$OUT/build.log)"
     exit 2
   fi
-  echo "== build done in $((SECONDS - t0)) s"
+else
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 fi
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 
 t0=$SECONDS
 python3 bench/bench_vllm_side_by_side.py --json "$OUT/vllm_side_by_side.json" \
