@@ -27,7 +27,8 @@ alignment, activation and top-k sum) is also timed alone, so its share can be re
 (float64), recorded, and flagged when above 2e-2. TFLOP/s: 6*T*K*H*I FLOP over the time.
 
 Robust: a call that raises (a declining path, a failed capture) becomes an error record and the
-rest goes on; the JSON is rewritten after every point.
+rest goes on; the JSON is rewritten after every point; --budget-s (170 with --quick) skips the
+points left past that many seconds, each recorded as an error row.
 
 Records (JSON list; --json, default $OUT/vllm_side_by_side.json, else
 bench/results/vllm_side_by_side.json):
@@ -81,6 +82,9 @@ def parse_args(argv):
     ap.add_argument("--dtype", default="bf16", choices=DTYPES)
     ap.add_argument("--rounds", type=int, default=3, help="interleaved replay rounds")
     ap.add_argument("--no-glue", action="store_true", help="skip timing vLLM's glue alone")
+    ap.add_argument("--budget-s", type=float, default=None,
+                    help="skip the points left past this many seconds from the start, recorded "
+                         "as error rows (default: 170 with --quick, else none)")
     ap.add_argument("--tiny", action="store_true", help="toy sizes (a logic test; --device cpu)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--json", default=None)
@@ -94,6 +98,8 @@ def parse_args(argv):
     args.T = (tuple(int(t) for t in args.T.split(",")) if args.T else
               TINY_T if args.tiny else QUICK_T if args.quick else T_LIST)
     args.paths = ["auto"] + [p for p in args.paths.split(",") if p and p != "auto"]
+    if args.budget_s is None:
+        args.budget_s = 170.0 if args.quick else float("inf")
     args.dtype = torch.float16 if args.tiny else DTYPES[args.dtype]  # bf16 dots: not in the
     return args                                                       # interpreter
 
@@ -301,6 +307,11 @@ def main(argv=None):
                     records.append(dict(op="vllm_side_by_side_error", config=cfg_name, T=0,
                                         impl=VLLM, error=why))
                 for T in args.T:
+                    if time.time() - start > args.budget_s:
+                        records.append(dict(op="vllm_side_by_side_error", config=cfg_name, T=T,
+                                            impl="-", error=f"skipped: past --budget-s "
+                                                            f"{args.budget_s:.0f} s"))
+                        continue
                     try:
                         bench_point(args, cfg_name, cfg, T, weights, vllm_experts, records)
                     except Exception as e:  # noqa: BLE001 (the other points still come)

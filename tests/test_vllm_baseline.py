@@ -271,6 +271,14 @@ def _bench_dry_run():
             fails.append(f"{name}: {r}")
     if rows.get("vllm", {}).get("vllm_config_source") != "default":
         fails.append("vllm row: no config source")
+    with tempfile.TemporaryDirectory() as d:  # a spent budget: every point an error row
+        path = os.path.join(d, "out.json")
+        rc = bench.main(["--tiny", "--device", "cpu", "--T", "16,40", "--configs", "E512",
+                         "--json", path, "--budget-s", "0"])
+        with open(path) as f:
+            skipped = [r for r in json.load(f) if r["op"] == "vllm_side_by_side_error"]
+    if rc != 1 or [r["T"] for r in skipped] != [16, 40] or "budget" not in skipped[0]["error"]:
+        fails.append(f"--budget-s 0: exit {rc}, error rows {skipped}")
     return fails
 
 
