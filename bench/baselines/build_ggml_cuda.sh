@@ -5,11 +5,12 @@
 #   bash bench/baselines/build_ggml_cuda.sh          # CUDA backend, sm_90 only (the H100/H200)
 #   bash bench/baselines/build_ggml_cuda.sh --cpu    # CPU backend only: the parser's test binary
 #
-# Writes bench/baselines/ggml_bin/test-backend-ops-cuda (or -cpu), stripped, static in ggml, and
-# linked to the CUDA runtime and cuBLAS of the machine it runs on (gitignored; small enough to
-# carry to the device machine). The build tree is bench/baselines/ggml_build_cuda/ (or _cpu/);
+# Writes bench/baselines/ggml_bin/test-backend-ops-cuda (or -cpu), stripped, ggml linked in
+# statically, the CUDA runtime and cuBLAS dynamically (gitignored; ggml_mul_mat_id.py puts the
+# running Python's NVIDIA wheels on its library path). The build tree is bench/baselines/ggml_build_cuda/ (or _cpu/);
 # a second run rebuilds only what changed. Parallel jobs: MAX_JOBS (default: every core).
-# ggml_build_cuda.unit_times gets each CUDA unit's "wall user sys command" seconds.
+# ggml_build_cuda.unit_times gets each CUDA unit's "wall user sys command" seconds (where
+# /usr/bin/time exists).
 #
 # What is built, and why:
 # - test-backend-ops with bench/baselines/ggml_mul_mat_id_cases.patch applied (our lines: with
@@ -62,10 +63,12 @@ if [ "$backend" = cuda ]; then
   cmake_args+=(
     -DCMAKE_CUDA_COMPILER="$nvcc_bin" -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real
     -DGGML_CUDA_FA=OFF -DGGML_CUDA_NCCL=OFF -DGGML_CUDA_NO_VMM=ON
+  )
+  if [ -x /usr/bin/time ]; then
     # each nvcc run's wall and CPU seconds, one line per translation unit: the data of the
     # build-time estimate for other core counts (bench/README.md)
-    -DCMAKE_CUDA_COMPILER_LAUNCHER="/usr/bin/time;-a;-o;$build.unit_times;-f;%e %U %S %C"
-  )
+    cmake_args+=(-DCMAKE_CUDA_COMPILER_LAUNCHER="/usr/bin/time;-a;-o;$build.unit_times;-f;%e %U %S %C")
+  fi
   if [ -n "$cublas_root" ]; then
     lib() { ls "$cublas_root"/lib/lib$1.so* | head -n 1; }
     cmake_args+=(
