@@ -10,10 +10,11 @@ What one MoE layer costs there, as llama.cpp's graph runs it (llama-graph.cpp, b
   up    the same shape again (a second call: llama.cpp's gate and up are separate tensors)
   down  MUL_MAT_ID(weights [E, H, I], activations [I, K, T], one row per (token, expert))
 Each call takes f32 activations, quantizes them to q8_1 inside the op (as llama.cpp does), sorts
-the rows by expert and runs the MMQ kernels (or cuBLAS, for float weights); ggml picks the
-kernel. Routing: test_mul_mat_id's, K distinct experts per token drawn uniformly. Weights: ggml's
-own quantization of uniform random values (ggml_quantize_chunk). Time: test-backend-ops' perf
-loop, the op repeated in one graph for >= 1 s of wall-clock time, us per op (its "time_us").
+the rows by expert and runs the MMQ kernels (other kernels for float weights); ggml picks the
+kernel. Routing: test_mul_mat_id's, K distinct experts per token drawn uniformly. Weights: rows
+drawn at random from a pool of rows that ggml quantized from uniform random values (the patch
+says why). Time: test-backend-ops' perf loop, the op repeated in one graph for >= 1 s of
+wall-clock time, us per op (its "time_us").
 
 The binary's output is read as the SQL it prints (--output sql: a CREATE TABLE and one INSERT per
 case), loaded into an in-memory SQLite database: a change of its fields or their order is caught
@@ -130,8 +131,11 @@ def run_cases(binary, cases, backend="CUDA0", timeout=None):
     cases = list(dict.fromkeys(cases))
     env = dict(os.environ, LD_LIBRARY_PATH=library_path(),
                **{CASES_ENV: ";".join(c.spec() for c in cases)})
-    p = subprocess.run([str(binary), "perf", "-o", "MUL_MAT_ID", "-b", backend, "--output", "sql"],
-                       capture_output=True, text=True, env=env, timeout=timeout)
+    try:
+        p = subprocess.run([str(binary), "perf", "-o", "MUL_MAT_ID", "-b", backend, "--output",
+                            "sql"], capture_output=True, text=True, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        raise GgmlRunError(f"{binary.name} did not finish {len(cases)} cases in {timeout} s") from e
     if p.returncode != 0:
         raise GgmlRunError(f"{binary.name} exited with {p.returncode}: "
                            f"{(p.stdout[-1500:] + p.stderr[-1500:]).strip()}")
