@@ -19,7 +19,9 @@
 # - CUDA for sm_90 only (90-real; ggml's MMQ has no sm_90a-only path), flash attention off
 #   (GGML_CUDA_FA=OFF empties its kernels; their translation units still compile, quickly),
 #   no NCCL, no VMM pool (the build machine has no libcuda.so to link; ggml then uses its
-#   cudaMalloc pool, which the timed loop does not touch once warm).
+#   cudaMalloc pool, which the timed loop does not touch once warm). CUDA graphs on, as
+#   llama.cpp builds ggml (standalone ggml defaults to off; ggml-cuda itself declines them
+#   where MUL_MAT_ID takes a path that syncs with the host), and as our side is timed.
 # - CPU backend without -march=native (the binary must run on other x86-64 hosts).
 # cuBLAS headers and libraries: the CUDA toolkit's, or else the nvidia-cublas wheel of the
 # python3 on PATH (CUBLAS_ROOT=<dir with include/ and lib/> overrides both).
@@ -62,7 +64,7 @@ if [ "$backend" = cuda ]; then
   fi
   cmake_args+=(
     -DCMAKE_CUDA_COMPILER="$nvcc_bin" -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real
-    -DGGML_CUDA_FA=OFF -DGGML_CUDA_NCCL=OFF -DGGML_CUDA_NO_VMM=ON
+    -DGGML_CUDA_FA=OFF -DGGML_CUDA_NCCL=OFF -DGGML_CUDA_NO_VMM=ON -DGGML_CUDA_GRAPHS=ON
   )
   if [ -x /usr/bin/time ]; then
     # each nvcc run's wall and CPU seconds, one line per translation unit: the data of the
