@@ -6,6 +6,8 @@ with the floors.
     python bench/bench_quant.py --quick            # 5 formats, both configs, every T (< 4 min)
     python bench/bench_quant.py                    # every format, and cuda_quantized's q8 mode
     python bench/bench_quant.py --formats Q4_K,IQ2_XS --configs E128 --T 128,2048
+    python bench/bench_quant.py --quick --llamacpp bench/baselines/ggml_bin/test-backend-ops-cuda
+                                                   # with llama.cpp's column (below)
     TRITON_INTERPRET=1 python bench/bench_quant.py --tiny --device cpu --json /tmp/q.json
                                                    # the logic at toy sizes on the CPU (the
                                                    # Triton interpreter, the gpuq emulation of a
@@ -23,6 +25,13 @@ is compared with the dense path on the bf16-dequantized weights (rel_err, a chec
 Floors: the format's weight bytes over the copy bandwidth measured in the run (read + write),
 and the FLOPs over BF16_TFLOPS; the larger is the floor.
 
+llama.cpp (--llamacpp PATH, ggml's test-backend-ops built by bench/baselines/build_ggml_cuda.sh):
+its MUL_MAT_ID on the same format and shapes, timed in the same run just before ours (gate + up
++ down, f32 activations quantized to q8_1 inside each call; bench/baselines/ggml_mul_mat_id.py
+says how), and the same for bf16 weights once per config; each row of ours gets llamacpp_us and
+ratio_to_llamacpp (ours / llama.cpp's: below 1, we are faster). With --device cpu, PATH is a
+CPU build run on ggml's CPU backend (the --tiny logic test).
+
 Compile first: the Triton kernels every path needs are compiled in worker processes in parallel
 (each path run once on uninitialized weights), so the timing finds Triton's cache warm.
 Robust: an implementation that raises is recorded as an error row and the run goes on; the
@@ -36,6 +45,9 @@ bench/README.md's tables from them):
    "ratio_to_floor", "weight_bytes", "weight_tb_per_s", "dtype", "timing", "device"}
   {"op": "quant_experts_error", "config", "T", "quant", "impl", "mode", "error"}
   {"op": "copy_bw", "tb_per_s", "device"}
+  {"op": "llamacpp_experts", "config", "E", "K", "H", "I", "T", "quant", "ggml_type", "gate_us",
+   "up_us", "down_us", "gate_up_us", "total_us", "ggml_commit", "device", "timing"}
+  and, with --llamacpp, "llamacpp_us" and "ratio_to_llamacpp" in each quant_experts record
 """
 import argparse
 import concurrent.futures
@@ -55,6 +67,9 @@ if os.environ.get("TRITON_INTERPRET") == "1":  # --tiny on the CPU (before the k
 from torch_argon.testing.layers import relative_error  # noqa: E402
 from torch_argon.testing.routing import routing  # noqa: E402
 from torch_argon.testing.timing import graph_us, heat  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "baselines"))
+import ggml_mul_mat_id  # noqa: E402 (llama.cpp's column, --llamacpp)
 
 CONFIGS = {"E512": dict(E=512, K=10, H=2048, I=512), "E128": dict(E=128, K=8, H=2048, I=768)}
 T_LIST = (128, 512, 2048, 8192, 16384)
@@ -270,6 +285,41 @@ def bench_format(layer, name, impls, bw, records):
         torch.cuda.empty_cache()
 
 
+def llamacpp_column(layer, name, binary, records, timeout_s=600):
+    """llama.cpp's MUL_MAT_ID (gate + up + down) of format `name` on the layer's shapes at every
+    T, in one run of ggml's test-backend-ops at `binary`: llamacpp_experts records (an error
+    record if it fails; the run goes on)."""
+    shape = ggml_mul_mat_id.MoEShape(E=layer.E, K=layer.K, H=layer.H, I=layer.I)
+    backend = "CUDA0" if Run.device == "cuda" else "CPU"
+    if Run.device == "cuda":
+        torch.cuda.empty_cache()  # the binary allocates its own tensors beside this process
+    try:
+        rows = ggml_mul_mat_id.layer_times(binary, [shape], [name], list(layer.calls),
+                                           backend=backend, timeout=timeout_s)
+    except Exception as e:  # noqa: BLE001 (a failing baseline keeps our rows)
+        records.append(dict(op="quant_experts_error", config=layer.name, T=0, quant=name,
+                            impl="llamacpp", mode="-", error=f"{type(e).__name__}: {str(e)[:500]}"))
+        print(f"{layer.name} {name:7s} llama.cpp: ERROR {e}", flush=True)
+        return
+    for r in rows:
+        records.append(dict(op="llamacpp_experts", config=layer.name, **r,
+                            timing="ggml test-backend-ops perf"))
+        print(f"{layer.name} {name:7s} T={r['T']:6d} llama.cpp gate+up {r['gate_up_us']:9.1f} "
+              f"down {r['down_us']:9.1f} total {r['total_us']:9.1f} us", flush=True)
+
+
+def attach_llamacpp(records):
+    """llamacpp_us and ratio_to_llamacpp in each quant_experts record that llama.cpp's column
+    has a time for (same config, format and T)."""
+    ll = {(r["config"], r["quant"], r["T"]): r["total_us"] for r in records
+          if r["op"] == "llamacpp_experts"}
+    for r in records:
+        got = ll.get((r.get("config"), r.get("quant"), r.get("T")))
+        if r["op"] == "quant_experts" and got:
+            r["llamacpp_us"] = got
+            r["ratio_to_llamacpp"] = round(r["median_us"] / got, 3)
+
+
 def device_name():
     return torch.cuda.get_device_name() if Run.device == "cuda" else Run.device
 
@@ -286,8 +336,10 @@ def table(records):
     heads = [f"{i.replace('cuda_quantized', 'cq').replace('triton_quantized', 'tq')}"
              f"{'/q8' if m == 'q8' else ''}" for i, m in cols]
     print(f"\n=== quantized experts path (us; * the layer's choice; {Run.device}) ===")
+    ll = {(r["config"], r["quant"], r["T"]): r for r in records if r["op"] == "llamacpp_experts"}
     print(f"{'config':6s} {'quant':7s} {'T':>6s} {'bf16':>8s} {'floor':>7s} "
-          + " ".join(f"{h:>13s}" for h in heads) + "  choice/bf16")
+          + " ".join(f"{h:>13s}" for h in heads) + "  choice/bf16"
+          + (f" {'llama.cpp':>10s} choice/llama.cpp" if ll else ""))
     for (cfg, q, T), got in by.items():
         base = next(iter(got.values()))
         cells, choice = [], None
@@ -296,8 +348,17 @@ def table(records):
             cells.append(f"{r['median_us']:12.1f}{'*' if r['chosen'] else ' '}" if r
                          else f"{'-':>13s}")
             choice = r if r and r["chosen"] else choice
+        lr = ll.get((cfg, q, T))
+        llama = ((f" {lr['total_us']:10.1f} " + (f"{choice['median_us'] / lr['total_us']:.2f}x"
+                                                 if choice else "-")) if lr else "")
         print(f"{cfg:6s} {q:7s} {T:6d} {base['bf16_us']:8.1f} {base['floor_us']:7.1f} "
-              + " ".join(cells) + (f"  {choice['ratio_to_bf16']:.2f}x" if choice else "  -"))
+              + " ".join(cells) + (f"  {choice['ratio_to_bf16']:.2f}x" if choice else "  -")
+              + llama)
+    if ll:
+        print("\n=== llama.cpp MUL_MAT_ID (ggml test-backend-ops; us: gate + up, down, total) ===")
+        for (cfg, q, T), r in ll.items():
+            print(f"{cfg:6s} {q:7s} {T:6d} {r['gate_up_us']:10.1f} {r['down_us']:10.1f} "
+                  f"{r['total_us']:10.1f}")
     for e in errors:
         print(f"ERROR {e['config']} {e['quant']} T={e['T']} {e['impl']} {e['mode']}: "
               f"{e['error'][:300]}")
@@ -316,6 +377,8 @@ def main(argv=None):
     ap.add_argument("--budget-s", type=float, default=None,
                     help="skip the formats left past this many seconds from the start (default: "
                          "210 with --quick, else none)")
+    ap.add_argument("--llamacpp", metavar="PATH", help="ggml's test-backend-ops (bench/baselines/"
+                    "build_ggml_cuda.sh): adds llama.cpp's MUL_MAT_ID column, timed in this run")
     ap.add_argument("--tiny", action="store_true", help="toy sizes on --device (logic test)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
@@ -356,12 +419,18 @@ def main(argv=None):
         records.append(dict(op="copy_bw", tb_per_s=round(bw, 3), device=device_name()))
         print(f"copy bandwidth {bw:.3f} TB/s (read + write)", flush=True)
         layers = [Layer(cfg, Ts) for cfg in cfg_names]
+        if args.llamacpp:  # llama.cpp's bf16 MUL_MAT_ID beside our bf16 column
+            for layer in layers:
+                llamacpp_column(layer, "BF16", args.llamacpp, records)
         for name in names:  # every config of a format before the next: a budget cut keeps both
             for layer in layers:
                 if not budget.left():
                     budget.skipped.append(f"{layer.name} {name}")
                     continue
+                if args.llamacpp:
+                    llamacpp_column(layer, name, args.llamacpp, records)
                 bench_format(layer, name, impls, bw, records)
+            attach_llamacpp(records)
             save()
     except Exception:  # noqa: BLE001 (keep what was measured)
         traceback.print_exc()
