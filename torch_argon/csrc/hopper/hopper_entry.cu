@@ -20,22 +20,13 @@ extern "C" size_t argon_hopper_workspace_bytes(int dtype, int config, int n_grou
                                     : argon_hopper_workspace_bytes_fp16(config, n_groups, sm_count);
 }
 
-extern "C" int argon_hopper_grouped_gemm(int dtype, int config, const void* a, const void* b,
-                                         void* d, const int32_t* offsets, const int32_t* counts,
-                                         int n_groups, int64_t rows, int n, int k,
-                                         void* workspace,
-                                         size_t workspace_bytes, int sm_count, void* stream,
-                                         char* err, int err_len) {
-  if (!known(dtype, config)) {
+extern "C" int argon_hopper_grouped_gemm(const ArgonHopperGemm* gemm, char* err, int err_len) {
+  if (!known(gemm->dtype, gemm->config)) {
     snprintf(err, static_cast<size_t>(err_len),
-             "hopper grouped GEMM: unknown dtype %d or config %d", dtype, config);
+             "hopper grouped GEMM: unknown dtype %d or config %d", gemm->dtype, gemm->config);
     return 1;
   }
-  if (n_groups <= 0) return 0;
-  auto* s = static_cast<cudaStream_t>(stream);
-  return dtype == ARGON_HOPPER_BF16
-             ? argon_hopper_run_bf16(config, a, b, d, offsets, counts, n_groups, rows, n, k, workspace,
-                                     workspace_bytes, sm_count, s, err, err_len)
-             : argon_hopper_run_fp16(config, a, b, d, offsets, counts, n_groups, rows, n, k, workspace,
-                                     workspace_bytes, sm_count, s, err, err_len);
+  if (gemm->n_groups <= 0) return 0;
+  return gemm->dtype == ARGON_HOPPER_BF16 ? argon_hopper_run_bf16(*gemm, err, err_len)
+                                          : argon_hopper_run_fp16(*gemm, err, err_len);
 }

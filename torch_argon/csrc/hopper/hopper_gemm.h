@@ -33,11 +33,29 @@ enum ArgonHopperDtype { ARGON_HOPPER_FP16 = 0, ARGON_HOPPER_BF16 = 1 };
 // (its tensor-map slots per multiprocessor). From these four numbers alone (no data).
 size_t argon_hopper_workspace_bytes(int dtype, int config, int n_groups, int sm_count);
 
-// Launches the grouped GEMM on `stream` (a cudaStream_t). workspace: workspace_bytes bytes of
-// device memory, 128-byte aligned. Returns 0, or 1 with a message in err (a configuration
-// CUTLASS refused, a launch the runtime refused); nothing is launched after an error.
-int argon_hopper_grouped_gemm(int dtype, int config, const void* a, const void* b, void* d,
-                              const int32_t* offsets, const int32_t* counts, int n_groups,
-                              int64_t rows, int n, int k, void* workspace, size_t workspace_bytes, int sm_count,
-                              void* stream, char* err, int err_len);
+// One launch: the operands (a [rows, k], b [n_groups, n, k], d [rows, n], device pointers of one
+// element type), the plan's offsets [n_groups + 1] and counts [n_groups] (int32, on the device),
+// the workspace (workspace_bytes bytes of device memory, 128-byte aligned), the device's
+// multiprocessor count and the cudaStream_t to launch on.
+typedef struct ArgonHopperGemm {
+  int dtype;   // ArgonHopperDtype
+  int config;  // an index of the list above
+  const void* a;
+  const void* b;
+  void* d;
+  const int32_t* offsets;
+  const int32_t* counts;
+  int n_groups;
+  int64_t rows;
+  int n;
+  int k;
+  void* workspace;
+  size_t workspace_bytes;
+  int sm_count;
+  void* stream;
+} ArgonHopperGemm;
+
+// Launches the grouped GEMM. Returns 0, or 1 with a message in err (a configuration CUTLASS
+// refused, a launch the runtime refused); nothing is launched after an error.
+int argon_hopper_grouped_gemm(const ArgonHopperGemm* gemm, char* err, int err_len);
 }

@@ -160,30 +160,29 @@ size_t workspace_bytes(int n_groups, int sm_count) {
   return workspace_layout<G>(n_groups, cutlass_workspace_bytes<G>(n_groups, sm_count)).total;
 }
 
-// One thread per expert: its problem shape (counts[e] rows, clipped to a's rows), the addresses of its rows of a
-// and d and of its weight, and the three packed strides.
+// One thread per expert: its problem shape (counts[e] rows, clipped to a's rows), the addresses
+// of its rows of a and d and of its weight, and the three packed strides.
 template <class G, class Element>
 __global__ void build_groups(const int32_t* __restrict__ offsets,
                              const int32_t* __restrict__ counts, int n_groups, int64_t rows,
-                             int n, int k,
-                             const Element* a, const Element* b, Element* d,
-                             typename G::GroupShape* shapes, const Element** ptr_a,
-                             const Element** ptr_b, Element** ptr_d,
-                             typename G::StrideA* stride_a, typename G::StrideB* stride_b,
-                             typename G::StrideD* stride_d) {
+                             int n, int k, const Element* a, const Element* b, Element* d,
+                             char* ws, WorkspaceLayout w) {
   const int e = blockIdx.x * blockDim.x + threadIdx.x;
   if (e >= n_groups) return;
   // A plan's groups lie inside [0, rows); anything else is clipped here, on the device.
   const int64_t row = offsets[e];
   const int64_t inside = row < 0 || row > rows ? 0 : rows - row;
   const int m = static_cast<int>(counts[e] < 0 ? 0 : counts[e] < inside ? counts[e] : inside);
-  shapes[e] = typename G::GroupShape{m, n, k};
-  ptr_a[e] = a + row * k;
-  ptr_b[e] = b + static_cast<int64_t>(e) * n * k;
-  ptr_d[e] = d + row * n;
-  stride_a[e] = cutlass::make_cute_packed_stride(typename G::StrideA{}, {m, k, 1});
-  stride_b[e] = cutlass::make_cute_packed_stride(typename G::StrideB{}, {n, k, 1});
-  stride_d[e] = cutlass::make_cute_packed_stride(typename G::StrideD{}, {m, n, 1});
+  reinterpret_cast<typename G::GroupShape*>(ws + w.shapes)[e] = typename G::GroupShape{m, n, k};
+  reinterpret_cast<const Element**>(ws + w.ptr_a)[e] = a + row * k;
+  reinterpret_cast<const Element**>(ws + w.ptr_b)[e] = b + static_cast<int64_t>(e) * n * k;
+  reinterpret_cast<Element**>(ws + w.ptr_d)[e] = d + row * n;
+  reinterpret_cast<typename G::StrideA*>(ws + w.stride_a)[e] =
+      cutlass::make_cute_packed_stride(typename G::StrideA{}, {m, k, 1});
+  reinterpret_cast<typename G::StrideB*>(ws + w.stride_b)[e] =
+      cutlass::make_cute_packed_stride(typename G::StrideB{}, {n, k, 1});
+  reinterpret_cast<typename G::StrideD*>(ws + w.stride_d)[e] =
+      cutlass::make_cute_packed_stride(typename G::StrideD{}, {m, n, 1});
 }
 
 inline int fail(char* err, int err_len, const char* what, const char* detail) {
@@ -192,30 +191,23 @@ inline int fail(char* err, int err_len, const char* what, const char* detail) {
 }
 
 template <class G>
-int run(const void* a, const void* b, void* d, const int32_t* offsets, const int32_t* counts,
-        int n_groups, int64_t rows, int n, int k, void* workspace, size_t bytes, int sm_count,
-        cudaStream_t stream, char* err, int err_len) {
+int run(const ArgonHopperGemm& p, char* err, int err_len) {
   using Element = typename G::Gemm::ElementA;
   const WorkspaceLayout w =
-      workspace_layout<G>(n_groups, cutlass_workspace_bytes<G>(n_groups, sm_count));
-  if (bytes < w.total) return fail(err, err_len, "workspace smaller than its size", "");
-  char* ws = static_cast<char*>(workspace);
+      workspace_layout<G>(p.n_groups, cutlass_workspace_bytes<G>(p.n_groups, p.sm_count));
+  if (p.workspace_bytes < w.total) return fail(err, err_len, "workspace smaller than its size", "");
+  char* ws = static_cast<char*>(p.workspace);
+  auto* stream = static_cast<cudaStream_t>(p.stream);
   constexpr int kThreads = 128;
-  build_groups<G, Element><<<(n_groups + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
-      offsets, counts, n_groups, rows, n, k, static_cast<const Element*>(a),
-      static_cast<const Element*>(b), static_cast<Element*>(d),
-      reinterpret_cast<typename G::GroupShape*>(ws + w.shapes),
-      reinterpret_cast<const Element**>(ws + w.ptr_a),
-      reinterpret_cast<const Element**>(ws + w.ptr_b), reinterpret_cast<Element**>(ws + w.ptr_d),
-      reinterpret_cast<typename G::StrideA*>(ws + w.stride_a),
-      reinterpret_cast<typename G::StrideB*>(ws + w.stride_b),
-      reinterpret_cast<typename G::StrideD*>(ws + w.stride_d));
+  build_groups<G, Element><<<(p.n_groups + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
+      p.offsets, p.counts, p.n_groups, p.rows, p.n, p.k, static_cast<const Element*>(p.a),
+      static_cast<const Element*>(p.b), static_cast<Element*>(p.d), ws, w);
   cudaError_t launched = cudaGetLastError();
   if (launched != cudaSuccess)
     return fail(err, err_len, "setup kernel: ", cudaGetErrorString(launched));
 
   typename G::Gemm gemm;
-  const auto args = arguments<G>(ws, w, n_groups, sm_count);
+  const auto args = arguments<G>(ws, w, p.n_groups, p.sm_count);
   cutlass::Status status = gemm.can_implement(args);
   if (status != cutlass::Status::kSuccess)
     return fail(err, err_len, "CUTLASS refused the problem: ", cutlassGetStatusString(status));
@@ -230,50 +222,28 @@ int run(const void* a, const void* b, void* d, const int32_t* offsets, const int
   return 0;
 }
 
-// The configurations of one element type, by the index of hopper_gemm.h's list.
-template <class Element>
-size_t workspace_bytes_of(int config, int n_groups, int sm_count) {
+// fn(GroupedGemm<Element, the configuration of hopper_gemm.h's index `config`>{}).
+template <class Element, class Fn>
+auto with_config(int config, Fn&& fn) {
   switch (config) {
-    case 0: return workspace_bytes<GroupedGemm<Element, PingpongSmall>>(n_groups, sm_count);
-    case 1: return workspace_bytes<GroupedGemm<Element, Pingpong>>(n_groups, sm_count);
-    default: return workspace_bytes<GroupedGemm<Element, CooperativeWide>>(n_groups, sm_count);
-  }
-}
-
-template <class Element>
-int run_config(int config, const void* a, const void* b, void* d, const int32_t* offsets,
-               const int32_t* counts, int n_groups, int64_t rows, int n, int k, void* workspace,
-               size_t bytes,
-               int sm_count, cudaStream_t stream, char* err, int err_len) {
-  switch (config) {
-    case 0:
-      return run<GroupedGemm<Element, PingpongSmall>>(a, b, d, offsets, counts, n_groups, rows, n, k,
-                                                      workspace, bytes, sm_count, stream, err,
-                                                      err_len);
-    case 1:
-      return run<GroupedGemm<Element, Pingpong>>(a, b, d, offsets, counts, n_groups, rows, n, k,
-                                                 workspace, bytes, sm_count, stream, err,
-                                                 err_len);
-    default:
-      return run<GroupedGemm<Element, CooperativeWide>>(a, b, d, offsets, counts, n_groups, rows, n,
-                                                        k, workspace, bytes, sm_count, stream,
-                                                        err, err_len);
+    case 0: return fn(GroupedGemm<Element, PingpongSmall>{});
+    case 1: return fn(GroupedGemm<Element, Pingpong>{});
+    default: return fn(GroupedGemm<Element, CooperativeWide>{});
   }
 }
 
 }  // namespace argon_hopper
 
 // One unit per element type (hopper_gemm_fp16.cu, hopper_gemm_bf16.cu: they compile in
-// parallel) defines its two functions with this macro.
-#define ARGON_HOPPER_ELEMENT_UNIT(suffix, Element)                                              \
-  size_t argon_hopper_workspace_bytes_##suffix(int config, int n_groups, int sm_count) {       \
-    return argon_hopper::workspace_bytes_of<Element>(config, n_groups, sm_count);              \
-  }                                                                                            \
-  int argon_hopper_run_##suffix(int config, const void* a, const void* b, void* d,             \
-                                const int32_t* offsets, const int32_t* counts, int n_groups,   \
-                                int64_t rows, int n, int k, void* workspace, size_t bytes, int sm_count,     \
-                                cudaStream_t stream, char* err, int err_len) {                 \
-    return argon_hopper::run_config<Element>(config, a, b, d, offsets, counts, n_groups, rows, n, k, \
-                                             workspace, bytes, sm_count, stream, err,          \
-                                             err_len);                                         \
+// parallel) defines hopper_units.h's two functions of its element type with this macro.
+#define ARGON_HOPPER_ELEMENT_UNIT(suffix, Element)                                        \
+  size_t argon_hopper_workspace_bytes_##suffix(int config, int n_groups, int sm_count) { \
+    return argon_hopper::with_config<Element>(config, [&](auto g) {                      \
+      return argon_hopper::workspace_bytes<decltype(g)>(n_groups, sm_count);             \
+    });                                                                                  \
+  }                                                                                      \
+  int argon_hopper_run_##suffix(const ArgonHopperGemm& gemm, char* err, int err_len) {   \
+    return argon_hopper::with_config<Element>(gemm.config, [&](auto g) {                 \
+      return argon_hopper::run<decltype(g)>(gemm, err, err_len);                         \
+    });                                                                                  \
   }
