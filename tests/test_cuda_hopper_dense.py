@@ -378,3 +378,39 @@ def test_opcheck_both_forms():
     out = torch.zeros(a.shape[0], 32, dtype=torch.bfloat16, device="cuda")
     torch.library.opcheck(torch.ops.argon.hopper_grouped_mm_out.default,
                           (a, weight, plan.offsets, plan.counts, 1, out))
+
+
+# ---- the benchmark's suggestion for the tuned table (bench/bench_hopper.py) -------------------
+
+def test_benchmark_suggests_the_fastest_config_per_gemm_and_t():
+    import importlib.util
+    import os
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench",
+                        "bench_hopper.py")
+    spec = importlib.util.spec_from_file_location("bench_hopper", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    def rec(T, gemm, config, us):
+        return dict(T=T, gemm=gemm, config=config, median_us=us)
+
+    gemms = [rec(512, "gate_up", "pingpong_64x128", 90),
+             rec(512, "gate_up", "pingpong_128x128", 80), rec(512, "down", "pingpong_64x128", 40),
+             rec(512, "down", "pingpong_128x128", 50),
+             rec(8192, "gate_up", "cooperative_128x256", 500),
+             rec(8192, "gate_up", "pingpong_128x128", 520),
+             rec(8192, "down", "cooperative_128x256", 300)]
+    rows = bench.suggested_rows(gemms, 512, 10)
+    assert rows == [(10.0, "pingpong_128x128", "pingpong_64x128"),
+                    (160.0, "cooperative_128x256", "cooperative_128x256")]
+    # the rows have MEASURED's shape: configs.choose reads them
+    import torch_argon.hopper.configs as cfg
+    table = {("NVIDIA H200", "bfloat16"): tuple(rows)}
+    saved = dict(cfg.MEASURED)
+    try:
+        cfg.MEASURED.update(table)
+        assert cfg.choose(100, "NVIDIA H200", "bfloat16") == ("cooperative_128x256",
+                                                               "cooperative_128x256")
+    finally:
+        cfg.MEASURED.clear()
+        cfg.MEASURED.update(saved)
