@@ -64,7 +64,7 @@ def gemm_records(experts, x, ids, w, shape, T, dtype):
     """Every configuration of both Hopper GEMMs over this routing's plan, timed alone."""
     E, K, H, I = shape
     ops = torch_argon.argon_ops
-    plan = ops.moe_plan(ids, w, E, 16)
+    plan = ops.moe_plan(ids, w, E, 1)  # the path's tile_m
     xs = ops.moe_gather(x, plan)
     R = xs.shape[0]
     n_valid = int(plan.counts.sum())  # outside the timed part
@@ -158,7 +158,7 @@ def profile_gemms():
     down = (torch.randn(E, H, I, generator=g) / I ** 0.5).to(dtype).cuda()
     x = torch.randn(T, H, device="cuda").to(dtype)
     plan = torch_argon.argon_ops.moe_plan(make_ids(T, K, E, "uniform").cuda(),
-                                          make_weights(T, K).cuda(), E, 16)
+                                          make_weights(T, K).cuda(), E, 1)
     xs = torch_argon.argon_ops.moe_gather(x, plan)
     h = torch.randn(xs.shape[0], I, device="cuda").to(dtype)
     cfg_gu, cfg_down = hopper.configs.choose(T * K / E, torch.cuda.get_device_name(), "bfloat16")

@@ -192,7 +192,7 @@ def test_fake_gives_out_shape_and_checks_arguments():
 
 # ---- on a Hopper GPU with the unit built -----------------------------------------------------
 
-def plan_for(ids, w, E, tile_m=16):
+def plan_for(ids, w, E, tile_m=1):
     return torch_argon.argon_ops.moe_plan(ids.cuda(), w.cuda(), E, tile_m)
 
 
@@ -211,10 +211,11 @@ def expected_rows(a, w, plan):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("config", configs.CONFIGS)
 @pytest.mark.parametrize("dist", ["uniform", "one_expert", "empty", "neg_some"])
-def test_gemm_matches_the_reference_on_every_group(dtype, config, dist):
+@pytest.mark.parametrize("tile_m", [1, 16])  # 16: padding rows between the experts' groups
+def test_gemm_matches_the_reference_on_every_group(dtype, config, dist, tile_m):
     T, K, E, Kd, N = 200, 4, 8, 128, 256
     ids, w = make_ids(T, K, E, dist, seed=3), make_weights(T, K, seed=3)
-    plan = plan_for(ids, w, E)
+    plan = plan_for(ids, w, E, tile_m)
     a = (torch.randn(plan.sorted_token.shape[0], Kd) * 0.5).to(dtype).cuda()
     weight = (torch.randn(E, N, Kd) / Kd ** 0.5).to(dtype).cuda()
     out = garbage_like(torch.empty(a.shape[0], N, dtype=dtype, device="cuda"))
@@ -232,6 +233,19 @@ def test_gemm_matches_the_reference_on_every_group(dtype, config, dist):
     functional = hopper.grouped_mm(a, weight, plan.offsets, plan.counts, config)
     assert torch.equal(functional.cpu()[inside], out.cpu()[inside])
     assert not functional.cpu()[outside].any()
+
+
+@needs_hopper
+@pytest.mark.parametrize("dist", ["uniform", "one_expert", "neg_some"])
+def test_the_plan_of_tile_m_1_on_cuda_is_the_reference_plan(dist):
+    """The path's plans have tile_m 1 (default_tile_m), which the CUDA plan tests do not use."""
+    T, K, E = 300, 8, 64
+    ids, w = make_ids(T, K, E, dist, seed=5), make_weights(T, K, seed=5)
+    got = plan_for(ids, w, E, tile_m=1)
+    want = reference.moe_plan(ids, w, E, 1)
+    for name, g, r in zip(got._fields, got.tensors(), want.tensors()):
+        assert torch.equal(g.cpu(), r), name
+    assert HOPPER.default_tile_m(None, T * K) == 1
 
 
 @needs_hopper
