@@ -44,10 +44,11 @@ PATHS = ("cuda_hopper_dense", "triton_dense")
 
 def vllm_baseline():
     """(make_experts or None, why not)."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    sys.path.insert(0, here)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if root not in sys.path:
+        sys.path.insert(0, root)
     try:
-        module = importlib.import_module("baselines.vllm_fused_moe")
+        module = importlib.import_module("bench.baselines.vllm_fused_moe")
     except ImportError as e:
         return None, f"bench/baselines/vllm_fused_moe.py not importable ({e})"
     ok, why = module.available()

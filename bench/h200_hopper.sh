@@ -7,10 +7,11 @@
 # Staged here first (CUTLASS's headers travel as the nvidia-cutlass wheel, 6.4 MB; .whl/ is
 # gitignored; name it in the call's carry):
 #   python3 -m pip download --no-deps nvidia-cutlass==4.2.0.0 -d .whl
-# and, for vLLM's column, the vllmbase branch's bench/baselines/stage_vllm.sh (carry
-# .baselines/vllm); without it the JSON says why vLLM did not run.
-# Steps: the build (setup.py build_ext --inplace, sm_90; build_tools/hopper_build.py compiles the
-# unit with the wheel's headers: ARGON_CUTLASS_DIR), tools/hopper_unit_check.py on the built
+# and, for vLLM's column, bash bench/baselines/stage_vllm.sh (carry .baselines); without it the
+# JSON says why vLLM did not run. bench/h200_vllm.sh --paths cuda_hopper_dense gives the same
+# side by side with its own table.
+# Steps: the build (h200_run.sh's build step: setup.py build_ext --inplace for sm_90, where
+# build_tools/hopper_build.py compiles the unit with the wheel's headers: ARGON_CUTLASS_DIR), tools/hopper_unit_check.py on the built
 # objects (HGMMA present, no local memory), then tests/test_cuda_hopper_dense.py (at most 240 s),
 # bench/bench_hopper.py (the experts path against triton_dense and vLLM, graph replay; every
 # GEMM configuration alone; floors), and Nsight Compute (`--set full`) on the two GEMMs at E=512
@@ -40,16 +41,16 @@ if [ -z "${ARGON_CUTLASS_DIR:-}" ]; then
   export ARGON_CUTLASS_DIR=/tmp/argon_cutlass/cutlass_library/source
 fi
 
-echo "== build (log: \$OUT/build.log)"
-t0=$SECONDS
-if ! ARGON_CUDA_ARCH=90 MAX_JOBS=16 python3 setup.py build_ext --inplace > "$OUT/build.log" 2>&1; then
-  tail -n 30 "$OUT/build.log"
+# h200_run.sh's build step (sm_90, log in $OUT/build.log), with the wheel's headers found
+bash "$(dirname "$0")/h200_run.sh" build | tee "$OUT/build_step.txt"
+if ! grep -q "^== build rc=0" "$OUT/build_step.txt"; then
   echo "== BUILD FAILED (log: \$OUT/build.log)"
   exit 2
 fi
-echo "== build done in $((SECONDS - t0)) s"
-grep -h "no Hopper grouped GEMM" "$OUT/build.log" && exit 2
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+rm -f "$OUT/build_step.txt"
+if grep -h "no Hopper grouped GEMM" "$OUT/build.log"; then
+  exit 2
+fi
 
 rc=0
 python3 tools/hopper_unit_check.py --objects build/argon_hopper --json "$OUT/hopper_sass.json" || rc=1
