@@ -97,7 +97,7 @@ def suggested_rows(gemms, E, K):
             for t, best in sorted(by_t.items()) if "gate_up" in best and "down" in best]
 
 
-def bench_shape(shape, ts, dtype, args, vllm, records):
+def bench_shape(shape, ts, dtype, args, vllm, records, save):
     E, K, H, I = shape
     g = torch.Generator().manual_seed(0)
     experts = DenseExperts((torch.randn(E, 2 * I, H, generator=g) / H ** 0.5).to(dtype).cuda(),
@@ -143,6 +143,7 @@ def bench_shape(shape, ts, dtype, args, vllm, records):
             except Exception as e:  # noqa: BLE001
                 records.append(dict(base, kind="gemm", error=f"{type(e).__name__}: {e}"))
                 traceback.print_exc()
+        save()  # what is measured so far survives a run cut off at its time limit
     if gemms:
         records.append(dict(kind="suggested_measured", E=E, K=K, H=H, I=I,
                             device=torch.cuda.get_device_name(), dtype=str(dtype),
@@ -192,15 +193,19 @@ def main():
                     else None, torch=torch.__version__, hopper_refusal=why)]
     vllm = vllm_baseline()
     records.append(dict(kind="vllm_fused_moe", available=vllm[0] is not None, why_not=vllm[1]))
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+
+    def save():
+        with open(args.out, "w") as f:
+            json.dump(records, f, indent=1)
+
     if not why:
         for shape in SHAPES:
             bench_shape(shape, T_QUICK if args.quick else T_ALL, torch.bfloat16, args, vllm,
-                        records)
+                        records, save)
     else:
         print(f"the Hopper GEMM cannot run here: {why}", file=sys.stderr)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(records, f, indent=1)
+    save()
     print(f"wrote {args.out} ({len(records)} records)")
     return 0 if not why else 1
 
