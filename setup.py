@@ -21,7 +21,7 @@ from torch.utils import cpp_extension
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, ROOT)  # build_tools/ beside this file (a PEP 517 build may not put it first)
-from build_tools import build_log, gpuq_codegen, metal_codegen  # noqa: E402
+from build_tools import build_log, gpuq_codegen, hopper_build, metal_codegen  # noqa: E402
 
 CSRC = os.path.join("torch_argon", "csrc")
 TEST_BUILD = os.environ.get("ARGON_TEST_BUILD") == "1"
@@ -103,6 +103,16 @@ gpuq_units = [os.path.relpath(p, ROOT)
               for p in gpuq_codegen.generate(os.path.join(ROOT, GENERATED), gpuq_targets)]
 
 
+# ---- The Hopper grouped GEMM (torch_argon/csrc/hopper: CUTLASS 3, sm_90a). Its .cu units take
+# flags of their own, so build_tools/hopper_build.py compiles them into objects that _C links;
+# its torch glue (hopper_ops.cpp, always in _C: the schemas) registers the CUDA kernel only with
+# ARGON_WITH_HOPPER. Without CUTLASS's headers or an sm_90 target nothing of it is compiled.
+hopper_objects, hopper_why = hopper_build.build(ROOT, cuda, logged=build_log.logged)
+hopper_macros = [("ARGON_WITH_HOPPER", "1")] if hopper_objects else []
+if cuda and hopper_why:
+    print(f"argon: no Hopper grouped GEMM ({hopper_why})", file=sys.stderr)
+
+
 def metal_inputs():
     """The files argon.metallib is made from: every kernel file and the shaders' headers."""
     return list(metal_codegen.library_files()) + sorted(
@@ -137,6 +147,7 @@ def build_metallib(inputs):
 # on macOS the Metal backend (recipe, out ops, MPS dispatch).
 lib_srcs = [s for s in sources("*.cpp", "cpu/*.cpp") if not s.endswith("module_test.cpp")]
 lib_srcs += sources("gpuq/gpuq_ops.cpp")  # the gpuq ops' schemas (and their CUDA kernels)
+lib_srcs += sources("hopper/hopper_ops.cpp")  # the Hopper GEMM's schemas (and its CUDA kernel)
 lib_flags = dict(cxx=list(cxx_flags), nvcc=list(nvcc_flags))
 lib_link = list(extra_link)
 if cuda:
@@ -229,18 +240,20 @@ depends = sorted(set(depends))
 Extension = cpp_extension.CUDAExtension if cuda else cpp_extension.CppExtension
 
 
-def extension(name, srcs, flags, link, include_dirs, test_module=False):
+def extension(name, srcs, flags, link, include_dirs, test_module=False, macros=(), objects=()):
     if os.environ.get("ARGON_UNITY", "1") != "0":
         srcs = unity_sources(srcs, os.path.join(UNITY_DIR, name))
-    macros = defines + ([("ARGON_TEST_MODULE", "1")] if test_module else [])
-    return Extension(name=f"torch_argon.{name}", sources=srcs, depends=depends,
+    macros = defines + list(macros) + ([("ARGON_TEST_MODULE", "1")] if test_module else [])
+    return Extension(name=f"torch_argon.{name}", sources=srcs, depends=depends + list(objects),
                      include_dirs=[os.path.join(ROOT, d) for d in include_dirs],
-                     define_macros=macros, extra_compile_args=flags, extra_link_args=link)
+                     define_macros=macros, extra_compile_args=flags, extra_link_args=link,
+                     extra_objects=list(objects))
 
 
 # csrc for the shared definitions ("shared/...") and each file's neighbours; generated:
 # kernel_signatures.inc, metal_source.inc (build_tools/metal_codegen.py)
-extensions = [extension("_C", lib_srcs, lib_flags, lib_link, [CSRC, GENERATED])]
+extensions = [extension("_C", lib_srcs, lib_flags, lib_link, [CSRC, GENERATED],
+                        macros=hopper_macros, objects=hopper_objects)]
 if TEST_BUILD:
     # + the .metal files and <metal_stdlib> for them (the host shim; under nvcc it forwards to
     # the CUDA prelude of the metal_cuda backend)

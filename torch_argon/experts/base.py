@@ -93,6 +93,12 @@ class Experts:
         from shapes, dtypes, devices and the ops only (never data: no host sync)."""
         raise NotImplementedError
 
+    def unnamed_refusal(self, call: ExpertsCall) -> str:
+        """Why it declines a call it supports where the caller did not name it (path="auto" or
+        its family), "" where it does not: an implementation whose speed no GPU run has measured
+        yet runs by name only, and says so here."""
+        return ""
+
     def resolved_activation_quant(self, call: ExpertsCall) -> str:
         """The mode it runs `call` in: the call's, or for "auto" its default (the first of
         activation_quant; an implementation whose default depends on the machine overrides

@@ -3,13 +3,15 @@
 path="auto" takes the first implementation that supports the call; path="triton" or "ops" the
 first of that family; path=<name> that implementation. Each one says why it declines
 (`explain`), so a caller (the main job, a user wondering why a call is slow) can see the
-decision. The order puts the fused GPU kernels first, then the CPU's buffer-reusing path, then the
+decision. The order puts the fused GPU kernels first (the Hopper GEMM before the Triton ones it
+is meant to beat on sm_90, which run where it declines), then the CPU's buffer-reusing path, then the
 one-op-per-stage fallbacks that run anywhere. Among the quantized GPU ones: gpuq's GEMMs on the
 GGUF bytes (small T), the decode-once path (large T: they split by rows per expert,
 experts/quantized_crossover.py), then the Triton quantized GEMM where neither runs.
 """
 from .base import ExpertsCall
 from .cpu_workspace import CpuWorkspace
+from .cuda_hopper_dense import CudaHopperDense
 from .cuda_quantized import CudaQuantized
 from .cuda_quantized_dequant import CudaQuantizedDequant
 from .ops_dense import OpsDense
@@ -19,6 +21,7 @@ from .triton_quantized import TritonQuantized
 
 # One line per implementation (docs/experts.md: adding one).
 IMPLEMENTATIONS = (
+    CudaHopperDense(),
     TritonDense(),
     CudaQuantized(),
     CudaQuantizedDequant(),
@@ -33,9 +36,11 @@ FAMILIES = ("auto", "triton", "ops")
 PATHS = FAMILIES + tuple(BY_NAME)
 
 
-def refusal(impl, call: ExpertsCall) -> str:
+def refusal(impl, call: ExpertsCall, path="auto") -> str:
     """Why `impl` does not run `call` ("" when it does): the weights' kind and the
-    activation_quant mode, checked here for every implementation, then its own supports()."""
+    activation_quant mode, checked here for every implementation, then its own supports(), then,
+    unless `path` names it, its unnamed_refusal (an implementation not yet measured runs by name
+    only)."""
     kind = call.weights.kind
     if kind != impl.kind:
         return f"it runs {impl.kind} experts, these are {kind}"
@@ -43,7 +48,7 @@ def refusal(impl, call: ExpertsCall) -> str:
     if mode != "auto" and mode not in impl.activation_quant:
         return (f"activation_quant={mode!r}: it runs "
                 f"{' / '.join(repr(m) for m in impl.activation_quant)} only")
-    return impl.supports(call)
+    return impl.supports(call) or (impl.unnamed_refusal(call) if path != impl.name else "")
 
 
 def candidates(path):
@@ -63,7 +68,7 @@ def choose_with_reasons(call: ExpertsCall, path="auto"):
     listing why each of them declined where none supports it."""
     declined = []
     for impl in candidates(path):
-        reason = refusal(impl, call)
+        reason = refusal(impl, call, path)
         if not reason:
             return impl, [(i.name, r) for i, r in declined if i.kind == impl.kind]
         declined.append((impl, reason))
@@ -84,5 +89,5 @@ def explain(call: ExpertsCall, path="auto"):
     the call, else why it declines ("not considered: ..." for those `path` excludes). The one
     path="auto" takes is the first with an empty reason."""
     considered = candidates(path)
-    return [(impl.name, refusal(impl, call) if impl in considered
+    return [(impl.name, refusal(impl, call, path) if impl in considered
              else f"not considered: path={path!r}") for impl in IMPLEMENTATIONS]

@@ -1,0 +1,214 @@
+"""The Hopper dense experts (path="cuda_hopper_dense": CUTLASS 3's warp-specialized grouped
+GEMM, csrc/hopper) against triton_dense, and vLLM's fused_moe where it is staged, in one process
+on one GPU (H100 / H200).
+
+    python bench/bench_hopper.py --out $OUT/hopper.json [--quick]
+
+What it measures, per expert shape (E, K, H, I) and T:
+  - the experts path (plan, gather where the path has one, gate/up, activation, down, combine:
+    torch_argon.moe_experts with path=...) of each path, GPU time per call under CUDA graph
+    replay (testing.timing.cuda_graph_replays_us: median of 20 samples of back-to-back
+    replays); the outputs of the paths against each other first (relative error, recorded);
+  - each of the Hopper GEMMs alone (gate/up [R, 2I] and down [R, H] over the plan's rows, every
+    configuration of torch_argon/hopper/configs.py), in achieved TFLOP/s of the routed rows'
+    2 * rows * N * K: the numbers the tuned table (configs.MEASURED) is filled from, and the
+    row the run suggests for it ("suggested_measured");
+  - the floors: every expert's weights read once at --hbm-tbps, the T*K*6*H*I FLOP at
+    --matrix-tflops; "larger_floor_us" is the larger of the two.
+vLLM's Triton fused_moe (with its own tuned configs) runs where bench/baselines/
+vllm_fused_moe.py is present and its staged kernel loads (`available()`; interface:
+make_experts(w_gate_up, w_down, activation, dtype, device) -> fn(x, topk_weights, topk_ids)
+-> [T, H]); otherwise the JSON says why not. Routing: top-K of random scores (uniform), bf16.
+One failing row is recorded with its error and the run goes on.
+"""
+import argparse
+import importlib
+import json
+import os
+import sys
+import traceback
+
+import torch
+
+import torch_argon
+from torch_argon import hopper
+from torch_argon.testing.routing import make_ids, make_weights
+from torch_argon.testing.timing import cuda_graph_replays_us
+from torch_argon.weights import DenseExperts
+
+SHAPES = ((512, 10, 2048, 512), (128, 8, 2048, 768))  # (E, K, H, I)
+T_ALL = (128, 512, 2048, 8192, 16384)
+T_QUICK = (512, 8192)
+PATHS = ("cuda_hopper_dense", "triton_dense")
+
+
+def vllm_baseline():
+    """(make_experts or None, why not)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    try:
+        module = importlib.import_module("bench.baselines.vllm_fused_moe")
+    except ImportError as e:
+        return None, f"bench/baselines/vllm_fused_moe.py not importable ({e})"
+    ok, why = module.available()
+    return (module.make_experts, "") if ok else (None, why)
+
+
+def rel_err(got, want):
+    want, got = want.double(), got.double()
+    den = float(want.norm())
+    return float((got - want).norm()) / den if den else float(got.norm())
+
+
+def gemm_records(experts, x, ids, w, shape, T, dtype):
+    """Every configuration of both Hopper GEMMs over this routing's plan, timed alone."""
+    E, K, H, I = shape
+    ops = torch_argon.argon_ops
+    plan = ops.moe_plan(ids, w, E, 1)  # the path's tile_m
+    xs = ops.moe_gather(x, plan)
+    R = xs.shape[0]
+    n_valid = int(plan.counts.sum())  # outside the timed part
+    gu = xs.new_empty((R, 2 * I))
+    h = torch.randn(R, I, device=x.device).to(dtype)
+    y = xs.new_empty((R, H))
+    out = []
+    for name in hopper.configs.CONFIGS:
+        for gemm, a, wt, dst, n, k in (("gate_up", xs, experts.gate_up, gu, 2 * I, H),
+                                       ("down", h, experts.down, y, H, I)):
+            def run(a=a, wt=wt, dst=dst, name=name):
+                hopper.grouped_mm(a, wt, plan.offsets, plan.counts, name, out=dst)
+            us = cuda_graph_replays_us(run)
+            out.append(dict(kind="gemm", gemm=gemm, config=name, E=E, K=K, H=H, I=I, T=T,
+                            rows=n_valid, median_us=round(us, 2),
+                            tflops=round(2 * n_valid * n * k / us / 1e6, 1)))
+    return out
+
+
+def suggested_rows(gemms, E, K):
+    """The tuned table's rows this run suggests: per T, the fastest configuration of each GEMM,
+    keyed by the mean rows per expert (configs.MEASURED's format)."""
+    by_t = {}
+    for g in gemms:
+        best = by_t.setdefault(g["T"], {})
+        if g["gemm"] not in best or g["median_us"] < best[g["gemm"]]["median_us"]:
+            best[g["gemm"]] = g
+    return [(t * K / E, best["gate_up"]["config"], best["down"]["config"])
+            for t, best in sorted(by_t.items()) if "gate_up" in best and "down" in best]
+
+
+def bench_shape(shape, ts, dtype, args, vllm, records, save):
+    E, K, H, I = shape
+    g = torch.Generator().manual_seed(0)
+    experts = DenseExperts((torch.randn(E, 2 * I, H, generator=g) / H ** 0.5).to(dtype).cuda(),
+                           (torch.randn(E, H, I, generator=g) / I ** 0.5).to(dtype).cuda())
+    weight_bytes = (experts.gate_up.numel() + experts.down.numel()) * experts.gate_up.element_size()
+    vllm_fn = vllm[0](experts.gate_up, experts.down, "silu", dtype, "cuda") if vllm[0] else None
+    gemms = []
+    for T in ts:
+        base = dict(E=E, K=K, H=H, I=I, T=T, dtype=str(dtype).replace("torch.", ""),
+                    weight_read_floor_us=round(weight_bytes / (args.hbm_tbps * 1e12) * 1e6, 1),
+                    matrix_floor_us=round(T * K * 6 * H * I / (args.matrix_tflops * 1e12) * 1e6,
+                                          1))
+        base["larger_floor_us"] = max(base["weight_read_floor_us"], base["matrix_floor_us"])
+        x = torch.randn(T, H, device="cuda").to(dtype)
+        ids = make_ids(T, K, E, "uniform", seed=T).cuda()
+        w = make_weights(T, K, seed=T).cuda()
+        outputs = {}
+        calls = {p: (lambda p=p: torch_argon.moe_experts(x, ids, w, experts, path=p))
+                 for p in PATHS}
+        if vllm_fn is not None:
+            calls["vllm_fused_moe"] = lambda: vllm_fn(x, w, ids)
+        for name, call in calls.items():
+            r = dict(base, kind="experts_path", path=name)
+            try:
+                outputs[name] = call()
+                r["median_us"] = round(cuda_graph_replays_us(call), 1)
+                r["over_larger_floor"] = round(r["median_us"] / base["larger_floor_us"], 3)
+                r["tflops"] = round(T * K * 6 * H * I / r["median_us"] / 1e6, 1)
+            except Exception as e:  # noqa: BLE001 (one failing row must not lose the others)
+                r["error"] = f"{type(e).__name__}: {e}"
+                traceback.print_exc()
+            records.append(r)
+            print(f"E={E} T={T:6d} {name:18s} {r.get('median_us', r.get('error'))}", flush=True)
+        if "triton_dense" in outputs:
+            for name, out in outputs.items():
+                records.append(dict(base, kind="agreement", path=name,
+                                    rel_err_vs_triton_dense=rel_err(out, outputs["triton_dense"])))
+        if not args.no_gemms:
+            try:
+                found = gemm_records(experts, x, ids, w, shape, T, dtype)
+                gemms += found
+                records += found
+            except Exception as e:  # noqa: BLE001
+                records.append(dict(base, kind="gemm", error=f"{type(e).__name__}: {e}"))
+                traceback.print_exc()
+        save()  # what is measured so far survives a run cut off at its time limit
+    if gemms:
+        records.append(dict(kind="suggested_measured", E=E, K=K, H=H, I=I,
+                            device=torch.cuda.get_device_name(), dtype=str(dtype),
+                            rows=suggested_rows(gemms, E, K)))
+
+
+def profile_gemms():
+    """The Nsight Compute target (bench/h200_hopper.sh): E=512 K=10 H=2048 I=512 T=8192, the
+    gate/up and down GEMMs with the configurations the layer would take, launched twice."""
+    E, K, H, I, T = 512, 10, 2048, 512, 8192
+    dtype = torch.bfloat16
+    g = torch.Generator().manual_seed(0)
+    gate_up = (torch.randn(E, 2 * I, H, generator=g) / H ** 0.5).to(dtype).cuda()
+    down = (torch.randn(E, H, I, generator=g) / I ** 0.5).to(dtype).cuda()
+    x = torch.randn(T, H, device="cuda").to(dtype)
+    plan = torch_argon.argon_ops.moe_plan(make_ids(T, K, E, "uniform").cuda(),
+                                          make_weights(T, K).cuda(), E, 1)
+    xs = torch_argon.argon_ops.moe_gather(x, plan)
+    h = torch.randn(xs.shape[0], I, device="cuda").to(dtype)
+    cfg_gu, cfg_down = hopper.configs.choose(T * K / E, torch.cuda.get_device_name(), "bfloat16")
+    for _ in range(2):
+        hopper.grouped_mm(xs, gate_up, plan.offsets, plan.counts, cfg_gu)
+        hopper.grouped_mm(h, down, plan.offsets, plan.counts, cfg_down)
+    torch.cuda.synchronize()
+    print(f"profiled gate_up ({cfg_gu}) and down ({cfg_down})")
+    return 0
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", help="JSON file to write (a list of records)")
+    p.add_argument("--profile-gemms", action="store_true",
+                   help="only launch the two GEMMs at E=512 T=8192 twice (ncu's target)")
+    p.add_argument("--quick", action="store_true", help=f"T = {T_QUICK} only")
+    p.add_argument("--no-gemms", action="store_true", help="the experts paths only")
+    p.add_argument("--hbm-tbps", type=float, default=4.3,
+                   help="memory bandwidth for the weight-read floor (H200: 4.3; H100: 3.35)")
+    p.add_argument("--matrix-tflops", type=float, default=790.0,
+                   help="bf16 matrix rate for the matrix floor (H200/H100 measured: ~790)")
+    args = p.parse_args()
+    if args.profile_gemms:
+        return profile_gemms()
+    if not args.out:
+        p.error("--out is required")
+    why = hopper.refusal("cuda") if torch.cuda.is_available() else "no CUDA device"
+    records = [dict(kind="run", device=torch.cuda.get_device_name() if not why.startswith("no CUDA")
+                    else None, torch=torch.__version__, hopper_refusal=why)]
+    vllm = vllm_baseline()
+    records.append(dict(kind="vllm_fused_moe", available=vllm[0] is not None, why_not=vllm[1]))
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+
+    def save():
+        with open(args.out, "w") as f:
+            json.dump(records, f, indent=1)
+
+    if not why:
+        for shape in SHAPES:
+            bench_shape(shape, T_QUICK if args.quick else T_ALL, torch.bfloat16, args, vllm,
+                        records, save)
+    else:
+        print(f"the Hopper GEMM cannot run here: {why}", file=sys.stderr)
+    save()
+    print(f"wrote {args.out} ({len(records)} records)")
+    return 0 if not why else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""Dense experts on Hopper GPUs (compute capability 9.0) through CUTLASS 3's warp-specialized
+grouped GEMM (csrc/hopper; torch_argon/hopper): a TMA producer warp feeding consumer warpgroups
+that issue wgmma, one persistent CTA per multiprocessor walking every expert's tiles. Per call:
+the flow's gather (xs), the gate/up grouped GEMM into [R, 2I], the activation op (argon's
+swiglu: act(gate) * up, rounded once), the down grouped GEMM into y [R, H], then the flow's
+combine. The GEMMs read each expert's rows from the plan's offsets and counts on the device (no
+host sync: CUDA graphs capture the call), so the plan's padding rows are neither computed nor
+written.
+
+Why it sits first, and why "auto" still passes it by: it is meant to run the dense experts at
+large T where the Triton kernels (triton_dense, its fallback here and on every other GPU) stay
+far from the tensor cores' rate; but until a GPU run has measured it, its tuned table
+(hopper/configs.py MEASURED) is empty and the layer's automatic choice declines it with
+"not yet measured on a GPU". path="cuda_hopper_dense" runs it wherever it can run.
+"""
+import torch
+
+from .. import hopper
+from .base import Experts, fused_call_refusal
+from .triton_dense import HALF_DTYPES
+
+NOT_MEASURED = ("not yet measured on a GPU: the Hopper GEMM's tuned table "
+                "(torch_argon/hopper/configs.py MEASURED) has no entry for {gpu} {dtype}; "
+                "path='cuda_hopper_dense' runs it")
+
+
+class CudaHopperDense(Experts):
+    name = "cuda_hopper_dense"
+    path = "triton"
+    kind = "dense"
+    fuses_gather = False
+
+    def supports(self, call):
+        x, w = call.x, call.weights
+        why = hopper.refusal(x.device) or fused_call_refusal(call)
+        if why:
+            return why
+        if x.dtype not in HALF_DTYPES or not w.gate_up.dtype == w.down.dtype == x.dtype:
+            return "the Hopper GEMM needs x and both weight stacks in the same fp16 / bf16 dtype"
+        if w.hidden % 8 or w.inter % 8:
+            return (f"H={w.hidden} and I={w.inter} must be multiples of 8 (the GEMM's 16-byte "
+                    "TMA rows)")
+        return ""
+
+    def unnamed_refusal(self, call):
+        gpu, dtype = device_name(call.x.device), dtype_name(call.x.dtype)
+        if not hopper.configs.measured_rows(gpu, dtype):
+            return NOT_MEASURED.format(gpu=gpu, dtype=dtype)
+        return ""
+
+    def default_tile_m(self, call, n_entries):
+        """1: the GEMMs read counts[e] rows per expert whatever the plan's tile, so a larger
+        tile_m would only add padding rows that the gather writes and the activation op runs
+        over (E * (tile_m - 1) of them: at T=128, E=512, K=10 and tile_m 16, 7680 beside the
+        1280 routed rows). Any row offset keeps TMA's 16-byte alignment, H and I being
+        multiples of 8."""
+        return 1
+
+    def apply(self, call, x, xs, plan, workspace):
+        w = call.weights
+        rows = plan.pos.numel() / max(w.n_experts, 1)  # mean entries per expert, from shapes
+        gate_up, down = hopper.configs.choose(rows, device_name(x.device), dtype_name(x.dtype))
+        R = xs.shape[0]
+        gu = xs.new_empty((R, 2 * w.inter))
+        hopper.grouped_mm(xs, w.gate_up, plan.offsets, plan.counts, gate_up, out=gu)
+        h = call.ops.swiglu(gu, activation=call.activation)
+        y = xs.new_empty((R, w.hidden))
+        return hopper.grouped_mm(h, w.down, plan.offsets, plan.counts, down, out=y)
+
+
+def device_name(device: torch.device) -> str:
+    """The name the tuned table is keyed by ("NVIDIA H200")."""
+    return torch.cuda.get_device_name(device)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")

@@ -1,0 +1,55 @@
+"""The Hopper grouped GEMM's tile configurations and which one a GEMM gets.
+
+CONFIGS lists the configurations the unit is compiled with, in the order of csrc/hopper/
+hopper_gemm.h (the index is the op's `config` argument): the consumer schedule, the CTA tile
+M x N (K step 64) and the cluster along M.
+
+MEASURED is the tuned table: per (GPU name, dtype name), rows of (largest mean rows per expert,
+gate/up config, down config), the first row whose bound is >= the call's rows per expert wins.
+It holds only what a benchmark on that GPU measured (bench/bench_hopper.py writes the rows
+for it); it is empty until a device run fills it. The layer's automatic choice takes the Hopper
+implementation only where MEASURED has the GPU and dtype (experts/cuda_hopper_dense.py); by
+name (path="cuda_hopper_dense") it runs everywhere it can, with default_config's rule where the
+table has no entry.
+"""
+CONFIGS = (
+    "pingpong_64x128",       # ping-pong warpgroups, tile 64 x 128, cluster 1 x 1
+    "pingpong_128x128",      # ping-pong warpgroups, tile 128 x 128, cluster 1 x 1
+    "cooperative_128x256",   # cooperative warpgroups, tile 128 x 256, cluster 2 x 1
+)
+
+# {(torch.cuda.get_device_name(), dtype name): ((max rows per expert, gate_up, down), ...)}
+MEASURED = {}
+
+
+def index(name: str) -> int:
+    """The op's config argument for a configuration's name."""
+    if name not in CONFIGS:
+        raise ValueError(f"config must be one of {CONFIGS}, got {name!r}")
+    return CONFIGS.index(name)
+
+
+def default_config(rows_per_expert: float) -> str:
+    """The rule where nothing is measured: a tile of M 64 while an expert's rows fill no more
+    (less padding in the last M tile of each expert), 128 x 128 ping-pong up to 256 rows, then
+    the wide cooperative tile with the 2 x 1 cluster (B multicast to the two CTAs of an
+    expert's neighbouring M tiles: only worth it where an expert has at least two of them)."""
+    if rows_per_expert <= 64:
+        return "pingpong_64x128"
+    if rows_per_expert <= 256:
+        return "pingpong_128x128"
+    return "cooperative_128x256"
+
+
+def measured_rows(device_name: str, dtype_name: str):
+    return MEASURED.get((device_name, dtype_name), ())
+
+
+def choose(rows_per_expert: float, device_name: str, dtype_name: str):
+    """(gate_up config, down config) for a call of this many mean rows per expert: the tuned
+    table's row for it where the GPU and dtype are measured, else default_config for both."""
+    for bound, gate_up, down in measured_rows(device_name, dtype_name):
+        if rows_per_expert <= bound:
+            return gate_up, down
+    rule = default_config(rows_per_expert)
+    return rule, rule
