@@ -93,6 +93,12 @@ class Experts:
         from shapes, dtypes, devices and the ops only (never data: no host sync)."""
         raise NotImplementedError
 
+    def auto_refusal(self, call: ExpertsCall) -> str:
+        """"" when the layer may pick it for `call` by itself (path "auto" or its family), else
+        why not; asked only after supports() said "". An implementation not yet measured where
+        it would be the default declines here and still runs when named (path=<name>)."""
+        return ""
+
     def resolved_activation_quant(self, call: ExpertsCall) -> str:
         """The mode it runs `call` in: the call's, or for "auto" its default (the first of
         activation_quant; an implementation whose default depends on the machine overrides

@@ -5,13 +5,15 @@ first of that family; path=<name> that implementation. Each one says why it decl
 (`explain`), so a caller (the main job, a user wondering why a call is slow) can see the
 decision. The order puts the fused GPU kernels first, then the CPU's buffer-reusing path, then the
 one-op-per-stage fallbacks that run anywhere. Among the quantized GPU ones: gpuq's GEMMs on the
-GGUF bytes (small T), the decode-once path (large T: they split by rows per expert,
-experts/quantized_crossover.py), then the Triton quantized GEMM where neither runs.
+GGUF bytes (small T), the tile-decode GEMM (large T; chosen by name only until measured), the
+decode-once path (large T: they split by rows per expert, experts/quantized_crossover.py), then
+the Triton quantized GEMM where none of them runs.
 """
 from .base import ExpertsCall
 from .cpu_workspace import CpuWorkspace
 from .cuda_quantized import CudaQuantized
 from .cuda_quantized_dequant import CudaQuantizedDequant
+from .cuda_quantized_tiled import CudaQuantizedTiled
 from .ops_dense import OpsDense
 from .ops_quantized import OpsQuantized
 from .triton_dense import TritonDense
@@ -21,6 +23,7 @@ from .triton_quantized import TritonQuantized
 IMPLEMENTATIONS = (
     TritonDense(),
     CudaQuantized(),
+    CudaQuantizedTiled(),
     CudaQuantizedDequant(),
     TritonQuantized(),
     CpuWorkspace(),
@@ -33,9 +36,11 @@ FAMILIES = ("auto", "triton", "ops")
 PATHS = FAMILIES + tuple(BY_NAME)
 
 
-def refusal(impl, call: ExpertsCall) -> str:
+def refusal(impl, call: ExpertsCall, path="auto") -> str:
     """Why `impl` does not run `call` ("" when it does): the weights' kind and the
-    activation_quant mode, checked here for every implementation, then its own supports()."""
+    activation_quant mode, checked here for every implementation, then its own supports(), and
+    where the layer chooses (path "auto" or a family, not the implementation's name) its
+    auto_refusal()."""
     kind = call.weights.kind
     if kind != impl.kind:
         return f"it runs {impl.kind} experts, these are {kind}"
@@ -43,7 +48,10 @@ def refusal(impl, call: ExpertsCall) -> str:
     if mode != "auto" and mode not in impl.activation_quant:
         return (f"activation_quant={mode!r}: it runs "
                 f"{' / '.join(repr(m) for m in impl.activation_quant)} only")
-    return impl.supports(call)
+    why = impl.supports(call)
+    if not why and path in FAMILIES:
+        why = impl.auto_refusal(call)
+    return why
 
 
 def candidates(path):
@@ -63,7 +71,7 @@ def choose_with_reasons(call: ExpertsCall, path="auto"):
     listing why each of them declined where none supports it."""
     declined = []
     for impl in candidates(path):
-        reason = refusal(impl, call)
+        reason = refusal(impl, call, path)
         if not reason:
             return impl, [(i.name, r) for i, r in declined if i.kind == impl.kind]
         declined.append((impl, reason))
@@ -84,5 +92,5 @@ def explain(call: ExpertsCall, path="auto"):
     the call, else why it declines ("not considered: ..." for those `path` excludes). The one
     path="auto" takes is the first with an empty reason."""
     considered = candidates(path)
-    return [(impl.name, refusal(impl, call) if impl in considered
+    return [(impl.name, refusal(impl, call, path) if impl in considered
              else f"not considered: path={path!r}") for impl in IMPLEMENTATIONS]
