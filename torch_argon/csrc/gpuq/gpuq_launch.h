@@ -6,8 +6,8 @@
 // gemm_<NAME> and decode_<NAME>, and weight_align_<NAME> (the byte alignment its loads need of
 // the weights' address and strides), and a second unit per format its tile-decode GEMM
 // gemm_tiled_<NAME> (gpuq_tiled_entry.cu: plan tiles of 64 or 128 rows, bf16 / fp16
-// activations, the gate/up form or not); one more unit defines quantize_q8. The units are built twice:
-// by nvcc for the GPU (torch_argon._C) and by the host compiler for the emulation
+// activations, the gate/up form or not); one more unit defines quantize_q8. The units are built
+// twice: by nvcc for the GPU (torch_argon._C) and by the host compiler for the emulation
 // (torch_argon._C_test: every lane a fiber, gpuq_host_runtime.h), in the inline namespaces of
 // gpuq_target.h.
 //

@@ -36,8 +36,13 @@
 #include "gpuq_kernel.h"
 #include "gpuq_smem.h"
 
+// A compile-time variant for A/B builds: GPUQ_TILED_MIN_BLOCKS=n asks ptxas for n resident
+// blocks per SM (the default 2 holds every kernel at 128 registers without spills).
+#ifndef GPUQ_TILED_MIN_BLOCKS
+#define GPUQ_TILED_MIN_BLOCKS 2
+#endif
 #if defined(__CUDACC__)
-#define GQ_TILED_KERNEL __global__ void __launch_bounds__(256, 2)
+#define GQ_TILED_KERNEL __global__ void __launch_bounds__(256, GPUQ_TILED_MIN_BLOCKS)
 #else
 #define GQ_TILED_KERNEL inline void
 #endif
@@ -141,20 +146,22 @@ GQ_UNROLL
 
   uint32_t codes[S::UNITS][2];
   float scale[S::UNITS][F::GROUPS], minimum[S::UNITS][F::GROUPS];
-  // (a) of step k: the copies of its activations, the fetch of its weight units
+  // (a) of step k: the copies of its activations, the fetch of its weight units (chunk k % SUBS
+  // of block k / SUBS; a run-time chunk index: unrolling a block's chunks would fold the
+  // formats' header offsets, but hoists their loads past 128 registers)
   auto fetch = [&](int k, int stage) {
+    const int blk = k / SUBS, ch = k % SUBS;
+    const int64_t k_bytes = 2 * kStepValues * static_cast<int64_t>(k);
 GQ_UNROLL
     for (int i = 0; i < S::X_CHUNKS; ++i) {
       const int c = tid + i * kTiledThreads;
-      cp_async_16(&x_tile[stage][swizzled_word(c / 4, c % 4)], xrow[i] + 2 * kStepValues * k,
-                  xok[i]);
+      cp_async_16(&x_tile[stage][swizzled_word(c / 4, c % 4)], xrow[i] + k_bytes, xok[i]);
     }
     cp_async_commit();
 GQ_UNROLL
     for (int i = 0; i < S::UNITS; ++i) {
-      const uint8_t* block = wrow[i] + static_cast<int64_t>(k / SUBS) * F::BB;
-      F::chunk(block, k % SUBS, (tid + i * kTiledThreads) % 4, codes[i], scale[i], minimum[i],
-               table);
+      const uint8_t* block = wrow[i] + static_cast<int64_t>(blk) * F::BB;
+      F::chunk(block, ch, (tid + i * kTiledThreads) % 4, codes[i], scale[i], minimum[i], table);
     }
   };
   // (c): the fetched units decoded into the weight tile of `stage`
@@ -170,7 +177,14 @@ GQ_UNROLL
                     pairs[3]);
     }
   };
-
+  // (b): the warp's MMAs over the tiles of `stage`, two k16 halves. ldmatrix row addresses: A
+  // rows by lane % 16, their k half by lane / 16; B (weight rows) by lane % 8 and 8 more for
+  // lane >= 16 (the next n8 block), their k half by (lane / 8) % 2. Every block of rows starts
+  // at a multiple of 8, where the swizzle repeats, and the k16 half flips bit 1 of the chunk, so
+  // each address is a per-lane word offset (computed once) ^ 8 kh + a constant row offset.
+  const int a_lane = swizzled_word(lane & 15, lane >> 4);
+  const int b_lane = swizzled_word(8 * (lane >> 4) + (lane & 7), (lane >> 3) & 1);
+  const int a_rows = warp_m * 32 * kRowWords;
   float acc[S::MI][S::NI][4];
 GQ_UNROLL
   for (int mi = 0; mi < S::MI; ++mi)
@@ -178,33 +192,18 @@ GQ_UNROLL
     for (int ni = 0; ni < S::NI; ++ni)
 GQ_UNROLL
       for (int j = 0; j < 4; ++j) acc[mi][ni][j] = 0.f;
-
-  const int steps = p.n_in / kStepValues;
-  if (TW > 0) block_sync();  // the table, before the first fetch reads it
-  fetch(0, 0);
-  decode(0);
-  cp_async_wait_all();
-  block_sync();
-  for (int k = 0; k < steps; ++k) {
-    const int cur = k & 1;
-    const bool more = k + 1 < steps;
-    if (more) fetch(k + 1, cur ^ 1);
-    // (b): two k16 halves of the step; ldmatrix row addresses: A rows by lane % 16, its k
-    // half by lane / 16; B (weight rows) by lane % 8, k half by (lane / 8) % 2, n8 block by
-    // lane / 16
+  auto multiply = [&](int stage) {
 GQ_UNROLL
     for (int kh = 0; kh < 2; ++kh) {
       uint32_t a[S::MI][4];
 GQ_UNROLL
-      for (int mi = 0; mi < S::MI; ++mi) {
-        const int r = warp_m * 32 + 16 * mi + (lane & 15);
-        ldmatrix_x4(a[mi], &x_tile[cur][swizzled_word(r, 2 * kh + (lane >> 4))]);
-      }
+      for (int mi = 0; mi < S::MI; ++mi)
+        ldmatrix_x4(a[mi], &x_tile[stage][a_rows + 16 * mi * kRowWords + (a_lane ^ (8 * kh))]);
 GQ_UNROLL
       for (int ni = 0; ni < S::NI; ni += 2) {
         uint32_t b[4];  // b[0], b[1]: block ni; b[2], b[3]: block ni + 1
-        const int r = tile_row_of_block<BM, SWIGLU>(warp_n, ni + (lane >> 4)) + (lane & 7);
-        ldmatrix_x4(b, &w_tile[cur][swizzled_word(r, 2 * kh + ((lane >> 3) & 1))]);
+        const int rows = tile_row_of_block<BM, SWIGLU>(warp_n, ni) * kRowWords;
+        ldmatrix_x4(b, &w_tile[stage][rows + (b_lane ^ (8 * kh))]);
 GQ_UNROLL
         for (int mi = 0; mi < S::MI; ++mi) {
           if (BF16) {
@@ -217,6 +216,20 @@ GQ_UNROLL
         }
       }
     }
+  };
+
+  if (TW > 0) block_sync();  // the table, before the first fetch reads it
+  fetch(0, 0);
+  decode(0);
+  cp_async_wait_all();
+  block_sync();
+  // Step k runs on stage k % 2 while the next step's loads fill the other.
+  const int steps = p.n_in / kStepValues;
+  for (int k = 0; k < steps; ++k) {
+    const int cur = k & 1;
+    const bool more = k + 1 < steps;
+    if (more) fetch(k + 1, cur ^ 1);
+    multiply(cur);
     if (more) decode(cur ^ 1);
     cp_async_wait_all();
     block_sync();
