@@ -18,6 +18,7 @@ measured rows for the call's formats: it has not yet run on a GPU (bench/quant_g
 from .. import gpuq
 from ..gpuq.tiled import TILE_M, tiled_qmm
 from .base import Experts, fused_call_refusal
+from .cuda_quantized import gated_experts
 from .ops_quantized import float_parts
 from .quantized_crossover import tiled_from_rows
 from .triton_dense import HALF_DTYPES
@@ -64,17 +65,8 @@ class CudaQuantizedTiled(Experts):
         return 128 if rows >= 128 else 64
 
     def apply(self, call, x, xs, plan, workspace):
-        w, tm = call.weights, plan.tile_m
-
         def mm(a, part, **kwargs):
-            return tiled_qmm(a, part.data, part.qtype.type_id, part.n_in, plan.tile_expert, tm,
-                             meta=plan.meta, zero_unused=False, **kwargs)
+            return tiled_qmm(a, part.data, part.qtype.type_id, part.n_in, plan.tile_expert,
+                             plan.tile_m, meta=plan.meta, zero_unused=False, **kwargs)
 
-        if w.fused:
-            h = mm(x, w.gate_up, row_token=plan.sorted_token, swiglu=True,
-                   activation=call.activation)
-        else:
-            h = call.ops.swiglu(mm(x, w.gate, row_token=plan.sorted_token),
-                                mm(x, w.up, row_token=plan.sorted_token),
-                                activation=call.activation)
-        return mm(h, w.down)
+        return gated_experts(call, x, plan, mm)

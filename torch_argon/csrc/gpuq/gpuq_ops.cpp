@@ -233,7 +233,10 @@ QmmShape check_qmm(const Tensor& a, const Tensor& w_q, int64_t qtype, int64_t n_
   return {&fmt, rows, swiglu ? w_q.size(1) / 2 : w_q.size(1)};
 }
 
-void check_qmm_out(const Tensor& out, const Tensor& a, const QmmShape& s) {
+// out's shape, dtype, layout and device, and that it overlaps none of the inputs.
+void check_qmm_out(const Tensor& out, const Tensor& a, const Tensor& w_q,
+                   const Tensor& tile_expert, const OptTensor& meta, const OptTensor& row_token,
+                   const QmmShape& s) {
   TORCH_CHECK_VALUE(out.dim() == 2 && out.size(0) == s.rows && out.size(1) == s.n_out,
                     "out must have shape [", s.rows, ", ", s.n_out, "], got ", out.sizes());
   TORCH_CHECK_VALUE(out.scalar_type() == a.scalar_type(), "out must be ", a.scalar_type(),
@@ -242,6 +245,11 @@ void check_qmm_out(const Tensor& out, const Tensor& a, const QmmShape& s) {
                     "buffer)");
   TORCH_CHECK_VALUE(out.device() == a.device(), "out must be on ", a.device(), " like a, got ",
                     out.device());
+  const Tensor none;
+  check_no_overlap({{"out", &out}},
+                   {{"a", &a}, {"w_q", &w_q}, {"tile_expert", &tile_expert},
+                    {"meta", meta ? &*meta : &none},
+                    {"row_token", row_token ? &*row_token : &none}});
 }
 
 // The 8-token blocks a warp multiplies: its rows (the tile, at most 32) in blocks of 8.
@@ -287,12 +295,7 @@ void qmm_out(const Tensor& a_in, const Tensor& w_q_in, int64_t qtype, int64_t n_
   const int act = activation_code(activation);
   const QmmShape s = check_qmm(a_in, w_q_in, qtype, n_in, tile_expert, tile_m, meta, row_token,
                                swiglu, q8);
-  check_qmm_out(out, a_in, s);
-  const Tensor none;
-  check_no_overlap({{"out", &out}},
-                   {{"a", &a_in}, {"w_q", &w_q_in}, {"tile_expert", &tile_expert},
-                    {"meta", meta ? &*meta : &none},
-                    {"row_token", row_token ? &*row_token : &none}});
+  check_qmm_out(out, a_in, w_q_in, tile_expert, meta, row_token, s);
   if (s.rows == 0 || s.n_out == 0) return;
   check_device_runs(a_in);
 #if defined(GPUQ_GLUE_FOR_CUDA)
@@ -343,12 +346,7 @@ void tiled_qmm_out(const Tensor& a_in, const Tensor& w_q_in, int64_t qtype, int6
                                swiglu, false);
   TORCH_CHECK_VALUE(tile_m == 64 || tile_m == 128, "tile_m must be 64 or 128 (the tile-decode "
                     "GEMM's tiles), got ", tile_m);
-  check_qmm_out(out, a_in, s);
-  const Tensor none;
-  check_no_overlap({{"out", &out}},
-                   {{"a", &a_in}, {"w_q", &w_q_in}, {"tile_expert", &tile_expert},
-                    {"meta", meta ? &*meta : &none},
-                    {"row_token", row_token ? &*row_token : &none}});
+  check_qmm_out(out, a_in, w_q_in, tile_expert, meta, row_token, s);
   if (s.rows == 0 || s.n_out == 0) return;
   check_device_runs(a_in);
 #if defined(GPUQ_GLUE_FOR_CUDA)
