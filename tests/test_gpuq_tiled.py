@@ -9,19 +9,12 @@ import pytest
 import torch
 
 from gpuq_cases import NAMES, REL_TOL, dims_for, problem, rel_err
+from test_gpuq import DEVICES
 from torch_argon import reference
 from torch_argon.gpuq import ops as gpuq
 from torch_argon.gpuq.tiled import TILE_M, tiled_qmm
 from torch_argon.quant import FORMATS, dequantize_reference, random_quantized
 from torch_argon.testing import backends  # noqa: F401  (loads torch_argon._C_test: the emulation)
-
-
-def _device(name):
-    why = gpuq.refusal(name) if name == "cpu" or torch.cuda.is_available() else "no CUDA device"
-    return pytest.param(name, marks=pytest.mark.skipif(bool(why), reason=why or ""))
-
-
-DEVICES = [_device("cpu"), _device("cuda")]
 
 
 def tiled_dims(name):

@@ -5,9 +5,8 @@ measured rows of experts/quantized_crossover.py (none yet: it declines, saying w
 import pytest
 import torch
 
-from gpuq_cases import NAMES, rel_err
-from routing_cases import make_ids, make_weights
-from test_cuda_quantized import call_of, quantized_experts
+from gpuq_cases import NAMES
+from test_cuda_quantized import call_of, layer_error, quantized_experts
 from torch_argon import reference
 
 import torch_argon
@@ -23,22 +22,12 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
 TOL = {torch.bfloat16: 1.5e-2, torch.float16: 4e-3}
 
 
-def tiled_case(name, device, dtype=torch.bfloat16, *, T=40, E=3, K=2, tm=None,
-               dist="neg_some", activation="silu", split=None, down=None, seed=0):
-    """cuda_quantized_tiled's experts path against reference.moe_layer; the relative error."""
-    H, I = (256, 256) if FORMATS[name].block_elems == 256 or split or down else (96, 160)
-    experts = quantized_experts(name, E=E, H=H, I=I, seed=seed, split=split, down=down)
-    g = torch.Generator().manual_seed(seed + 1)
-    x = (torch.randn(T, H, generator=g) * 0.7).to(dtype)
-    ids, w = make_ids(T, K, E, dist, seed=seed), make_weights(T, K, seed=seed)
-    want = reference.moe_layer(x, None, experts, K, topk_ids=ids, topk_weights=w,
-                               activation=activation)
-    d = torch.device(device)
-    got = torch_argon.experts.run_implementation(
-        "cuda_quantized_tiled", x.to(d), ids.to(d), w.to(d), experts.to(d), tile_m=tm,
-        activation=activation)
-    assert got.shape == x.shape and got.dtype == x.dtype
-    return rel_err(got.cpu(), want) if T else float(got.numel())
+def tiled_case(name, device, dtype=torch.bfloat16, *, T=40, split=None, down=None, **kwargs):
+    """cuda_quantized_tiled's experts path against reference.moe_layer: the relative error
+    (one 256-value block per row for the K- and IQ-quants: the emulation runs every lane)."""
+    dims = (256, 256) if FORMATS[name].block_elems == 256 or split or down else None
+    return layer_error("cuda_quantized_tiled", name, device, dtype, T=T, split=split, down=down,
+                       dims=dims, **kwargs)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -63,7 +52,12 @@ def test_layer_path_cases(device, kwargs):
 
 
 def test_layer_path_no_tokens():
-    assert tiled_case("Q4_K", "cpu", T=0) == 0.0
+    """T = 0: an empty output (the flow's plan has no rows; nothing is launched)."""
+    experts = quantized_experts("Q4_K", E=3)
+    x = torch.randn(0, experts.hidden, dtype=torch.bfloat16)
+    ids, w = torch.empty(0, 2, dtype=torch.long), torch.empty(0, 2)
+    got = torch_argon.experts.run_implementation("cuda_quantized_tiled", x, ids, w, experts)
+    assert got.shape == (0, experts.hidden)
 
 
 @pytest.fixture
