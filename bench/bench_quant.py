@@ -17,6 +17,7 @@ Configs: E=512 K=10 H=2048 I=512 and E=128 K=8 H=2048 I=768 (Qwen3-30B-A3B); T =
 2048, 8192, 16384; bf16 activations; routing: testing.routing's uniform top-K. For each
 (config, format, T), each implementation runs through torch_argon.experts.run_implementation:
   cuda_quantized          gpuq's GEMMs on the GGUF bytes (mode "none"; "q8" too without --quick)
+  cuda_quantized_tiled    the tile-decode GEMM: each weight decoded once per 64-128-row tile
   cuda_quantized_dequant  the experts decoded to bf16 once per call, then the dense GEMMs
   triton_quantized        the Triton GEMMs dequantizing tiles in registers
 and the layer's choice is what torch_argon.experts.choose picks for the call (its time is its
@@ -75,8 +76,8 @@ CONFIGS = {"E512": dict(E=512, K=10, H=2048, I=512), "E128": dict(E=128, K=8, H=
 T_LIST = (128, 512, 2048, 8192, 16384)
 QUICK_FORMATS = ("Q4_K", "Q8_0", "IQ4_XS", "Q6_K", "IQ2_XS")
 # (implementation, activation_quant) in the order of the table's columns
-IMPLS = (("cuda_quantized", "none"), ("cuda_quantized_dequant", "none"),
-         ("triton_quantized", "none"))
+IMPLS = (("cuda_quantized", "none"), ("cuda_quantized_tiled", "none"),
+         ("cuda_quantized_dequant", "none"), ("triton_quantized", "none"))
 Q8_IMPL = ("cuda_quantized", "q8")
 BF16_TFLOPS = 790.0  # the H200's bf16 rate on random data (bench/README.md's GEMM tables)
 # --tiny: the same run at toy sizes on any device (the logic, not the speed)

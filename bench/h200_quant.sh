@@ -7,8 +7,9 @@
 #   bash bench/h200_quant.sh --llamacpp --build-only   # the builds (and --check) only
 # The build comes first (setup.py build_ext --inplace for sm_90: the gpuq kernels are compiled
 # into the extension; a no-op when nothing changed; not in the benchmark's minutes). --check
-# runs the CUDA tests of the gpuq kernels (moe_qmm_out's CUDA kernel on them included) and of
-# the CUDA quantized experts, at most CHECK_S seconds (default 240; log: $OUT/quant_check.log;
+# runs the CUDA tests of the gpuq kernels (moe_qmm_out's CUDA kernel on them included; the
+# tile-decode GEMM's: tests/test_gpuq_tiled*.py) and of the CUDA quantized experts, at most
+# CHECK_S seconds (default 240; log: $OUT/quant_check.log;
 # the Triton quantized kernels' own CUDA tests are tests/test_quant_triton.py, in
 # bench/h200_tests.sh). --llamacpp adds llama.cpp's column: ggml's test-backend-ops at
 # bench/baselines/ggml_bin/test-backend-ops-cuda, built here from the carried
@@ -67,7 +68,8 @@ if [ "$check" = 1 ]; then
   workers=$(python3 -c "import importlib.util as u; print('-n 8' if u.find_spec('xdist') else '')")
   # bounded (CHECK_S, default 240 s): the device time of one call is short; rc 124 = cut off
   timeout "${CHECK_S:-240}" python3 -m pytest -q -p no:cacheprovider $workers tests/test_gpuq.py \
-    tests/test_cuda_quantized.py -k "cuda" > "$OUT/quant_check.log" 2>&1
+    tests/test_cuda_quantized.py tests/test_gpuq_tiled.py tests/test_gpuq_tiled_experts.py \
+    -k "cuda" > "$OUT/quant_check.log" 2>&1
   check_rc=$?
   echo "== CUDA tests of gpuq and the CUDA quantized experts: rc=$check_rc in $((SECONDS - t0)) s"
   tail -n 3 "$OUT/quant_check.log"

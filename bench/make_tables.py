@@ -159,9 +159,11 @@ def _span(values, fmt="{:.1f}"):
 
 # bench/bench_quant.py's implementations: their letters in the README's cells, and the full
 # table's columns ((implementation, activation_quant), heading)
-QUANT_IMPLS = {"cuda_quantized": "G", "cuda_quantized_dequant": "D", "triton_quantized": "T"}
+QUANT_IMPLS = {"cuda_quantized": "G", "cuda_quantized_tiled": "L", "cuda_quantized_dequant": "D",
+               "triton_quantized": "T"}
 QUANT_COLUMNS = ((("cuda_quantized", "none"), "cuda_quantized"),
                  (("cuda_quantized", "q8"), "cuda_quantized q8"),
+                 (("cuda_quantized_tiled", "none"), "cuda_quantized_tiled"),
                  (("cuda_quantized_dequant", "none"), "cuda_quantized_dequant"),
                  (("triton_quantized", "none"), "triton_quantized"))
 

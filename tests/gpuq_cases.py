@@ -45,8 +45,10 @@ def _act(activation, g):
     return reference.ACTIVATIONS[activation](g)
 
 
-def problem(name, T, E, K, dist, dtype, seed):
-    H, I = dims_for(name)
+def problem(name, T, E, K, dist, dtype, seed, dims=None):
+    """x [T, H] (rows strided), gate_up [E, 2I, H] and down [E, H - 32, I] of `name`, ids and
+    routing weights; (H, I) = dims or dims_for(name)."""
+    H, I = dims or dims_for(name)
     g = torch.Generator().manual_seed(seed)
     x = (torch.randn(T, H + 16, generator=g) * 0.7).to(dtype)[:, 8:8 + H]  # strided rows
     wgu = random_quantized(name, 2 * I, H, leading=(E,), std=0.05, generator=g)

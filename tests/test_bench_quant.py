@@ -36,6 +36,7 @@ def test_tiny_run_times_every_implementation(tiny_run):
     got = {(r["quant"], r["T"], r["impl"], r["mode"]) for r in rows}
     want = {(q, T, impl, mode) for q in ("Q4_K", "IQ2_XS") for T in (16, 40)
             for impl, mode in (("cuda_quantized", "none"), ("cuda_quantized", "q8"),
+                               ("cuda_quantized_tiled", "none"),
                                ("cuda_quantized_dequant", "none"), ("triton_quantized", "none"))}
     assert got == want
     for r in rows:  # each output against the dense path on the decoded weights
@@ -70,7 +71,7 @@ sys.exit(bench_quant.main(["--tiny", "--device", "cpu", "--dtype", "fp16", "--fo
     assert [e["impl"] for e in errors] == ["cuda_quantized_dequant"]
     assert "broken on purpose" in errors[0]["error"]
     timed = {r["impl"] for r in records if r["op"] == "quant_experts"}
-    assert timed == {"cuda_quantized", "triton_quantized"}
+    assert timed == {"cuda_quantized", "cuda_quantized_tiled", "triton_quantized"}
 
 
 def make_tables():
@@ -114,7 +115,7 @@ def test_tables_of_a_quick_run():
                         "| 0.95D/0.95D |")
     full = mt.quant_all_table(records)
     assert len(full.splitlines()) == 2 + 2 * 5 * 5
-    assert "| Q4_K | E=512 K=10 H=2048 I=512 | 128 | 1234 | 321 | 1001 | - | 1011 | 1021 | " \
+    assert "| Q4_K | E=512 K=10 H=2048 I=512 | 128 | 1234 | 321 | 1001 | - | - | 1011 | 1021 | " \
            "cuda_quantized | 0.81x | 3.12x | 123 |" in full
     # the README with this table stays under test_readme's limit
     text = (ROOT / "README.md").read_text()

@@ -41,7 +41,7 @@ def dense_experts(E=4, H=64, I=32, dtype=torch.bfloat16, device="cpu", seed=0):
 
 def cuda_call(experts, T=64, K=2, dtype=torch.bfloat16):
     """A call whose x stands for a CUDA tensor (its device, dtype and shape: what supports()
-    and unnamed_refusal read; this machine may have no GPU)."""
+    and auto_refusal read; this machine may have no GPU)."""
     x = SimpleNamespace(device=torch.device("cuda"), dtype=dtype, shape=(T, experts.hidden),
                         requires_grad=False)
     return ExpertsCall.of(x, experts, ops=torch_argon.argon_ops, n_entries=T * K)

@@ -24,7 +24,8 @@ pytestmark = [pytest.mark.cpu_only,
 FLAGS = ["-std=c++17", "-O3", "--fmad=false", "-lineinfo", "-Werror=all-warnings",
          *cpp_extension.COMMON_NVCC_FLAGS, "-I", gpuq_codegen.CSRC]
 # Through ptxas for both architectures: a format of 32-value groups and one of 16-value groups
-# (every mma.sync form the kernels use: bf16, f16, s8 k32 and k16). The other units to PTX.
+# (every mma.sync form the kernels use: bf16, f16, s8 k32 and k16; the tile-decode GEMM's
+# ldmatrix and cp.async). The other units to PTX.
 ASSEMBLED = ("Q4_K", "Q6_K")
 ARCHS = ("80", "90")
 
@@ -44,14 +45,15 @@ def nvcc(args, cwd):
 def test_every_format_has_a_unit(units):
     _, paths = units
     from torch_argon.gpuq import FORMATS
-    assert sorted(paths) == sorted([f"fmt_{n}" for n in FORMATS] + ["quantize"])
+    assert sorted(paths) == sorted([f"fmt_{n}" for n in FORMATS] + [f"tiled_{n}" for n in FORMATS]
+                                   + ["quantize"])
 
 
 def test_units_compile_for_sm80_and_sm90(units):
     out, paths = units
     jobs = []
     for name, path in paths.items():
-        fmt = name[len("fmt_"):]
+        fmt = name.split("_", 1)[-1]  # fmt_<NAME>, tiled_<NAME> (the tile-decode GEMM)
         if fmt in ASSEMBLED:
             jobs += [(name, ["-I", str(out), f"-gencode=arch=compute_{a},code=sm_{a}", "-c", path,
                              "-o", str(out / f"{name}_{a}.o")]) for a in ARCHS]
@@ -59,8 +61,8 @@ def test_units_compile_for_sm80_and_sm90(units):
             jobs.append((name, ["-I", str(out), "-arch=sm_90", "--ptx", path,
                                 "-o", str(out / f"{name}.ptx")]))
     # an older architecture in the build's list (TORCH_CUDA_ARCH_LIST) must not break it
-    jobs.append(("fmt_Q4_K", ["-I", str(out), "-gencode=arch=compute_75,code=sm_75", "-c",
-                              paths["fmt_Q4_K"], "-o", str(out / "fmt_Q4_K_75.o")]))
+    jobs += [(unit, ["-I", str(out), "-gencode=arch=compute_75,code=sm_75", "-c", paths[unit],
+                     "-o", str(out / f"{unit}_75.o")]) for unit in ("fmt_Q4_K", "tiled_Q4_K")]
     with ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:
         results = list(pool.map(lambda job: (job[0], *nvcc(job[1], out)), jobs))
     failed = [f"{name}:\n{log[-3000:]}" for name, rc, log in results if rc]
@@ -69,6 +71,9 @@ def test_units_compile_for_sm80_and_sm90(units):
         if name.startswith("fmt_") and name[4:] not in ASSEMBLED:
             ptx = (out / f"{name}.ptx").read_text()
             assert ".entry" in ptx and "qmm_kernel" in ptx and "decode_kernel" in ptx, name
+        if name.startswith("tiled_") and name[6:] not in ASSEMBLED:
+            ptx = (out / f"{name}.ptx").read_text()
+            assert ".entry" in ptx and "tiled_qmm_kernel" in ptx and "ldmatrix" in ptx, name
 
 
 def test_cuda_glue_compiles(tmp_path):

@@ -11,6 +11,12 @@ gate/up kernel at 8 tokens per warp (the small-T kernel: bf16, SwiGLU, NT=1) the
 its K loop per weight value a lane decodes, with the loop's most frequent instructions. The
 loop's values come from its HMMA count: per 32-value chunk the kernel issues 2 HMMA for each of
 its 2 weight row groups, plus 2 for the activation sums where the format needs them.
+
+Then the tile-decode GEMM's unit (tiled_<NAME>: gpuq_tiled_kernel.h): every kernel's registers
+and spills, and for the gate/up kernel at 128-row tiles (bf16) its K loop (its steps of 32
+values counted by their HMMA, 32 a warp a step): the instructions a thread issues per
+weight value it decodes (16 a step: the block's 256 threads over its 128 rows x 32 values;
+gpuq's unit of cost), each value serving 128 tokens, and that per 32 tokens (x 32 / 128).
 """
 import collections
 import glob
@@ -29,6 +35,8 @@ from build_tools import gpuq_codegen  # noqa: E402
 NO_SUMS = {"Q8_0", "IQ4_NL", "IQ4_XS"}
 SMALL_T_KERNEL = "Lb1ELi1ELb1ELb0E"  # <F, BF16=true, NT=1, SWIGLU=true, Q8=false>
 DECODE_KERNEL = "Lb1ELb1E"  # decode_kernel<F, BF16=true, VEC=true>
+TILED_KERNEL = "Lb1ELb1ELi128E"  # tiled_qmm_kernel<F, BF16=true, SWIGLU=true, BM=128>
+TILED_HMMA_PER_STEP, TILED_VALUES_PER_THREAD, TILED_BM = 32, 16, 128  # per 32-value step
 
 
 def cuobjdump():
@@ -62,19 +70,19 @@ NVCC_FLAGS = ["-std=c++17", "-O3", "--fmad=false", "-lineinfo",
               "-gencode=arch=compute_90,code=sm_90"]
 
 
-def check(name, units, work):
-    obj = os.path.join(work, f"{name}.o")
+def compile_unit(unit, work, kernel_pattern):
+    """(object path, [[variant, registers, spill bytes]] of the kernels matching
+    kernel_pattern (a regex whose group 1 is the variant's mangled tail)), or (None, stderr)."""
+    obj = os.path.join(work, os.path.basename(unit) + ".o")
     res = subprocess.run(
         [NVCC, *NVCC_FLAGS, "-Xptxas", "-v", f"-I{work}", f"-I{gpuq_codegen.CSRC}", "-c",
-         units[name], "-o", obj],
+         unit, "-o", obj],
         capture_output=True, text=True)
     if res.returncode:
-        print(f"{name}: nvcc failed\n{res.stderr[-2000:]}")
-        return False
+        return None, res.stderr[-2000:]
     kernels, current = [], None
     for line in res.stderr.splitlines():  # ptxas -v: name, then spills, then registers
-        m = re.search(r"entry function '_ZN4gpuq\d+cuda_target10qmm_kernel"
-                      r"INS0_\d+Fmt\w+?E(\w+?)EEEvNS_", line)
+        m = re.search(kernel_pattern, line)
         if m:
             current = [m.group(1), 0, 0]
         elif current and "spill stores" in line:
@@ -83,9 +91,27 @@ def check(name, units, work):
             current[1] = int(re.search(r"Used (\d+) registers", line).group(1))
             kernels.append(current)
             current = None
-    regs = ", ".join(f"{k}: {r}" + (f" (spills {sp} B)" if sp else "") for k, r, sp in kernels)
+    return obj, kernels
+
+
+def registers_line(kernels):
+    return ", ".join(f"{k}: {r}" + (f" (spills {sp} B)" if sp else "") for k, r, sp in kernels)
+
+
+def sass_functions(obj):
     sass = subprocess.run([cuobjdump(), "-sass", obj], capture_output=True, text=True).stdout
-    func = re.split(r"\n\s*Function : ", sass)
+    return re.split(r"\n\s*Function : ", sass)
+
+
+def check(name, units, work):
+    obj, kernels = compile_unit(units[name], work,
+                                r"entry function '_ZN4gpuq\d+cuda_target10qmm_kernel"
+                                r"INS0_\d+Fmt\w+?E(\w+?)EEEvNS_")
+    if obj is None:
+        print(f"{name}: nvcc failed\n{kernels}")
+        return False
+    regs = registers_line(kernels)
+    func = sass_functions(obj)
     body = next((f for f in func if SMALL_T_KERNEL in f.split("\n", 1)[0]), "")
     n, ops = loop_histogram(body.splitlines())
     per_chunk = 4 + (0 if name in NO_SUMS else 2)  # HMMA per chunk: 2 groups x 2, + sums
@@ -101,15 +127,38 @@ def check(name, units, work):
     print(f"        decode to bf16 (one thread: 32 values, 16-byte stores): {len(instr)} "
           f"instructions, "
           f"{len(instr) / 32:.1f} per value; {dict(ops.most_common(6))}")
+    return check_tiled(name, units, work)
+
+
+def check_tiled(name, units, work):
+    obj, kernels = compile_unit(units[f"tiled_{name}"], work,
+                                r"entry function '_ZN4gpuq\d+cuda_target16tiled_qmm_kernel"
+                                r"INS0_\d+Fmt\w+?E(\w+?)EEvNS_")
+    if obj is None:
+        print(f"tiled_{name}: nvcc failed\n{kernels}")
+        return False
+    body = next((f for f in sass_functions(obj) if TILED_KERNEL in f.split("\n", 1)[0]), "")
+    n, ops = loop_histogram(body.splitlines())
+    steps = max(ops["HMMA"] // TILED_HMMA_PER_STEP, 1)
+    per_value = n / (steps * TILED_VALUES_PER_THREAD)
+    print(f"        tile-decode gate/up loop (BM={TILED_BM}, {steps} steps of 32 values): {n} "
+          f"instructions a thread, {per_value:.2f} per value it decodes, "
+          f"{per_value * 32 / TILED_BM:.2f} per value per 32 tokens; "
+          f"{dict(ops.most_common(8))}")
+    print(f"        tiled: {registers_line(kernels)}")
     return True
 
 
 def main(argv):
     names = argv or gpuq_codegen.formats()
     with tempfile.TemporaryDirectory() as work:
-        units = {os.path.basename(p)[len("fmt_"):-len(".cu")]: p
-                 for p in gpuq_codegen.generate(work, targets=("cuda",))
-                 if os.path.basename(p).startswith("fmt_")}
+        units = {}
+        for p in gpuq_codegen.generate(work, targets=("cuda",)):
+            base = os.path.basename(p)[:-len(".cu")]
+            if base.startswith("fmt_"):
+                units[base[len("fmt_"):]] = p
+            elif base.startswith("tiled_"):
+                units[base] = p
         ok = all([check(n, units, work) for n in names])
     return 0 if ok else 1
 

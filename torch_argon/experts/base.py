@@ -93,10 +93,10 @@ class Experts:
         from shapes, dtypes, devices and the ops only (never data: no host sync)."""
         raise NotImplementedError
 
-    def unnamed_refusal(self, call: ExpertsCall) -> str:
-        """Why it declines a call it supports where the caller did not name it (path="auto" or
-        its family), "" where it does not: an implementation whose speed no GPU run has measured
-        yet runs by name only, and says so here."""
+    def auto_refusal(self, call: ExpertsCall) -> str:
+        """"" when the layer may pick it for `call` by itself (path "auto" or its family), else
+        why not; asked only after supports() said "". An implementation not yet measured where
+        it would be the default declines here and still runs when named (path=<name>)."""
         return ""
 
     def resolved_activation_quant(self, call: ExpertsCall) -> str:

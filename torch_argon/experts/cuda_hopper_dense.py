@@ -42,7 +42,7 @@ class CudaHopperDense(Experts):
                     "TMA rows)")
         return ""
 
-    def unnamed_refusal(self, call):
+    def auto_refusal(self, call):
         gpu, dtype = device_name(call.x.device), dtype_name(call.x.dtype)
         if not hopper.configs.measured_rows(gpu, dtype):
             return NOT_MEASURED.format(gpu=gpu, dtype=dtype)

@@ -57,18 +57,26 @@ class CudaQuantized(Experts):
         return gpuq.layer_tile_m(n_entries, call.weights.n_experts)
 
     def apply(self, call, x, xs, plan, workspace):
-        w, tm = call.weights, plan.tile_m
+        tm = plan.tile_m
         mode = self.resolved_activation_quant(call)
 
         def qmm(a, part, **kwargs):
             return gpuq.qmm(a, part.data, part.qtype.type_id, part.n_in, plan.tile_expert, tm,
                             meta=plan.meta, activation_quant=mode, zero_unused=False, **kwargs)
 
-        if w.fused:
-            h = qmm(x, w.gate_up, row_token=plan.sorted_token, swiglu=True,
-                    activation=call.activation)
-        else:
-            h = call.ops.swiglu(qmm(x, w.gate, row_token=plan.sorted_token),
-                                qmm(x, w.up, row_token=plan.sorted_token),
-                                activation=call.activation)
-        return qmm(h, w.down)
+        return gated_experts(call, x, plan, qmm)
+
+
+def gated_experts(call, x, plan, qmm):
+    """The experts' GEMMs over the plan by `qmm`(a, part, **gpuq options) (a GEMM of the gpuq
+    family on one quantized part): gate/up gathered by sorted_token with act(gate) * up fused
+    (of one format; gate and up of two formats: two GEMMs and the swiglu op), then down."""
+    w = call.weights
+    if w.fused:
+        h = qmm(x, w.gate_up, row_token=plan.sorted_token, swiglu=True,
+                activation=call.activation)
+    else:
+        h = call.ops.swiglu(qmm(x, w.gate, row_token=plan.sorted_token),
+                            qmm(x, w.up, row_token=plan.sorted_token),
+                            activation=call.activation)
+    return qmm(h, w.down)

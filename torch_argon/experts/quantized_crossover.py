@@ -31,3 +31,19 @@ def dequant_from_rows(weights) -> float:
     path: the smallest of its parts' formats' crossovers."""
     return min(DEQUANT_FROM_ROWS.get(w.qtype.name, DEFAULT_DEQUANT_FROM_ROWS)
                for w in weights.parts().values())
+
+# format -> rows per expert from which the tile-decode GEMM (cuda_quantized_tiled) runs in the
+# layer's automatic choice. Empty until bench/bench_quant.py has measured it on a GPU: a row is
+# the smallest rows per expert from which cuda_quantized_tiled beats the other CUDA quantized
+# implementations on both configs of that run (its JSON names the run); until a format has one,
+# the automatic choice declines the tiled path for it ("not yet measured on a GPU") and
+# path="cuda_quantized_tiled" still runs it.
+TILED_FROM_ROWS = {}
+
+
+def tiled_from_rows(weights):
+    """The rows per expert from which quantized `weights` run the tile-decode GEMM in the
+    automatic choice: the largest of its parts' formats' measured rows, or None where a part's
+    format has none (not measured: the automatic choice declines it)."""
+    rows = [TILED_FROM_ROWS.get(w.qtype.name) for w in weights.parts().values()]
+    return None if any(r is None for r in rows) else max(rows)

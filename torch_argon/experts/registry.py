@@ -6,14 +6,16 @@ first of that family; path=<name> that implementation. Each one says why it decl
 decision. The order puts the fused GPU kernels first (the Hopper GEMM before the Triton ones it
 is meant to beat on sm_90, which run where it declines), then the CPU's buffer-reusing path, then the
 one-op-per-stage fallbacks that run anywhere. Among the quantized GPU ones: gpuq's GEMMs on the
-GGUF bytes (small T), the decode-once path (large T: they split by rows per expert,
-experts/quantized_crossover.py), then the Triton quantized GEMM where neither runs.
+GGUF bytes (small T), the tile-decode GEMM (large T; chosen by name only until measured), the
+decode-once path (large T: they split by rows per expert, experts/quantized_crossover.py), then
+the Triton quantized GEMM where none of them runs.
 """
 from .base import ExpertsCall
 from .cpu_workspace import CpuWorkspace
 from .cuda_hopper_dense import CudaHopperDense
 from .cuda_quantized import CudaQuantized
 from .cuda_quantized_dequant import CudaQuantizedDequant
+from .cuda_quantized_tiled import CudaQuantizedTiled
 from .ops_dense import OpsDense
 from .ops_quantized import OpsQuantized
 from .triton_dense import TritonDense
@@ -24,6 +26,7 @@ IMPLEMENTATIONS = (
     CudaHopperDense(),
     TritonDense(),
     CudaQuantized(),
+    CudaQuantizedTiled(),
     CudaQuantizedDequant(),
     TritonQuantized(),
     CpuWorkspace(),
@@ -38,9 +41,9 @@ PATHS = FAMILIES + tuple(BY_NAME)
 
 def refusal(impl, call: ExpertsCall, path="auto") -> str:
     """Why `impl` does not run `call` ("" when it does): the weights' kind and the
-    activation_quant mode, checked here for every implementation, then its own supports(), then,
-    unless `path` names it, its unnamed_refusal (an implementation not yet measured runs by name
-    only)."""
+    activation_quant mode, checked here for every implementation, then its own supports(), and
+    where the layer chooses (path "auto" or a family, not the implementation's name) its
+    auto_refusal()."""
     kind = call.weights.kind
     if kind != impl.kind:
         return f"it runs {impl.kind} experts, these are {kind}"
@@ -48,7 +51,10 @@ def refusal(impl, call: ExpertsCall, path="auto") -> str:
     if mode != "auto" and mode not in impl.activation_quant:
         return (f"activation_quant={mode!r}: it runs "
                 f"{' / '.join(repr(m) for m in impl.activation_quant)} only")
-    return impl.supports(call) or (impl.unnamed_refusal(call) if path != impl.name else "")
+    why = impl.supports(call)
+    if not why and path in FAMILIES:
+        why = impl.auto_refusal(call)
+    return why
 
 
 def candidates(path):

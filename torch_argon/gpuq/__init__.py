@@ -2,6 +2,7 @@
 GGUF block format, as argon ops; on CPU tensors their host emulation (test builds). See
 docs/quantized-experts.md and bench/quant_gpuq_notes.md."""
 from .ops import FORMATS, dequantize, layer_tile_m, moe_qmm_out, qmm, quantize_q8, refusal
+from .tiled import tiled_qmm
 
 __all__ = ["FORMATS", "dequantize", "layer_tile_m", "moe_qmm_out", "qmm", "quantize_q8",
-           "refusal"]
+           "refusal", "tiled_qmm"]

@@ -65,6 +65,27 @@ GQ_DEV float code_value(uint32_t codes, int b) {
   return as_float(byte_perm(u, 0x4B000000u, 0x7540u | b)) - kBias;
 }
 
+// The 8 values of a lane's codes (F::chunk's two words: values 4t .. 4t + 3 and 16 + 4t .. + 3
+// of a chunk) with their groups' scales and mins, as bf16 (else fp16) pairs: pairs[2 word + i]
+// holds values 4i (low half) and 4i + 1 of the word's four (the decode and the tile-decode
+// GEMM, gpuq_tiled_kernel.h, round the same values the same way).
+template <class F, bool BF16>
+GQ_DEV void scaled_pairs(const uint32_t codes[2], const float* s, const float* m,
+                         uint32_t pairs[4]) {
+  GQ_UNROLL
+  for (int word = 0; word < 2; ++word) {
+    const int gr = F::GROUPS == 1 ? 0 : word;
+    float v[4];
+    GQ_UNROLL
+    for (int b = 0; b < 4; ++b) {
+      const float q = code_value<F>(codes[word], b);
+      v[b] = F::HAS_MIN ? mul_sub_rn(s[gr], q, m[gr]) : s[gr] * q;
+    }
+    pairs[2 * word] = pack_pair<BF16>(v[0], v[1]);
+    pairs[2 * word + 1] = pack_pair<BF16>(v[2], v[3]);
+  }
+}
+
 // Chunk `index` (row-major over [E, N, n_in / 32]; below 2^32) of the decode into bf16 (else
 // fp16) values, with 16-byte stores (VEC) or 2-byte ones.
 template <class F, bool BF16, bool VEC>
@@ -79,21 +100,15 @@ GQ_DEV void decode_chunk(const DecodeParams& p, uint32_t index) {
   uint32_t pairs[16];  // values 2i (low half) and 2i + 1 (high half), as out's bits
   GQ_UNROLL
   for (int t = 0; t < 4; ++t) {
-    uint32_t codes[2];
+    uint32_t codes[2], lane_pairs[4];
     float s[F::GROUPS], m[F::GROUPS];
     F::chunk(block, c % SUBS, t, codes, s, m, F::global_table());  // a table through L1
+    scaled_pairs<F, BF16>(codes, s, m, lane_pairs);
     GQ_UNROLL
     for (int word = 0; word < 2; ++word) {
-      const int gr = F::GROUPS == 1 ? 0 : word;
-      float v[4];
-      GQ_UNROLL
-      for (int b = 0; b < 4; ++b) {
-        const float q = code_value<F>(codes[word], b);
-        v[b] = F::HAS_MIN ? mul_sub_rn(s[gr], q, m[gr]) : s[gr] * q;
-      }
       const int at = (16 * word + 4 * t) / 2;  // the pair of values 16 word + 4t (+ 1)
-      pairs[at] = pack_pair<BF16>(v[0], v[1]);
-      pairs[at + 1] = pack_pair<BF16>(v[2], v[3]);
+      pairs[at] = lane_pairs[2 * word];
+      pairs[at + 1] = lane_pairs[2 * word + 1];
     }
   }
 

@@ -11,6 +11,13 @@
 //       unused; unused tiles' rows are zero (zero_unused) or left as they are.
 //       activation_quant "none": a bf16 / fp16, the exact-dequant product (out: a's dtype);
 //       "q8": a (bf16 / fp16 / fp32) quantized to 8-bit blocks, int8 MMA (out: a's dtype).
+//   gpuq_tiled_qmm(Tensor a, Tensor w_q, int qtype, int n_in, Tensor tile_expert, int tile_m,
+//                  Tensor? meta=None, Tensor? row_token=None, bool swiglu=False,
+//                  str activation="silu", bool zero_unused=True) -> Tensor
+//   gpuq_tiled_qmm_out(<the same>, Tensor(a!) out) -> ()
+//       gpuq_qmm's product (activation_quant "none") by the tile-decode GEMM
+//       (gpuq_tiled_kernel.h): tile_m 64 or 128, a bf16 / fp16; each weight rounded to a's dtype
+//       once (bit for bit gpuq_dequantize's value), the products summed in fp32.
 //   gpuq_quantize_q8(Tensor x) -> (Tensor q, Tensor d)      quant/activation_q8.py's q8 blocks
 //   gpuq_dequantize(Tensor w_q, int qtype, int n_in, ScalarType dtype) -> Tensor
 //   gpuq_dequantize_out(Tensor w_q, int qtype, int n_in, Tensor(a!) out) -> ()
@@ -64,11 +71,13 @@ struct FormatLaunchers {
   int (*gemm)(const gpuq::GemmParams&, const gpuq::GemmVariant&, void*, char*, int);
   int (*decode)(const gpuq::DecodeParams&, void*, char*, int);
   int (*weight_align)();
+  int (*gemm_tiled)(const gpuq::GemmParams&, bool, bool, void*, char*, int);
 };
 
 const FormatLaunchers kFormats[] = {
 #define GPUQ_FORMAT_ROW(lower, UPPER, id, elems, bytes) \
-  {id, gpuq::gemm_##UPPER, gpuq::decode_##UPPER, gpuq::weight_align_##UPPER},
+  {id, gpuq::gemm_##UPPER, gpuq::decode_##UPPER, gpuq::weight_align_##UPPER, \
+   gpuq::gemm_tiled_##UPPER},
     ARGON_QUANT_FORMATS(GPUQ_FORMAT_ROW)
 #undef GPUQ_FORMAT_ROW
 };
@@ -224,7 +233,10 @@ QmmShape check_qmm(const Tensor& a, const Tensor& w_q, int64_t qtype, int64_t n_
   return {&fmt, rows, swiglu ? w_q.size(1) / 2 : w_q.size(1)};
 }
 
-void check_qmm_out(const Tensor& out, const Tensor& a, const QmmShape& s) {
+// out's shape, dtype, layout and device, and that it overlaps none of the inputs.
+void check_qmm_out(const Tensor& out, const Tensor& a, const Tensor& w_q,
+                   const Tensor& tile_expert, const OptTensor& meta, const OptTensor& row_token,
+                   const QmmShape& s) {
   TORCH_CHECK_VALUE(out.dim() == 2 && out.size(0) == s.rows && out.size(1) == s.n_out,
                     "out must have shape [", s.rows, ", ", s.n_out, "], got ", out.sizes());
   TORCH_CHECK_VALUE(out.scalar_type() == a.scalar_type(), "out must be ", a.scalar_type(),
@@ -233,10 +245,47 @@ void check_qmm_out(const Tensor& out, const Tensor& a, const QmmShape& s) {
                     "buffer)");
   TORCH_CHECK_VALUE(out.device() == a.device(), "out must be on ", a.device(), " like a, got ",
                     out.device());
+  const Tensor none;
+  check_no_overlap({{"out", &out}},
+                   {{"a", &a}, {"w_q", &w_q}, {"tile_expert", &tile_expert},
+                    {"meta", meta ? &*meta : &none},
+                    {"row_token", row_token ? &*row_token : &none}});
 }
 
 // The 8-token blocks a warp multiplies: its rows (the tile, at most 32) in blocks of 8.
 int token_blocks(int rows_per_warp) { return rows_per_warp <= 8 ? 1 : rows_per_warp <= 16 ? 2 : 4; }
+
+// The launch arguments both GEMMs take from the checked tensors (x: the activations as the
+// kernels read them; q8's scales and gpuq's rows per warp are the caller's to add).
+gpuq::GemmParams gemm_params(const Tensor& x, const Tensor& w_q, const QmmShape& s, int64_t n_in,
+                             const Tensor& tile_expert, int64_t tile_m, const OptTensor& meta,
+                             const OptTensor& row_token, int act, bool zero_unused,
+                             const Tensor& out) {
+  gpuq::GemmParams p{};
+  p.x = x.data_ptr();
+  p.x_stride = x.stride(0) * x.element_size();
+  p.row_token = row_token ? row_token->data_ptr<int32_t>() : nullptr;
+  p.w = w_q.data_ptr<uint8_t>();
+  p.w_stride_e = w_q.stride(0);
+  p.w_stride_n = w_q.stride(1);
+  p.out = out.data_ptr();
+  p.out_stride = out.stride(0);
+  p.tile_expert = tile_expert.data_ptr<int32_t>();
+  p.meta = meta ? meta->data_ptr<int32_t>() : nullptr;
+  p.n_out = static_cast<int32_t>(s.n_out);
+  p.n_in = static_cast<int32_t>(n_in);
+  p.n_blocks = static_cast<int32_t>(n_in / s.fmt->block_elems);
+  p.tile_m = static_cast<int32_t>(tile_m);
+  p.n_expert = static_cast<int32_t>(w_q.size(0));
+  p.n_a_rows = static_cast<int32_t>(x.size(0));
+  p.n_tiles_all = static_cast<int32_t>(tile_expert.size(0));
+  p.activation = act;
+  p.zero_unused = zero_unused;
+  p.meta_n_tiles_index = ARGON_META_N_TILES;
+  p.out_kind = float_kind(out.scalar_type());
+  p.row_group0 = 0;
+  return p;
+}
 
 void qmm_out(const Tensor& a_in, const Tensor& w_q_in, int64_t qtype, int64_t n_in,
              const Tensor& tile_expert, int64_t tile_m, const OptTensor& meta,
@@ -246,12 +295,7 @@ void qmm_out(const Tensor& a_in, const Tensor& w_q_in, int64_t qtype, int64_t n_
   const int act = activation_code(activation);
   const QmmShape s = check_qmm(a_in, w_q_in, qtype, n_in, tile_expert, tile_m, meta, row_token,
                                swiglu, q8);
-  check_qmm_out(out, a_in, s);
-  const Tensor none;
-  check_no_overlap({{"out", &out}},
-                   {{"a", &a_in}, {"w_q", &w_q_in}, {"tile_expert", &tile_expert},
-                    {"meta", meta ? &*meta : &none},
-                    {"row_token", row_token ? &*row_token : &none}});
+  check_qmm_out(out, a_in, w_q_in, tile_expert, meta, row_token, s);
   if (s.rows == 0 || s.n_out == 0) return;
   check_device_runs(a_in);
 #if defined(GPUQ_GLUE_FOR_CUDA)
@@ -268,32 +312,11 @@ void qmm_out(const Tensor& a_in, const Tensor& w_q_in, int64_t qtype, int64_t n_
     x = readable(a_in, 8);  // one 64-bit load per 4 values
   }
   const int rows_per_warp = static_cast<int>(std::min<int64_t>(tile_m, kMaxRowsPerWarp));
-  gpuq::GemmParams p{};
-  p.x = x.data_ptr();
-  p.x_stride = x.stride(0) * x.element_size();
+  gpuq::GemmParams p = gemm_params(x, w_q, s, n_in, tile_expert, tile_m, meta, row_token, act,
+                                   zero_unused, out);
   p.x_scale = q8 ? x_scale.data_ptr<float>() : nullptr;
   p.x_scale_stride = q8 ? x_scale.stride(0) : 0;
-  p.row_token = row_token ? row_token->data_ptr<int32_t>() : nullptr;
-  p.w = w_q.data_ptr<uint8_t>();
-  p.w_stride_e = w_q.stride(0);
-  p.w_stride_n = w_q.stride(1);
-  p.out = out.data_ptr();
-  p.out_stride = out.stride(0);
-  p.tile_expert = tile_expert.data_ptr<int32_t>();
-  p.meta = meta ? meta->data_ptr<int32_t>() : nullptr;
-  p.n_out = static_cast<int32_t>(s.n_out);
-  p.n_in = static_cast<int32_t>(n_in);
-  p.n_blocks = static_cast<int32_t>(n_in / s.fmt->block_elems);
-  p.tile_m = static_cast<int32_t>(tile_m);
   p.rows_per_warp = rows_per_warp;
-  p.n_expert = static_cast<int32_t>(w_q.size(0));
-  p.n_a_rows = static_cast<int32_t>(x.size(0));
-  p.n_tiles_all = static_cast<int32_t>(tile_expert.size(0));
-  p.activation = act;
-  p.zero_unused = zero_unused;
-  p.meta_n_tiles_index = ARGON_META_N_TILES;
-  p.out_kind = float_kind(out.scalar_type());
-  p.row_group0 = 0;
   const gpuq::GemmVariant v{token_blocks(rows_per_warp), swiglu, q8,
                             a_in.scalar_type() == at::kBFloat16};
   char err[512] = "";
@@ -309,6 +332,47 @@ Tensor qmm(const Tensor& a, const Tensor& w_q, int64_t qtype, int64_t n_in,
   Tensor out = at::empty({s.rows, s.n_out}, a.options());
   qmm_out(a, w_q, qtype, n_in, tile_expert, tile_m, meta, row_token, swiglu, activation,
           activation_quant, zero_unused, out);
+  return out;
+}
+
+// ---- gpuq_tiled_qmm -------------------------------------------------------------------------
+
+void tiled_qmm_out(const Tensor& a_in, const Tensor& w_q_in, int64_t qtype, int64_t n_in,
+                   const Tensor& tile_expert, int64_t tile_m, const OptTensor& meta,
+                   const OptTensor& row_token, bool swiglu, c10::string_view activation,
+                   bool zero_unused, const Tensor& out) {
+  const int act = activation_code(activation);
+  const QmmShape s = check_qmm(a_in, w_q_in, qtype, n_in, tile_expert, tile_m, meta, row_token,
+                               swiglu, false);
+  TORCH_CHECK_VALUE(tile_m == 64 || tile_m == 128, "tile_m must be 64 or 128 (the tile-decode "
+                    "GEMM's tiles), got ", tile_m);
+  check_qmm_out(out, a_in, w_q_in, tile_expert, meta, row_token, s);
+  if (s.rows == 0 || s.n_out == 0) return;
+  check_device_runs(a_in);
+#if defined(GPUQ_GLUE_FOR_CUDA)
+  const c10::cuda::CUDAGuard guard(a_in.device());
+#endif
+  const FormatLaunchers& fmt = launchers(*s.fmt);
+  const Tensor w_q = readable(w_q_in, fmt.weight_align());
+  const Tensor x = readable(a_in, 16);  // 16-byte cp.async copies of the rows
+  const gpuq::GemmParams p = gemm_params(x, w_q, s, n_in, tile_expert, tile_m, meta, row_token,
+                                         act, zero_unused, out);
+  char err[512] = "";
+  raise_launch_error("gpuq_tiled_qmm",
+                     fmt.gemm_tiled(p, swiglu, a_in.scalar_type() == at::kBFloat16,
+                                    stream_of(a_in), err, sizeof err),
+                     err);
+}
+
+Tensor tiled_qmm(const Tensor& a, const Tensor& w_q, int64_t qtype, int64_t n_in,
+                 const Tensor& tile_expert, int64_t tile_m, const OptTensor& meta,
+                 const OptTensor& row_token, bool swiglu, c10::string_view activation,
+                 bool zero_unused) {
+  const QmmShape s = check_qmm(a, w_q, qtype, n_in, tile_expert, tile_m, meta, row_token, swiglu,
+                               false);
+  Tensor out = at::empty({s.rows, s.n_out}, a.options());
+  tiled_qmm_out(a, w_q, qtype, n_in, tile_expert, tile_m, meta, row_token, swiglu, activation,
+                zero_unused, out);
   return out;
 }
 
@@ -365,6 +429,8 @@ Tensor dequantize(const Tensor& w_q, int64_t qtype, int64_t n_in, at::ScalarType
 void register_kernels(torch::Library& m) {
   m.impl("gpuq_qmm", TORCH_FN(qmm));
   m.impl("gpuq_qmm_out", TORCH_FN(qmm_out));
+  m.impl("gpuq_tiled_qmm", TORCH_FN(tiled_qmm));
+  m.impl("gpuq_tiled_qmm_out", TORCH_FN(tiled_qmm_out));
   m.impl("gpuq_quantize_q8", TORCH_FN(quantize_q8));
   m.impl("gpuq_dequantize", TORCH_FN(dequantize));
   m.impl("gpuq_dequantize_out", TORCH_FN(dequantize_out));
@@ -383,6 +449,14 @@ TORCH_LIBRARY_FRAGMENT(argon, m) {
   m.def(
       "gpuq_qmm_out(Tensor a, Tensor w_q, int qtype, int n_in, Tensor tile_expert, int tile_m, "
       "Tensor? meta, Tensor? row_token, bool swiglu, str activation, str activation_quant, "
+      "bool zero_unused, Tensor(a!) out) -> ()");
+  m.def(
+      "gpuq_tiled_qmm(Tensor a, Tensor w_q, int qtype, int n_in, Tensor tile_expert, int tile_m, "
+      "Tensor? meta=None, Tensor? row_token=None, bool swiglu=False, str activation=\"silu\", "
+      "bool zero_unused=True) -> Tensor");
+  m.def(
+      "gpuq_tiled_qmm_out(Tensor a, Tensor w_q, int qtype, int n_in, Tensor tile_expert, "
+      "int tile_m, Tensor? meta, Tensor? row_token, bool swiglu, str activation, "
       "bool zero_unused, Tensor(a!) out) -> ()");
   m.def("gpuq_quantize_q8(Tensor x) -> (Tensor, Tensor)");
   m.def("gpuq_dequantize(Tensor w_q, int qtype, int n_in, ScalarType dtype) -> Tensor");
