@@ -4,6 +4,11 @@ its nvcc flags and -Xptxas -v, and the cuobjdump that Triton's package carries.
 
     python tools/gpuq_sass_check.py                   # every format
     python tools/gpuq_sass_check.py Q4_K IQ4_XS       # some
+    python tools/gpuq_sass_check.py --small-t Q4_K    # the small-T kernels only, both K loops
+
+--small-t compiles only the 8-token kernels (bf16, exact path; gate/up and down) with the plain
+and the pipelined K loop (gpuq_kernel.h), a few seconds a format instead of a unit's minutes, and
+prints a markdown table: registers and spills of each, the gate/up loop's instructions per value.
 
 For each format it prints every kernel's registers and spill bytes, the instructions of the decode
 kernel per value (straight-line code: one thread, one 32-value chunk), and for the exact-path
@@ -27,7 +32,9 @@ from build_tools import gpuq_codegen  # noqa: E402
 
 # Formats whose bf16 exact path needs no activation sums (signed codes, no min: csrc/gpuq).
 NO_SUMS = {"Q8_0", "IQ4_NL", "IQ4_XS"}
-SMALL_T_KERNEL = "Lb1ELi1ELb1ELb0E"  # <F, BF16=true, NT=1, SWIGLU=true, Q8=false>
+# <F, BF16=true, NT=1, SWIGLU=true, Q8=false, PIPELINED=false>: the small-T kernel users run
+SMALL_T_KERNEL = "Lb1ELi1ELb1ELb0ELb0E"
+LOOPS = {"plain": "Lb0E", "pipelined": "Lb1E"}
 DECODE_KERNEL = "Lb1ELb1E"  # decode_kernel<F, BF16=true, VEC=true>
 
 
@@ -62,17 +69,23 @@ NVCC_FLAGS = ["-std=c++17", "-O3", "--fmad=false", "-lineinfo",
               "-gencode=arch=compute_90,code=sm_90"]
 
 
-def check(name, units, work):
+def compile_unit(name, source, work, flags=()):
+    """(object path, ptxas -v output) of `source`, or None where nvcc failed."""
     obj = os.path.join(work, f"{name}.o")
     res = subprocess.run(
-        [NVCC, *NVCC_FLAGS, "-Xptxas", "-v", f"-I{work}", f"-I{gpuq_codegen.CSRC}", "-c",
-         units[name], "-o", obj],
+        [NVCC, *NVCC_FLAGS, *flags, "-Xptxas", "-v", f"-I{work}", f"-I{gpuq_codegen.CSRC}", "-c",
+         source, "-o", obj],
         capture_output=True, text=True)
     if res.returncode:
         print(f"{name}: nvcc failed\n{res.stderr[-2000:]}")
-        return False
+        return None
+    return obj, res.stderr
+
+
+def kernel_registers(ptxas_log):
+    """[[template arguments, registers, spill bytes]] of the GEMM kernels in a ptxas -v log."""
     kernels, current = [], None
-    for line in res.stderr.splitlines():  # ptxas -v: name, then spills, then registers
+    for line in ptxas_log.splitlines():  # ptxas -v: name, then spills, then registers
         m = re.search(r"entry function '_ZN4gpuq\d+cuda_target10qmm_kernel"
                       r"INS0_\d+Fmt\w+?E(\w+?)EEEvNS_", line)
         if m:
@@ -83,13 +96,29 @@ def check(name, units, work):
             current[1] = int(re.search(r"Used (\d+) registers", line).group(1))
             kernels.append(current)
             current = None
+    return kernels
+
+
+def loop_cost(name, body):
+    """(loop instructions, values per lane, Counter) of the gate/up kernel's K loop in `body`:
+    the values from its HMMA count (per 32-value chunk 2 for each of its 2 weight row groups,
+    plus 2 for the activation sums where the format needs them)."""
+    n, ops = loop_histogram(body.splitlines())
+    per_chunk = 4 + (0 if name in NO_SUMS else 2)
+    return n, ops["HMMA"] // per_chunk * 2 * 16, ops
+
+
+def check(name, units, work):
+    built = compile_unit(name, units[name], work)
+    if built is None:
+        return False
+    obj, log = built
+    kernels = kernel_registers(log)
     regs = ", ".join(f"{k}: {r}" + (f" (spills {sp} B)" if sp else "") for k, r, sp in kernels)
     sass = subprocess.run([cuobjdump(), "-sass", obj], capture_output=True, text=True).stdout
     func = re.split(r"\n\s*Function : ", sass)
     body = next((f for f in func if SMALL_T_KERNEL in f.split("\n", 1)[0]), "")
-    n, ops = loop_histogram(body.splitlines())
-    per_chunk = 4 + (0 if name in NO_SUMS else 2)  # HMMA per chunk: 2 groups x 2, + sums
-    values = ops["HMMA"] // per_chunk * 2 * 16  # chunks x 2 groups x 2 rows x 8 values
+    n, values, ops = loop_cost(name, body)
     print(f"{name:7s} small-T loop: {n} instructions, {values} values per lane: "
           f"{n / max(values, 1):.2f} per value; {dict(ops.most_common(8))}")
     print(f"        {regs}")
@@ -104,9 +133,59 @@ def check(name, units, work):
     return True
 
 
+SMALL_T_UNIT = """#include "gpuq/gpuq_kernel.h"
+namespace gpuq {{
+inline namespace GPUQ_TARGET {{
+template __global__ void qmm_kernel<Fmt{name}, true, 1, true, false, false>(const GemmParams);
+template __global__ void qmm_kernel<Fmt{name}, true, 1, true, false, true>(const GemmParams);
+template __global__ void qmm_kernel<Fmt{name}, true, 1, false, false, false>(const GemmParams);
+template __global__ void qmm_kernel<Fmt{name}, true, 1, false, false, true>(const GemmParams);
+}}
+}}
+"""
+
+
+def small_t(names, work):
+    """The small-T kernels of `names`, both K loops: one markdown row per format and loop."""
+    gpuq_codegen.generate(work, targets=())  # gpuq_tables.inc
+    print("| format | loop | gate/up regs (spill B) | down regs (spill B) | loop instr | "
+          "instr / value | most frequent |")
+    print("|---|---|---:|---:|---:|---:|---|")
+    ok = True
+    for name in names:
+        source = os.path.join(work, f"small_t_{name}.cu")
+        with open(source, "w") as f:
+            f.write(SMALL_T_UNIT.format(name=name))
+        built = compile_unit(f"small_t_{name}", source, work)
+        if built is None:
+            ok = False
+            continue
+        obj, log = built
+        regs = {args: (r, sp) for args, r, sp in kernel_registers(log)}
+        sass = subprocess.run([cuobjdump(), "-sass", obj], capture_output=True, text=True).stdout
+        func = re.split(r"\n\s*Function : ", sass)
+        for loop, tag in LOOPS.items():
+            def cell(swiglu):
+                key = next(k for k in regs if k.endswith(f"Li1ELb{swiglu}ELb0E{tag[:-1]}"))
+                r, sp = regs[key]
+                return f"{r} ({sp})"
+            body = next(f for f in func
+                        if f"Li1ELb1ELb0E{tag}" in f.split("\n", 1)[0] and "qmm" in
+                        f.split("\n", 1)[0])
+            n, values, ops = loop_cost(name, body)
+            top = ", ".join(f"{k} {v}" for k, v in ops.most_common(5))
+            print(f"| {name} | {loop} | {cell(1)} | {cell(0)} | {n} | "
+                  f"{n / max(values, 1):.2f} | {top} |")
+    return ok
+
+
 def main(argv):
+    quick = "--small-t" in argv
+    argv = [a for a in argv if a != "--small-t"]
     names = argv or gpuq_codegen.formats()
     with tempfile.TemporaryDirectory() as work:
+        if quick:
+            return 0 if small_t(names, work) else 1
         units = {os.path.basename(p)[len("fmt_"):-len(".cu")]: p
                  for p in gpuq_codegen.generate(work, targets=("cuda",))
                  if os.path.basename(p).startswith("fmt_")}
