@@ -41,6 +41,14 @@ def rel_err(got, want):
     return float((got - want).norm() / want.norm().clamp_min(1e-300))
 
 
+def close_failures(what, got, want, tol):
+    """[] where got is finite and within tol of want (relative Frobenius error), else why not."""
+    if not torch.isfinite(got).all():
+        return [f"{what}: non-finite values (unwritten elements?)"]
+    err = rel_err(got, want)
+    return [f"{what}: rel err {err:.2e} > {tol:.0e}"] if err > tol else []
+
+
 def _act(activation, g):
     return reference.ACTIVATIONS[activation](g)
 
@@ -82,12 +90,9 @@ def run_gemm_case(name, device, dtype, *, activation_quant="none", activation="s
 
     def check(what, got, want):
         got = got.cpu()
+        failures.extend(close_failures(f"{tag} {what}", got, want, tol))
         if not torch.isfinite(got).all():
-            failures.append(f"{tag} {what}: non-finite values (unwritten elements?)")
-            return
-        err = rel_err(got, want)
-        if err > tol:
-            failures.append(f"{tag} {what}: rel err {err:.2e} > {tol:.0e}")
+            return None
         if unused.any() and not (got[unused] == 0).all():
             failures.append(f"{tag} {what}: rows of unused tiles are not zero")
         return got
@@ -189,12 +194,6 @@ def run_loops_case(name, device, dtype, blocks, activation_quant, tm, T=13, E=3,
     want_dn = _exact_mm(q8_activations(h_in.float()) if activation_quant == "q8"
                         else h_in.double(), wd, name, I, plan.tile_expert, tm)
     tol = SCALED_TOL if scaled_path(dtype, activation_quant, tm) else REL_TOL[dtype]
-    for what, got, want in (("gate_up", outs["pipelined"][0], want_gu),
-                            ("down", outs["pipelined"][1], want_dn)):
-        if not torch.isfinite(got).all():
-            failures.append(f"{tag} {what}: non-finite values (unwritten elements?)")
-            continue
-        err = rel_err(got, want)
-        if err > tol:
-            failures.append(f"{tag} {what}: rel err {err:.2e} > {tol:.0e}")
+    failures += close_failures(f"{tag} gate_up", outs["pipelined"][0], want_gu, tol)
+    failures += close_failures(f"{tag} down", outs["pipelined"][1], want_dn, tol)
     return failures

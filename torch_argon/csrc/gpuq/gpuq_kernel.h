@@ -178,13 +178,17 @@ struct WarpK {
   const float* drow[NT][2];  // q8: the scale rows of token slots nt * 8 + 2t (+ 1), or null
   int t;
 
-  // The chunk `ch` of block `blk` along the row.
+  // The chunk `ch` of block `blk` along the row: the weights' words and the activations.
   GQ_DEV void load(Raw& r, int blk, int ch) const {
 GQ_UNROLL
     for (int gi = 0; gi < G; ++gi)
 GQ_UNROLL
       for (int h = 0; h < 2; ++h)
         F::load(wrow[gi][h] + static_cast<int64_t>(blk) * F::BB, ch, t, r.w[gi][h]);
+    load_x(r, blk, ch);
+  }
+
+  GQ_DEV void load_x(Raw& r, int blk, int ch) const {
     const int k0 = blk * F::BE + 32 * ch;  // the chunk's first value along the row
 GQ_UNROLL
     for (int nt = 0; nt < NT; ++nt) {
@@ -205,7 +209,12 @@ GQ_UNROLL
     }
   }
 
-  GQ_DEV void step(const Raw& r, int ch, float (&acc)[G][NT][4], const uint32_t* table) const {
+  // The chunk's MMAs. LOADED: r holds the chunk's weight words (the pipelined loop); else each
+  // row's words are loaded here, row group by row group, after the activation sums (the plain
+  // loop: the order its code was tuned in).
+  template <bool LOADED>
+  GQ_DEV void step(const Raw& r, int blk, int ch, float (&acc)[G][NT][4],
+                   const uint32_t* table) const {
     // q8: every int32 partial starts at the magic, so that its bits are a float
     const int32_t c0[4] = {int32_t(kMagicPartial), int32_t(kMagicPartial), int32_t(kMagicPartial),
                            int32_t(kMagicPartial)};
@@ -275,7 +284,9 @@ GQ_UNROLL
       float s[2][GROUPS], m[2][GROUPS], z[2][GROUPS];
 GQ_UNROLL
       for (int h = 0; h < 2; ++h) {
-        F::decode(r.w[gi][h], ch, t, wq[h], s[h], m[h], table);
+        if (LOADED) F::decode(r.w[gi][h], ch, t, wq[h], s[h], m[h], table);
+        else F::chunk(wrow[gi][h] + static_cast<int64_t>(blk) * F::BB, ch, t, wq[h], s[h], m[h],
+                      table);
 GQ_UNROLL
         for (int gr = 0; gr < GROUPS; ++gr) z[h][gr] = -fmaf(s[h][gr], float(BIAS), m[h][gr]);
       }
@@ -381,8 +392,8 @@ GQ_UNROLL
 GQ_UNROLL
       for (int ch = 0; ch < SUBS; ++ch) {
         Raw r;
-        load(r, blk, ch);
-        step(r, ch, acc, table);
+        load_x(r, blk, ch);
+        step<false>(r, blk, ch, acc, table);
       }
     }
   }
@@ -407,7 +418,7 @@ GQ_UNROLL
     for (int j = 0; j < U; ++j) {
       if (TAIL && BLOCKS > 1 && b0 + j / SUBS > last) break;  // warp-uniform
       const int ahead = b0 + (j + DEPTH) / SUBS;
-      step(ring[j % DEPTH], j % SUBS, acc, table);
+      step<true>(ring[j % DEPTH], b0 + j / SUBS, j % SUBS, acc, table);
       // into the slot just decoded (its registers free again; the scheduler still issues these
       // loads ahead of this chunk's MMAs)
       load(ring[j % DEPTH], TAIL && ahead > last ? last : ahead, (j + DEPTH) % SUBS);
