@@ -41,6 +41,14 @@ def rel_err(got, want):
     return float((got - want).norm() / want.norm().clamp_min(1e-300))
 
 
+def close_failures(what, got, want, tol):
+    """[] where got is finite and within tol of want (relative Frobenius error), else why not."""
+    if not torch.isfinite(got).all():
+        return [f"{what}: non-finite values (unwritten elements?)"]
+    err = rel_err(got, want)
+    return [f"{what}: rel err {err:.2e} > {tol:.0e}"] if err > tol else []
+
+
 def _act(activation, g):
     return reference.ACTIVATIONS[activation](g)
 
@@ -84,12 +92,9 @@ def run_gemm_case(name, device, dtype, *, activation_quant="none", activation="s
 
     def check(what, got, want):
         got = got.cpu()
+        failures.extend(close_failures(f"{tag} {what}", got, want, tol))
         if not torch.isfinite(got).all():
-            failures.append(f"{tag} {what}: non-finite values (unwritten elements?)")
-            return
-        err = rel_err(got, want)
-        if err > tol:
-            failures.append(f"{tag} {what}: rel err {err:.2e} > {tol:.0e}")
+            return None
         if unused.any() and not (got[unused] == 0).all():
             failures.append(f"{tag} {what}: rows of unused tiles are not zero")
         return got
@@ -137,3 +142,60 @@ def run_unused_kept_case(device, name="Q4_K", dtype=torch.bfloat16):
     gpuq.qmm(x.to(d), wgu.to(d), name, H, tile_expert, 8, meta=meta, row_token=row_token,
              swiglu=True, zero_unused=False, out=out)
     return [] if (out.cpu() == 7.0).all() else ["unused tiles' rows were written"]
+
+
+def run_loops_case(name, device, dtype, blocks, activation_quant, tm, T=13, E=3, K=2):
+    """The gate/up GEMM (gathered, activation epilogue) over rows of blocks[0] blocks and the
+    down GEMM over rows of blocks[1] blocks, into NaN-prefilled outs, with each K loop
+    (ARGON_GPUQ_LOOP): the pipelined loop's outputs bit for bit the plain loop's, and within
+    the tolerance of the float64 reference."""
+    import os
+    from torch_argon.quant import dequantize_reference
+    be = FORMATS[name].block_elems
+    H, I = blocks[0] * be, blocks[1] * be
+    g = torch.Generator().manual_seed(7 + NAMES.index(name) + 100 * blocks[0])
+    x = (torch.randn(T, H, generator=g) * 0.7).to(dtype)
+    wgu = random_quantized(name, 2 * 24, H, leading=(E,), std=0.05, generator=g)
+    wd = random_quantized(name, 40, I, leading=(E,), std=0.05, generator=g)
+    ids, w = make_ids(T, K, E, "neg_some", seed=blocks[1]), make_weights(T, K, seed=1)
+    plan = reference.moe_plan(ids, w, E, tm)
+    R = plan.sorted_token.shape[0]
+    h_in = (torch.randn(R, I, generator=g) * 0.5).to(dtype)
+    d = torch.device(device)
+    dev_plan = plan.to(d)
+    tag = f"{name} {str(dtype)[6:]} {activation_quant} tm={tm} blocks={blocks}"
+    outs = {}
+    previous = os.environ.get("ARGON_GPUQ_LOOP")
+    try:
+        for loop in ("plain", "pipelined"):
+            os.environ["ARGON_GPUQ_LOOP"] = loop
+            gu = torch.full((R, 24), float("nan"), dtype=dtype, device=d)
+            gpuq.qmm(x.to(d), wgu.to(d), name, H, dev_plan.tile_expert, tm, meta=dev_plan.meta,
+                     row_token=dev_plan.sorted_token, swiglu=True,
+                     activation_quant=activation_quant, out=gu)
+            dn = torch.full((R, 40), float("nan"), dtype=dtype, device=d)
+            gpuq.qmm(h_in.to(d), wd.to(d), name, I, dev_plan.tile_expert, tm,
+                     activation_quant=activation_quant, out=dn)
+            outs[loop] = (gu.cpu(), dn.cpu())
+    finally:
+        if previous is None:
+            os.environ.pop("ARGON_GPUQ_LOOP", None)
+        else:
+            os.environ["ARGON_GPUQ_LOOP"] = previous
+    failures = []
+    for what, plain, piped in zip(("gate_up", "down"), outs["plain"], outs["pipelined"]):
+        if not torch.equal(plain.view(torch.int16), piped.view(torch.int16)):
+            bad = (plain.view(torch.int16) != piped.view(torch.int16)).nonzero()
+            failures.append(f"{tag} {what}: pipelined differs from plain at {bad.numel() // 2} "
+                            f"values, first {bad[0].tolist()}")
+    # the reference for the pipelined outputs
+    xs = reference.moe_gather(x, plan.sorted_token)
+    a = q8_activations(xs.float()) if activation_quant == "q8" else xs.double()
+    gu64 = _exact_mm(a, wgu, name, H, plan.tile_expert, tm)
+    want_gu = _act("silu", gu64[:, :24]) * gu64[:, 24:]
+    want_dn = _exact_mm(q8_activations(h_in.float()) if activation_quant == "q8"
+                        else h_in.double(), wd, name, I, plan.tile_expert, tm)
+    tol = SCALED_TOL if scaled_path(dtype, activation_quant, tm) else REL_TOL[dtype]
+    failures += close_failures(f"{tag} gate_up", outs["pipelined"][0], want_gu, tol)
+    failures += close_failures(f"{tag} down", outs["pipelined"][1], want_dn, tol)
+    return failures

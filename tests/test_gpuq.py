@@ -4,11 +4,13 @@ outputs, tile sizes from 1 to 64 rows, against the float64 references (tests/gpu
 decode bit for bit against dequantize_reference rounded to bf16 / fp16. On the CPU the kernels
 run through the host emulation (each lane a fiber, each mma.sync a warp exchange computed from
 the PTX fragment layouts), built into torch_argon._C_test, so CI checks their logic without a
-GPU; on a CUDA device, the kernels themselves."""
+GPU; on a CUDA device, the kernels themselves. The GEMM cases run both K loops (gpuq_kernel.h:
+the plain one and the pipelined one, chosen by ARGON_GPUQ_LOOP; on CUDA the pipelined one needs a
+lab build, GPUQ_LAB_LOOPS=1)."""
 import pytest
 import torch
 
-from gpuq_cases import NAMES, rel_err, run_gemm_case, run_unused_kept_case
+from gpuq_cases import NAMES, rel_err, run_gemm_case, run_loops_case, run_unused_kept_case
 from torch_argon.gpuq import ops as gpuq
 from torch_argon.quant import FORMATS, dequantize_reference, random_quantized
 from torch_argon.quant.activation_q8 import quantize_rows_q8
@@ -27,23 +29,33 @@ def assert_ok(failures):
     assert not failures, "\n".join(failures)
 
 
+LOOPS = ["plain", "pipelined"]
+
+
+@pytest.fixture(params=LOOPS)
+def loop(request, monkeypatch):
+    """The K loop the gpuq GEMMs run in this test (ARGON_GPUQ_LOOP, read at each call)."""
+    monkeypatch.setenv("ARGON_GPUQ_LOOP", request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("activation_quant", ["none", "q8"])
-def test_every_format_bf16(device, name, activation_quant):
+def test_every_format_bf16(device, name, activation_quant, loop):
     assert_ok(run_gemm_case(name, device, torch.bfloat16, activation_quant=activation_quant))
 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", NAMES)
-def test_every_format_scaled_path(device, name):
+def test_every_format_scaled_path(device, name, loop):
     """32-row tiles in bf16: the scaled path (weights rounded to bf16, no group epilogue)."""
     assert_ok(run_gemm_case(name, device, torch.bfloat16, tm=32, T=40, E=2))
 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", ["Q4_K", "Q8_0", "IQ4_XS", "IQ2_XS", "Q6_K", "MXFP4"])
-def test_fp16_activations(device, name):
+def test_fp16_activations(device, name, loop):
     assert_ok(run_gemm_case(name, device, torch.float16, tm=16, T=20))
 
 
@@ -51,7 +63,7 @@ def test_fp16_activations(device, name):
 @pytest.mark.parametrize("activation", ["gelu", "gelu_tanh"])
 @pytest.mark.parametrize("name,activation_quant", [("Q4_K", "none"), ("IQ4_XS", "q8"),
                                                    ("Q6_K", "none")])
-def test_gelu_epilogues(device, activation, name, activation_quant):
+def test_gelu_epilogues(device, activation, name, activation_quant, loop):
     assert_ok(run_gemm_case(name, device, torch.bfloat16, activation=activation,
                             activation_quant=activation_quant))
 
@@ -59,20 +71,48 @@ def test_gelu_epilogues(device, activation, name, activation_quant):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("tm,T", [(1, 5), (4, 9), (16, 24), (32, 40), (64, 70)])
 @pytest.mark.parametrize("activation_quant", ["none", "q8"])
-def test_tile_sizes(device, tm, T, activation_quant):
+def test_tile_sizes(device, tm, T, activation_quant, loop):
     assert_ok(run_gemm_case("Q4_K", device, torch.bfloat16, tm=tm, T=T, E=2,
                             activation_quant=activation_quant, dist="uniform"))
 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dist", ["neg_all", "one_expert", "zipf"])
-def test_adversarial_routing(device, dist):
+def test_adversarial_routing(device, dist, loop):
     assert_ok(run_gemm_case("Q5_K", device, torch.bfloat16, T=16, E=4, K=3, dist=dist))
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_unused_tiles_left_alone(device):
+def test_unused_tiles_left_alone(device, loop):
     assert_ok(run_unused_kept_case(device))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", NAMES)
+def test_pipelined_loop_is_the_plain_loop_bit_for_bit(device, name):
+    """The pipelined K loop's tail: rows of 1 block and of odd block counts (the 32-value
+    formats' iterations cover 2 blocks; the loads past the row's end re-read its last block),
+    gate/up and down forms, both activation modes, bf16 exact and 32-row scaled tiles and fp16:
+    the same products in the same order as the plain loop, so the same bits, and within the
+    reference's tolerance (a NaN-prefilled out, -1 ids)."""
+    failures = []
+    for blocks in ((1, 3), (5, 7)):
+        for dtype, activation_quant, tm in ((torch.bfloat16, "none", 8), (torch.float16, "none", 16),
+                                            (torch.bfloat16, "q8", 8),
+                                            (torch.bfloat16, "none", 32)):
+            failures += run_loops_case(name, device, dtype, blocks, activation_quant, tm)
+    assert_ok(failures)
+
+
+def test_loop_knob_errors(monkeypatch):
+    """A K loop that is neither: a ValueError naming the variable, before anything is written."""
+    x, wgu, _, plan, qtype = _small_problem()
+    out = torch.full((plan.tile_expert.shape[0] * 8, wgu.shape[1] // 2), 7.0, dtype=x.dtype)
+    monkeypatch.setenv("ARGON_GPUQ_LOOP", "unrolled")
+    with pytest.raises(ValueError, match='ARGON_GPUQ_LOOP must be "plain" or "pipelined"'):
+        gpuq.qmm(x, wgu, qtype, x.shape[1], plan.tile_expert, 8, meta=plan.meta,
+                 row_token=plan.sorted_token, swiglu=True, out=out)
+    assert (out == 7.0).all()
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -4,6 +4,11 @@ its nvcc flags and -Xptxas -v, and the cuobjdump that Triton's package carries.
 
     python tools/gpuq_sass_check.py                   # every format
     python tools/gpuq_sass_check.py Q4_K IQ4_XS       # some
+    python tools/gpuq_sass_check.py --small-t Q4_K    # the small-T kernels only, both K loops
+
+--small-t compiles only the 8-token kernels (bf16, exact path; gate/up and down) with the plain
+and the pipelined K loop (gpuq_kernel.h), a few seconds a format instead of a unit's minutes, and
+prints a markdown table: registers and spills of each, the gate/up loop's instructions per value.
 
 For each format it prints every kernel's registers and spill bytes, the instructions of the decode
 kernel per value (straight-line code: one thread, one 32-value chunk), and for the exact-path
@@ -33,10 +38,16 @@ from build_tools import gpuq_codegen  # noqa: E402
 
 # Formats whose bf16 exact path needs no activation sums (signed codes, no min: csrc/gpuq).
 NO_SUMS = {"Q8_0", "IQ4_NL", "IQ4_XS"}
-SMALL_T_KERNEL = "Lb1ELi1ELb1ELb0E"  # <F, BF16=true, NT=1, SWIGLU=true, Q8=false>
+# <F, BF16=true, NT=1, SWIGLU=true, Q8=false, PIPELINED=false>: the small-T kernel users run
+SMALL_T_KERNEL = "Lb1ELi1ELb1ELb0ELb0E"
+LOOPS = {"plain": "Lb0E", "pipelined": "Lb1E"}
 DECODE_KERNEL = "Lb1ELb1E"  # decode_kernel<F, BF16=true, VEC=true>
 TILED_KERNEL = "Lb1ELb1ELi128E"  # tiled_qmm_kernel<F, BF16=true, SWIGLU=true, BM=128>
 TILED_HMMA_PER_STEP, TILED_VALUES_PER_THREAD, TILED_BM = 32, 16, 128  # per 32-value step
+# ptxas -v's entry names of the two GEMM kernel templates; group 1: the template arguments
+QMM_ENTRY = r"entry function '_ZN4gpuq\d+cuda_target10qmm_kernelINS0_\d+Fmt\w+?E(\w+?)EEEvNS_"
+TILED_ENTRY = (r"entry function '_ZN4gpuq\d+cuda_target16tiled_qmm_kernel"
+               r"INS0_\d+Fmt\w+?E(\w+?)EEvNS_")
 
 
 def cuobjdump():
@@ -70,19 +81,25 @@ NVCC_FLAGS = ["-std=c++17", "-O3", "--fmad=false", "-lineinfo",
               "-gencode=arch=compute_90,code=sm_90"]
 
 
-def compile_unit(unit, work, kernel_pattern):
-    """(object path, [[variant, registers, spill bytes]] of the kernels matching
-    kernel_pattern (a regex whose group 1 is the variant's mangled tail)), or (None, stderr)."""
-    obj = os.path.join(work, os.path.basename(unit) + ".o")
+def compile_unit(name, source, work, flags=()):
+    """(object path, ptxas -v output) of `source`, or None where nvcc failed."""
+    obj = os.path.join(work, f"{name}.o")
     res = subprocess.run(
-        [NVCC, *NVCC_FLAGS, "-Xptxas", "-v", f"-I{work}", f"-I{gpuq_codegen.CSRC}", "-c",
-         unit, "-o", obj],
+        [NVCC, *NVCC_FLAGS, *flags, "-Xptxas", "-v", f"-I{work}", f"-I{gpuq_codegen.CSRC}", "-c",
+         source, "-o", obj],
         capture_output=True, text=True)
     if res.returncode:
-        return None, res.stderr[-2000:]
+        print(f"{name}: nvcc failed\n{res.stderr[-2000:]}")
+        return None
+    return obj, res.stderr
+
+
+def kernel_registers(ptxas_log, entry=QMM_ENTRY):
+    """[[template arguments, registers, spill bytes]] of the kernels whose ptxas -v entry line
+    matches `entry` (gpuq's GEMMs by default)."""
     kernels, current = [], None
-    for line in res.stderr.splitlines():  # ptxas -v: name, then spills, then registers
-        m = re.search(kernel_pattern, line)
+    for line in ptxas_log.splitlines():  # ptxas -v: name, then spills, then registers
+        m = re.search(entry, line)
         if m:
             current = [m.group(1), 0, 0]
         elif current and "spill stores" in line:
@@ -91,7 +108,16 @@ def compile_unit(unit, work, kernel_pattern):
             current[1] = int(re.search(r"Used (\d+) registers", line).group(1))
             kernels.append(current)
             current = None
-    return obj, kernels
+    return kernels
+
+
+def loop_cost(name, body):
+    """(loop instructions, values per lane, Counter) of the gate/up kernel's K loop in `body`:
+    the values from its HMMA count (per 32-value chunk 2 for each of its 2 weight row groups,
+    plus 2 for the activation sums where the format needs them)."""
+    n, ops = loop_histogram(body.splitlines())
+    per_chunk = 4 + (0 if name in NO_SUMS else 2)
+    return n, ops["HMMA"] // per_chunk * 2 * 16, ops
 
 
 def registers_line(kernels):
@@ -104,18 +130,14 @@ def sass_functions(obj):
 
 
 def check(name, units, work):
-    obj, kernels = compile_unit(units[name], work,
-                                r"entry function '_ZN4gpuq\d+cuda_target10qmm_kernel"
-                                r"INS0_\d+Fmt\w+?E(\w+?)EEEvNS_")
-    if obj is None:
-        print(f"{name}: nvcc failed\n{kernels}")
+    built = compile_unit(name, units[name], work)
+    if built is None:
         return False
-    regs = registers_line(kernels)
+    obj, log = built
+    regs = registers_line(kernel_registers(log))
     func = sass_functions(obj)
     body = next((f for f in func if SMALL_T_KERNEL in f.split("\n", 1)[0]), "")
-    n, ops = loop_histogram(body.splitlines())
-    per_chunk = 4 + (0 if name in NO_SUMS else 2)  # HMMA per chunk: 2 groups x 2, + sums
-    values = ops["HMMA"] // per_chunk * 2 * 16  # chunks x 2 groups x 2 rows x 8 values
+    n, values, ops = loop_cost(name, body)
     print(f"{name:7s} small-T loop: {n} instructions, {values} values per lane: "
           f"{n / max(values, 1):.2f} per value; {dict(ops.most_common(8))}")
     print(f"        {regs}")
@@ -131,12 +153,11 @@ def check(name, units, work):
 
 
 def check_tiled(name, units, work):
-    obj, kernels = compile_unit(units[f"tiled_{name}"], work,
-                                r"entry function '_ZN4gpuq\d+cuda_target16tiled_qmm_kernel"
-                                r"INS0_\d+Fmt\w+?E(\w+?)EEvNS_")
-    if obj is None:
-        print(f"tiled_{name}: nvcc failed\n{kernels}")
+    built = compile_unit(f"tiled_{name}", units[f"tiled_{name}"], work)
+    if built is None:
         return False
+    obj, log = built
+    kernels = kernel_registers(log, TILED_ENTRY)
     body = next((f for f in sass_functions(obj) if TILED_KERNEL in f.split("\n", 1)[0]), "")
     n, ops = loop_histogram(body.splitlines())
     steps = max(ops["HMMA"] // TILED_HMMA_PER_STEP, 1)
@@ -149,9 +170,59 @@ def check_tiled(name, units, work):
     return True
 
 
+SMALL_T_UNIT = """#include "gpuq/gpuq_kernel.h"
+namespace gpuq {{
+inline namespace GPUQ_TARGET {{
+template __global__ void qmm_kernel<Fmt{name}, true, 1, true, false, false>(const GemmParams);
+template __global__ void qmm_kernel<Fmt{name}, true, 1, true, false, true>(const GemmParams);
+template __global__ void qmm_kernel<Fmt{name}, true, 1, false, false, false>(const GemmParams);
+template __global__ void qmm_kernel<Fmt{name}, true, 1, false, false, true>(const GemmParams);
+}}
+}}
+"""
+
+
+def small_t(names, work):
+    """The small-T kernels of `names`, both K loops: one markdown row per format and loop."""
+    gpuq_codegen.generate(work, targets=())  # gpuq_tables.inc
+    print("| format | loop | gate/up regs (spill B) | down regs (spill B) | loop instr | "
+          "instr / value | most frequent |")
+    print("|---|---|---:|---:|---:|---:|---|")
+    ok = True
+    for name in names:
+        source = os.path.join(work, f"small_t_{name}.cu")
+        with open(source, "w") as f:
+            f.write(SMALL_T_UNIT.format(name=name))
+        built = compile_unit(f"small_t_{name}", source, work)
+        if built is None:
+            ok = False
+            continue
+        obj, log = built
+        regs = {args: (r, sp) for args, r, sp in kernel_registers(log)}
+        sass = subprocess.run([cuobjdump(), "-sass", obj], capture_output=True, text=True).stdout
+        func = re.split(r"\n\s*Function : ", sass)
+        for loop, tag in LOOPS.items():
+            def cell(swiglu):
+                key = next(k for k in regs if k.endswith(f"Li1ELb{swiglu}ELb0E{tag[:-1]}"))
+                r, sp = regs[key]
+                return f"{r} ({sp})"
+            body = next(f for f in func
+                        if f"Li1ELb1ELb0E{tag}" in f.split("\n", 1)[0] and "qmm" in
+                        f.split("\n", 1)[0])
+            n, values, ops = loop_cost(name, body)
+            top = ", ".join(f"{k} {v}" for k, v in ops.most_common(5))
+            print(f"| {name} | {loop} | {cell(1)} | {cell(0)} | {n} | "
+                  f"{n / max(values, 1):.2f} | {top} |")
+    return ok
+
+
 def main(argv):
+    quick = "--small-t" in argv
+    argv = [a for a in argv if a != "--small-t"]
     names = argv or gpuq_codegen.formats()
     with tempfile.TemporaryDirectory() as work:
+        if quick:
+            return 0 if small_t(names, work) else 1
         units = {}
         for p in gpuq_codegen.generate(work, targets=("cuda",)):
             base = os.path.basename(p)[:-len(".cu")]

@@ -30,6 +30,15 @@ ARGON_QUANT_FORMATS(GPUQ_CHECK_BLOCK)
 
 constexpr int64_t kMaxGridY = 65535;
 
+// The pipelined K loop is built where it can be tested or measured: always in the emulation,
+// in the GPU build only with GPUQ_LAB_LOOPS=1 (until a device run measures it, the plain loop
+// is the only one a user's build compiles: one instantiation per variant, not two).
+#if !defined(__CUDACC__) || (defined(GPUQ_LAB_LOOPS) && GPUQ_LAB_LOOPS)
+constexpr bool kHasPipelinedLoop = true;
+#else
+constexpr bool kHasPipelinedLoop = false;
+#endif
+
 int report(char* err, int err_len, const char* what) {
   if (err && err_len > 0) std::snprintf(err, err_len, "%s", what);
   return 1;
@@ -42,7 +51,7 @@ int check_launch(char* err, int err_len) {
 }
 #endif
 
-template <bool BF16, int NT, bool SWIGLU, bool Q8>
+template <bool BF16, int NT, bool SWIGLU, bool Q8, bool PIPELINED>
 int run(const GemmParams& p, void* stream, char* err, int err_len) {
   constexpr int WN = SWIGLU ? 1 : 2;
   const int cols_per_block = kWarps * 16 * WN;
@@ -55,13 +64,13 @@ int run(const GemmParams& p, void* stream, char* err, int err_len) {
     part.row_group0 = static_cast<int32_t>(first);
     const int gy = static_cast<int>(groups - first < kMaxGridY ? groups - first : kMaxGridY);
 #if defined(__CUDACC__)
-    qmm_kernel<Format, BF16, NT, SWIGLU, Q8>
+    qmm_kernel<Format, BF16, NT, SWIGLU, Q8, PIPELINED>
         <<<dim3(gx, gy), kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(part);
     if (check_launch(err, err_len)) return 1;
 #else
     (void)stream;
     const std::string e = host::launch(gx, gy, kWarps * 32, [&part] {
-      qmm_kernel<Format, BF16, NT, SWIGLU, Q8>(part);
+      qmm_kernel<Format, BF16, NT, SWIGLU, Q8, PIPELINED>(part);
     });
     if (!e.empty()) return report(err, err_len, e.c_str());
 #endif
@@ -69,13 +78,24 @@ int run(const GemmParams& p, void* stream, char* err, int err_len) {
   return 0;
 }
 
-template <bool BF16, bool SWIGLU, bool Q8>
+template <bool BF16, bool SWIGLU, bool Q8, bool PIPELINED>
 int run_nt(const GemmParams& p, int nt, void* stream, char* err, int err_len) {
   switch (nt) {
-    case 1: return run<BF16, 1, SWIGLU, Q8>(p, stream, err, err_len);
-    case 2: return run<BF16, 2, SWIGLU, Q8>(p, stream, err, err_len);
-    case 4: return run<BF16, 4, SWIGLU, Q8>(p, stream, err, err_len);
+    case 1: return run<BF16, 1, SWIGLU, Q8, PIPELINED>(p, stream, err, err_len);
+    case 2: return run<BF16, 2, SWIGLU, Q8, PIPELINED>(p, stream, err, err_len);
+    case 4: return run<BF16, 4, SWIGLU, Q8, PIPELINED>(p, stream, err, err_len);
     default: return report(err, err_len, "gpuq: token blocks per warp must be 1, 2 or 4");
+  }
+}
+
+template <bool BF16, bool SWIGLU, bool Q8>
+int run_loop(const GemmParams& p, const GemmVariant& v, void* stream, char* err, int err_len) {
+  if (!v.pipelined) return run_nt<BF16, SWIGLU, Q8, false>(p, v.token_blocks, stream, err, err_len);
+  if constexpr (kHasPipelinedLoop) {
+    return run_nt<BF16, SWIGLU, Q8, true>(p, v.token_blocks, stream, err, err_len);
+  } else {
+    return report(err, err_len, "gpuq: this build has no pipelined K loop (a lab build has it: "
+                  "NVCC_APPEND_FLAGS=-DGPUQ_LAB_LOOPS=1)");
   }
 }
 
@@ -83,17 +103,16 @@ int run_nt(const GemmParams& p, int nt, void* stream, char* err, int err_len) {
 
 int GPUQ_CAT(gemm_, GPUQ_FORMAT_NAME)(const GemmParams& p, const GemmVariant& v, void* stream,
                                       char* err, int err_len) {
-  const int nt = v.token_blocks;
   if (v.q8) {  // the MMA is int8 either way: one instantiation, out's type chosen at the store
-    return v.swiglu ? run_nt<true, true, true>(p, nt, stream, err, err_len)
-                    : run_nt<true, false, true>(p, nt, stream, err, err_len);
+    return v.swiglu ? run_loop<true, true, true>(p, v, stream, err, err_len)
+                    : run_loop<true, false, true>(p, v, stream, err, err_len);
   }
   if (v.bf16) {
-    return v.swiglu ? run_nt<true, true, false>(p, nt, stream, err, err_len)
-                    : run_nt<true, false, false>(p, nt, stream, err, err_len);
+    return v.swiglu ? run_loop<true, true, false>(p, v, stream, err, err_len)
+                    : run_loop<true, false, false>(p, v, stream, err, err_len);
   }
-  return v.swiglu ? run_nt<false, true, false>(p, nt, stream, err, err_len)
-                  : run_nt<false, false, false>(p, nt, stream, err, err_len);
+  return v.swiglu ? run_loop<false, true, false>(p, v, stream, err, err_len)
+                  : run_loop<false, false, false>(p, v, stream, err, err_len);
 }
 
 int GPUQ_CAT(weight_align_, GPUQ_FORMAT_NAME)() { return Format::ALIGN; }

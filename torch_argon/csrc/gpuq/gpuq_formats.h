@@ -19,6 +19,13 @@
 //
 // CODE says how the bytes are read: U7 unsigned 0..127 (OFF subtracted), S6 signed in
 // [-64, 63], S8 any int8.
+//
+// `chunk` is two steps, so that a kernel can keep the loads of later chunks in flight while it
+// decodes this one (the pipelined loop of gpuq_kernel.h): `load` fills the format's Raw with the
+// lane's words of chunk ch exactly as the loads return them (no arithmetic on a loaded value:
+// one that waited for its load would stall the warp where the load was issued), and `decode`
+// makes the codes, scales and mins from a Raw. SplitChunk gives every format its `chunk`, the
+// two steps back to back.
 #pragma once
 #include "gpuq_prims.h"
 #include "gpuq_tables.inc"  // IQ4_NL / MXFP4 levels, IQ2_XS grid and signs, IQ3_S grid
@@ -40,240 +47,355 @@ GQ_DEV uint32_t table16(uint32_t idx_bytes, const uint32_t tab[4]) {
   return byte_perm(lo, hi, 0x3210 | ((packed & 0x8888) >> 1));
 }
 
-// Byte `off` of a block (a constant once the kernel's loops are unrolled) read through the
-// aligned word (A = 4) or half-word (A = 2) that holds it: the header bytes of a block then cost
-// one load per word, shared by all the block's chunks (the loads of one address merge).
+// The aligned word (A = 4), half-word (A = 2) or byte (A = 1) of a block holding byte `off` (a
+// constant once the kernel's loops are unrolled): the header bytes of a block then cost one load
+// per word, shared by all the block's chunks (the loads of one address merge).
 template <int A>
-GQ_DEV uint32_t header_byte(const uint8_t* p, int off) {
-  if (A >= 4) return (load_u32(p + (off & ~3)) >> (8 * (off & 3))) & 0xFF;
-  if (A == 2) return (load_u16(p + (off & ~1)) >> (8 * (off & 1))) & 0xFF;
+GQ_DEV uint32_t header_word(const uint8_t* p, int off) {
+  if (A >= 4) return load_u32(p + (off & ~3));
+  if (A == 2) return load_u16(p + (off & ~1));
   return load_u8(p + off);
 }
 
-// The fp16 field at byte `off` (2-byte aligned) as a float, through the aligned word holding it.
+// Byte `off` of a block from the header_word<A> that holds it.
+template <int A>
+GQ_DEV uint32_t byte_of_word(uint32_t word, int off) {
+  if (A >= 4) return (word >> (8 * (off & 3))) & 0xFF;
+  if (A == 2) return (word >> (8 * (off & 1))) & 0xFF;
+  return word;
+}
+
+// The fp16 field at byte `off` (2-byte aligned) from the header_word<A> (A >= 2) that holds it.
+template <int A>
+GQ_DEV float half_of_word(uint32_t word, int off) {
+  return half_bits_to_float(A >= 4 ? (word >> (8 * (off & 2))) & 0xFFFF : word);
+}
+
+template <int A>
+GQ_DEV uint32_t header_byte(const uint8_t* p, int off) {
+  return byte_of_word<A>(header_word<A>(p, off), off);
+}
+
 template <int A>
 GQ_DEV float header_half(const uint8_t* p, int off) {
-  const uint32_t h = A >= 4 ? (load_u32(p + (off & ~3)) >> (8 * (off & 2))) & 0xFFFF
-                            : load_u16(p + off);
-  return half_bits_to_float(h);
+  return half_of_word<A>(header_word<A >= 4 ? 4 : 2>(p, off), off);
 }
+
+// 4 bytes at a 2-byte aligned address as its two half-words (load_halves), joined (join_halves).
+GQ_DEV void load_halves(const uint8_t* p, uint32_t h[2]) {
+  h[0] = load_u16(p);
+  h[1] = load_u16(p + 2);
+}
+GQ_DEV uint32_t join_halves(const uint32_t h[2]) { return h[0] | (h[1] << 16); }
+
+// 4 bytes at any address as its four bytes, joined.
+GQ_DEV void load_bytes4(const uint8_t* p, uint32_t b[4]) {
+  for (int i = 0; i < 4; ++i) b[i] = load_u8(p + i);
+}
+GQ_DEV uint32_t join_bytes4(const uint32_t b[4]) {
+  return b[0] | (b[1] << 8) | (b[2] << 16) | (b[3] << 24);
+}
+
+// A format's `chunk` as its `load` then its `decode` (F derives from SplitChunk<F>).
+template <class F>
+struct SplitChunk {
+  GQ_DEV static void chunk(const uint8_t* p, int ch, int t, uint32_t w[2], float* s, float* m,
+                           const uint32_t* tab) {
+    typename F::Raw r;
+    F::load(p, ch, t, r);
+    F::decode(r, ch, t, w, s, m, tab);
+  }
+};
 
 // Bit i of the 4-bit x to bit 8i: each byte of the result 0 or 1.
 GQ_DEV uint32_t spread4(uint32_t x) { return (x * 0x00204081u) & 0x01010101u; }
 
-// The 6-bit scale and min of sub-block s of a Q4_K / Q5_K block at p (12 bytes at p + 4; the
-// blocks are 4-byte aligned: three word loads a block).
-GQ_DEV void k_scale_min(const uint8_t* p, int s, uint32_t& sc, uint32_t& m) {
-  if (s < 4) {
-    sc = header_byte<4>(p, 4 + s) & 63;
-    m = header_byte<4>(p, 8 + s) & 63;
-  } else {
-    sc = (header_byte<4>(p, 8 + s) & 15) | ((header_byte<4>(p, s) >> 6) << 4);
-    m = (header_byte<4>(p, 8 + s) >> 4) | ((header_byte<4>(p, 4 + s) >> 6) << 4);
-  }
-}
-
-// Q4_K / Q5_K: the scale d * sc and min dmin * m of sub-block s of the block at p.
-GQ_DEV void k_scale_and_min(const uint8_t* p, int s, float& scale, float& min) {
+// Q4_K / Q5_K: the scale d * sc and min dmin * m of sub-block s from the block's 16-byte header
+// (h: its four words; word 0 holds d and dmin, bytes 4..15 the 6-bit scales and mins).
+GQ_DEV void k_scale_and_min(const uint32_t h[4], int s, float& scale, float& min) {
+  const auto byte = [h](int off) { return byte_of_word<4>(h[off / 4], off); };
   uint32_t sc, mn;
-  k_scale_min(p, s, sc, mn);
-  scale = header_half<4>(p, 0) * small_uint_to_float(sc);
-  min = header_half<4>(p, 2) * small_uint_to_float(mn);
+  if (s < 4) {
+    sc = byte(4 + s) & 63;
+    mn = byte(8 + s) & 63;
+  } else {
+    sc = (byte(8 + s) & 15) | ((byte(s) >> 6) << 4);
+    mn = (byte(8 + s) >> 4) | ((byte(4 + s) >> 6) << 4);
+  }
+  scale = half_of_word<4>(h[0], 0) * small_uint_to_float(sc);
+  min = half_of_word<4>(h[0], 2) * small_uint_to_float(mn);
 }
 
-struct FmtQ4_0 {
+// The header words sub-block s's scale and min need (the others are never loaded: each Raw
+// member a chunk does not read is dead code).
+GQ_DEV void k_load_header(const uint8_t* p, uint32_t h[4]) {
+  for (int i = 0; i < 4; ++i) h[i] = load_u32(p + 4 * i);
+}
+
+struct FmtQ4_0 : SplitChunk<FmtQ4_0> {
   static constexpr int BE = 32, BB = 18, ALIGN = 2, GROUPS = 1, OFF = 8;
   static constexpr CodeKind CODE = U7;
   static constexpr bool HAS_MIN = false;
   static constexpr int TABLE_WORDS = 0;
   GQ_DEV static const uint32_t* global_table() { return nullptr; }
-  GQ_DEV static void chunk(const uint8_t* p, int, int t, uint32_t w[2], float s[1], float m[1],
-                           const uint32_t*) {
-    const uint32_t q = load_u32_a2(p + 2 + 4 * t);  // byte j: value j (low), j + 16 (high)
+  struct Raw { uint32_t q[2], d; };
+  GQ_DEV static void load(const uint8_t* p, int, int t, Raw& r) {
+    load_halves(p + 2 + 4 * t, r.q);  // byte j: value j (low nibble), j + 16 (high)
+    r.d = load_u16(p);
+  }
+  GQ_DEV static void decode(const Raw& r, int, int, uint32_t w[2], float s[1], float m[1],
+                            const uint32_t*) {
+    const uint32_t q = join_halves(r.q);
     w[0] = q & 0x0F0F0F0F;
     w[1] = (q >> 4) & 0x0F0F0F0F;
-    s[0] = half_bits_to_float(load_u16(p));
+    s[0] = half_bits_to_float(r.d);
     m[0] = 0.f;
   }
 };
 
-struct FmtQ5_0 {
+struct FmtQ5_0 : SplitChunk<FmtQ5_0> {
   static constexpr int BE = 32, BB = 22, ALIGN = 2, GROUPS = 1, OFF = 16;
   static constexpr CodeKind CODE = U7;
   static constexpr bool HAS_MIN = false;
   static constexpr int TABLE_WORDS = 0;
   GQ_DEV static const uint32_t* global_table() { return nullptr; }
-  GQ_DEV static void chunk(const uint8_t* p, int, int t, uint32_t w[2], float s[1], float m[1],
-                           const uint32_t*) {
-    const uint32_t qh = load_u32_a2(p + 2);  // bit j: bit 4 of value j
-    const uint32_t q = load_u32_a2(p + 6 + 4 * t);
+  struct Raw { uint32_t qh[2], q[2], d; };
+  GQ_DEV static void load(const uint8_t* p, int, int t, Raw& r) {
+    load_halves(p + 2, r.qh);  // bit j: bit 4 of value j
+    load_halves(p + 6 + 4 * t, r.q);
+    r.d = load_u16(p);
+  }
+  GQ_DEV static void decode(const Raw& r, int, int t, uint32_t w[2], float s[1], float m[1],
+                            const uint32_t*) {
+    const uint32_t qh = join_halves(r.qh), q = join_halves(r.q);
     w[0] = (q & 0x0F0F0F0F) | (spread4((qh >> (4 * t)) & 15) << 4);
     w[1] = ((q >> 4) & 0x0F0F0F0F) | (spread4((qh >> (16 + 4 * t)) & 15) << 4);
-    s[0] = half_bits_to_float(load_u16(p));
+    s[0] = half_bits_to_float(r.d);
     m[0] = 0.f;
   }
 };
 
-struct FmtQ8_0 {
+struct FmtQ8_0 : SplitChunk<FmtQ8_0> {
   static constexpr int BE = 32, BB = 34, ALIGN = 2, GROUPS = 1, OFF = 0;
   static constexpr CodeKind CODE = S8;
   static constexpr bool HAS_MIN = false;
   static constexpr int TABLE_WORDS = 0;
   GQ_DEV static const uint32_t* global_table() { return nullptr; }
-  GQ_DEV static void chunk(const uint8_t* p, int, int t, uint32_t w[2], float s[1], float m[1],
-                           const uint32_t*) {
-    w[0] = load_u32_a2(p + 2 + 4 * t);
-    w[1] = load_u32_a2(p + 18 + 4 * t);
-    s[0] = half_bits_to_float(load_u16(p));
+  struct Raw { uint32_t q0[2], q1[2], d; };
+  GQ_DEV static void load(const uint8_t* p, int, int t, Raw& r) {
+    load_halves(p + 2 + 4 * t, r.q0);
+    load_halves(p + 18 + 4 * t, r.q1);
+    r.d = load_u16(p);
+  }
+  GQ_DEV static void decode(const Raw& r, int, int, uint32_t w[2], float s[1], float m[1],
+                            const uint32_t*) {
+    w[0] = join_halves(r.q0);
+    w[1] = join_halves(r.q1);
+    s[0] = half_bits_to_float(r.d);
     m[0] = 0.f;
   }
 };
 
-struct FmtIQ4_NL {
+struct FmtIQ4_NL : SplitChunk<FmtIQ4_NL> {
   static constexpr int BE = 32, BB = 18, ALIGN = 2, GROUPS = 1, OFF = 0;
   static constexpr CodeKind CODE = S8;
   static constexpr bool HAS_MIN = false;
   static constexpr int TABLE_WORDS = 0;
   GQ_DEV static const uint32_t* global_table() { return nullptr; }
-  GQ_DEV static void chunk(const uint8_t* p, int, int t, uint32_t w[2], float s[1], float m[1],
-                           const uint32_t*) {
-    const uint32_t q = load_u32_a2(p + 2 + 4 * t);
+  struct Raw { uint32_t q[2], d; };
+  GQ_DEV static void load(const uint8_t* p, int, int t, Raw& r) {
+    load_halves(p + 2 + 4 * t, r.q);
+    r.d = load_u16(p);
+  }
+  GQ_DEV static void decode(const Raw& r, int, int, uint32_t w[2], float s[1], float m[1],
+                            const uint32_t*) {
+    const uint32_t q = join_halves(r.q);
     w[0] = table16(q, iq4nl_words().w);
     w[1] = table16(q >> 4, iq4nl_words().w);
-    s[0] = half_bits_to_float(load_u16(p));
+    s[0] = half_bits_to_float(r.d);
     m[0] = 0.f;
   }
 };
 
-struct FmtMXFP4 {
+struct FmtMXFP4 : SplitChunk<FmtMXFP4> {
   static constexpr int BE = 32, BB = 17, ALIGN = 1, GROUPS = 1, OFF = 0;
   static constexpr CodeKind CODE = S6;  // the doubled e2m1 values: -12 .. 12
   static constexpr bool HAS_MIN = false;
   static constexpr int TABLE_WORDS = 0;
   GQ_DEV static const uint32_t* global_table() { return nullptr; }
-  GQ_DEV static void chunk(const uint8_t* p, int, int t, uint32_t w[2], float s[1], float m[1],
-                           const uint32_t*) {
-    const uint32_t q = load_u32_a1(p + 1 + 4 * t);
+  struct Raw { uint32_t q[4], e; };
+  GQ_DEV static void load(const uint8_t* p, int, int t, Raw& r) {
+    load_bytes4(p + 1 + 4 * t, r.q);
+    r.e = load_u8(p);
+  }
+  GQ_DEV static void decode(const Raw& r, int, int, uint32_t w[2], float s[1], float m[1],
+                            const uint32_t*) {
+    const uint32_t q = join_bytes4(r.q);
     w[0] = table16(q, mxfp4_words().w);
     w[1] = table16(q >> 4, mxfp4_words().w);
-    const uint32_t e = load_u8(p);  // 2^(e - 128), subnormal for e < 2
+    const uint32_t e = r.e;  // 2^(e - 128), subnormal for e < 2
     s[0] = as_float(e < 2 ? (0x00200000u << e) : ((e - 1) << 23));
     m[0] = 0.f;
   }
 };
 
-struct FmtIQ4_XS {
+struct FmtIQ4_XS : SplitChunk<FmtIQ4_XS> {
   static constexpr int BE = 256, BB = 136, ALIGN = 4, GROUPS = 1, OFF = 0;
   static constexpr CodeKind CODE = S8;
   static constexpr bool HAS_MIN = false;
   static constexpr int TABLE_WORDS = 0;
   GQ_DEV static const uint32_t* global_table() { return nullptr; }
-  GQ_DEV static void chunk(const uint8_t* p, int ch, int t, uint32_t w[2], float s[1], float m[1],
-                           const uint32_t*) {
-    const uint32_t q = load_u32(p + 8 + 16 * ch + 4 * t);
-    w[0] = table16(q, iq4nl_words().w);
-    w[1] = table16(q >> 4, iq4nl_words().w);
-    const uint32_t high = (load_u32(p) >> (16 + 2 * ch)) & 3;  // the word holds d too
-    const uint32_t low = (header_byte<4>(p, 4 + ch / 2) >> (4 * (ch % 2))) & 15;
-    s[0] = header_half<4>(p, 0) * (small_uint_to_float(low | (high << 4)) - 32.0f);
+  struct Raw { uint32_t q, h0, h1; };  // h0: d and the scales' high bits; h1: their low nibbles
+  GQ_DEV static void load(const uint8_t* p, int ch, int t, Raw& r) {
+    r.q = load_u32(p + 8 + 16 * ch + 4 * t);
+    r.h0 = load_u32(p);
+    r.h1 = header_word<4>(p, 4 + ch / 2);
+  }
+  GQ_DEV static void decode(const Raw& r, int ch, int, uint32_t w[2], float s[1], float m[1],
+                            const uint32_t*) {
+    w[0] = table16(r.q, iq4nl_words().w);
+    w[1] = table16(r.q >> 4, iq4nl_words().w);
+    const uint32_t high = (r.h0 >> (16 + 2 * ch)) & 3;
+    const uint32_t low = (byte_of_word<4>(r.h1, 4 + ch / 2) >> (4 * (ch % 2))) & 15;
+    s[0] = half_of_word<4>(r.h0, 0) * (small_uint_to_float(low | (high << 4)) - 32.0f);
     m[0] = 0.f;
   }
 };
 
-struct FmtQ4_K {
+struct FmtQ4_K : SplitChunk<FmtQ4_K> {
   static constexpr int BE = 256, BB = 144, ALIGN = 4, GROUPS = 1, OFF = 0;
   static constexpr CodeKind CODE = U7;
   static constexpr bool HAS_MIN = true;
   static constexpr int TABLE_WORDS = 0;
   GQ_DEV static const uint32_t* global_table() { return nullptr; }
-  GQ_DEV static void chunk(const uint8_t* p, int ch, int t, uint32_t w[2], float s[1], float m[1],
-                           const uint32_t*) {
+  struct Raw { uint32_t q[2], h[4]; };
+  GQ_DEV static void load(const uint8_t* p, int ch, int t, Raw& r) {
     const uint8_t* qs = p + 16 + 32 * (ch / 2) + 4 * t;  // byte j: value j of sub-block 2c, 2c+1
+    r.q[0] = load_u32(qs);
+    r.q[1] = load_u32(qs + 16);
+    k_load_header(p, r.h);
+  }
+  GQ_DEV static void decode(const Raw& r, int ch, int, uint32_t w[2], float s[1], float m[1],
+                            const uint32_t*) {
     const int shift = 4 * (ch % 2);
-    w[0] = (load_u32(qs) >> shift) & 0x0F0F0F0F;
-    w[1] = (load_u32(qs + 16) >> shift) & 0x0F0F0F0F;
-    k_scale_and_min(p, ch, s[0], m[0]);
+    w[0] = (r.q[0] >> shift) & 0x0F0F0F0F;
+    w[1] = (r.q[1] >> shift) & 0x0F0F0F0F;
+    k_scale_and_min(r.h, ch, s[0], m[0]);
   }
 };
 
-struct FmtQ5_K {
+struct FmtQ5_K : SplitChunk<FmtQ5_K> {
   static constexpr int BE = 256, BB = 176, ALIGN = 4, GROUPS = 1, OFF = 0;
   static constexpr CodeKind CODE = U7;
   static constexpr bool HAS_MIN = true;
   static constexpr int TABLE_WORDS = 0;
   GQ_DEV static const uint32_t* global_table() { return nullptr; }
-  GQ_DEV static void chunk(const uint8_t* p, int ch, int t, uint32_t w[2], float s[1], float m[1],
-                           const uint32_t*) {
+  struct Raw { uint32_t q[2], qh[2], h[4]; };
+  GQ_DEV static void load(const uint8_t* p, int ch, int t, Raw& r) {
     const uint8_t* qs = p + 48 + 32 * (ch / 2) + 4 * t;
     const uint8_t* qh = p + 16 + 4 * t;  // bit ch of byte j: bit 4 of value j of sub-block ch
+    r.q[0] = load_u32(qs);
+    r.q[1] = load_u32(qs + 16);
+    r.qh[0] = load_u32(qh);
+    r.qh[1] = load_u32(qh + 16);
+    k_load_header(p, r.h);
+  }
+  GQ_DEV static void decode(const Raw& r, int ch, int, uint32_t w[2], float s[1], float m[1],
+                            const uint32_t*) {
     const int shift = 4 * (ch % 2);
-    w[0] = ((load_u32(qs) >> shift) & 0x0F0F0F0F) | (((load_u32(qh) >> ch) & 0x01010101) << 4);
-    w[1] = ((load_u32(qs + 16) >> shift) & 0x0F0F0F0F) |
-           (((load_u32(qh + 16) >> ch) & 0x01010101) << 4);
-    k_scale_and_min(p, ch, s[0], m[0]);
+    for (int i = 0; i < 2; ++i)
+      w[i] = ((r.q[i] >> shift) & 0x0F0F0F0F) | (((r.qh[i] >> ch) & 0x01010101) << 4);
+    k_scale_and_min(r.h, ch, s[0], m[0]);
   }
 };
 
-struct FmtQ6_K {
+struct FmtQ6_K : SplitChunk<FmtQ6_K> {
   static constexpr int BE = 256, BB = 210, ALIGN = 2, GROUPS = 2, OFF = 32;
   static constexpr CodeKind CODE = U7;
   static constexpr bool HAS_MIN = false;
   static constexpr int TABLE_WORDS = 0;
   GQ_DEV static const uint32_t* global_table() { return nullptr; }
-  GQ_DEV static void chunk(const uint8_t* p, int ch, int t, uint32_t w[2], float s[2], float m[2],
-                           const uint32_t*) {
+  struct Raw { uint32_t ql[2][2], qh[2][2], sc, d; };
+  GQ_DEV static void load(const uint8_t* p, int ch, int t, Raw& r) {
     const int h = ch / 4, k = ch % 4;  // 128-value half, 32-value quarter of it
-    const float d = half_bits_to_float(load_u16(p + 208));
     for (int i = 0; i < 2; ++i) {
       const int j = 16 * i + 4 * t;
-      const uint32_t ql = load_u32_a2(p + 64 * h + 32 * (k % 2) + j);
-      const uint32_t qh = load_u32_a2(p + 128 + 32 * h + j);
-      w[i] = ((ql >> (4 * (k / 2))) & 0x0F0F0F0F) | (((qh >> (2 * k)) & 0x03030303) << 4);
-      const int8_t sc = static_cast<int8_t>(header_byte<2>(p, 192 + 2 * ch + i));
+      load_halves(p + 64 * h + 32 * (k % 2) + j, r.ql[i]);
+      load_halves(p + 128 + 32 * h + j, r.qh[i]);
+    }
+    r.sc = header_word<2>(p, 192 + 2 * ch);  // the int8 scales of groups 2ch, 2ch + 1
+    r.d = load_u16(p + 208);
+  }
+  GQ_DEV static void decode(const Raw& r, int ch, int, uint32_t w[2], float s[2], float m[2],
+                            const uint32_t*) {
+    const int k = ch % 4;
+    const float d = half_bits_to_float(r.d);
+    for (int i = 0; i < 2; ++i) {
+      w[i] = ((join_halves(r.ql[i]) >> (4 * (k / 2))) & 0x0F0F0F0F) |
+             (((join_halves(r.qh[i]) >> (2 * k)) & 0x03030303) << 4);
+      const int8_t sc = static_cast<int8_t>(byte_of_word<2>(r.sc, 192 + 2 * ch + i));
       s[i] = d * (small_uint_to_float(static_cast<uint32_t>(sc + 128)) - 128.0f);
       m[i] = 0.f;
     }
   }
 };
 
-struct FmtQ3_K {
+struct FmtQ3_K : SplitChunk<FmtQ3_K> {
   static constexpr int BE = 256, BB = 110, ALIGN = 2, GROUPS = 2, OFF = 4;
   static constexpr CodeKind CODE = U7;  // q2 + 4 * hbit
   static constexpr bool HAS_MIN = false;
   static constexpr int TABLE_WORDS = 0;
   GQ_DEV static const uint32_t* global_table() { return nullptr; }
-  GQ_DEV static void chunk(const uint8_t* p, int ch, int t, uint32_t w[2], float s[2], float m[2],
-                           const uint32_t*) {
-    const int h = ch / 4, k = ch % 4;
-    const float d = half_bits_to_float(load_u16(p + 108));
+  // sc_low, sc_high: the half-words of the 6-bit scales' low nibbles and high bit pairs
+  struct Raw { uint32_t q2[2][2], hb[2][2], sc_low, sc_high, d; };
+  GQ_DEV static void load(const uint8_t* p, int ch, int t, Raw& r) {
+    const int h = ch / 4;
     for (int i = 0; i < 2; ++i) {
       const int j = 16 * i + 4 * t;
-      const uint32_t q2 = (load_u32_a2(p + 32 + 32 * h + j) >> (2 * k)) & 0x03030303;
-      const uint32_t hb = (load_u32_a2(p + j) >> ch) & 0x01010101;
+      load_halves(p + 32 + 32 * h + j, r.q2[i]);
+      load_halves(p + j, r.hb[i]);
+    }
+    r.sc_low = header_word<2>(p, 96 + (2 * ch) % 8);  // groups 2ch and 2ch + 1 share these
+    r.sc_high = header_word<2>(p, 104 + (2 * ch) % 4);
+    r.d = load_u16(p + 108);
+  }
+  GQ_DEV static void decode(const Raw& r, int ch, int, uint32_t w[2], float s[2], float m[2],
+                            const uint32_t*) {
+    const int k = ch % 4;
+    const float d = half_bits_to_float(r.d);
+    for (int i = 0; i < 2; ++i) {
+      const uint32_t q2 = (join_halves(r.q2[i]) >> (2 * k)) & 0x03030303;
+      const uint32_t hb = (join_halves(r.hb[i]) >> ch) & 0x01010101;
       w[i] = q2 | (hb << 2);
       const int g = 2 * ch + i;  // the 16-value group: its 6-bit scale
-      const uint32_t low = (header_byte<2>(p, 96 + g % 8) >> (4 * (g / 8))) & 15;
-      const uint32_t high = (header_byte<2>(p, 104 + g % 4) >> (2 * (g / 4))) & 3;
+      const uint32_t low = (byte_of_word<2>(r.sc_low, 96 + g % 8) >> (4 * (g / 8))) & 15;
+      const uint32_t high = (byte_of_word<2>(r.sc_high, 104 + g % 4) >> (2 * (g / 4))) & 3;
       s[i] = d * (small_uint_to_float(low | (high << 4)) - 32.0f);
       m[i] = 0.f;
     }
   }
 };
 
-struct FmtQ2_K {
+struct FmtQ2_K : SplitChunk<FmtQ2_K> {
   static constexpr int BE = 256, BB = 84, ALIGN = 4, GROUPS = 2, OFF = 0;
   static constexpr CodeKind CODE = U7;
   static constexpr bool HAS_MIN = true;
   static constexpr int TABLE_WORDS = 0;
   GQ_DEV static const uint32_t* global_table() { return nullptr; }
-  GQ_DEV static void chunk(const uint8_t* p, int ch, int t, uint32_t w[2], float s[2], float m[2],
-                           const uint32_t*) {
-    const int h = ch / 4, k = ch % 4;
-    const float d = header_half<4>(p, 80);
-    const float dmin = header_half<4>(p, 82);
+  struct Raw { uint32_t q[2], sc, dd; };  // sc: the scale bytes of groups 2ch, 2ch + 1; dd: d, dmin
+  GQ_DEV static void load(const uint8_t* p, int ch, int t, Raw& r) {
+    const int h = ch / 4;
+    for (int i = 0; i < 2; ++i) r.q[i] = load_u32(p + 16 + 32 * h + 16 * i + 4 * t);
+    r.sc = header_word<4>(p, 2 * ch);
+    r.dd = load_u32(p + 80);
+  }
+  GQ_DEV static void decode(const Raw& r, int ch, int, uint32_t w[2], float s[2], float m[2],
+                            const uint32_t*) {
+    const int k = ch % 4;
+    const float d = half_of_word<4>(r.dd, 80), dmin = half_of_word<4>(r.dd, 82);
     for (int i = 0; i < 2; ++i) {
-      w[i] = (load_u32(p + 16 + 32 * h + 16 * i + 4 * t) >> (2 * k)) & 0x03030303;
-      const uint32_t sb = header_byte<4>(p, 2 * ch + i);
+      w[i] = (r.q[i] >> (2 * k)) & 0x03030303;
+      const uint32_t sb = byte_of_word<4>(r.sc, 2 * ch + i);
       s[i] = d * small_uint_to_float(sb & 15);
       m[i] = dmin * small_uint_to_float(sb >> 4);
     }
@@ -287,21 +409,28 @@ GQ_DEV uint32_t apply_signs4(uint32_t g, uint32_t neg) {
   return (g ^ (ones * 0xFF)) + ones;
 }
 
-struct FmtIQ2_XS {
+struct FmtIQ2_XS : SplitChunk<FmtIQ2_XS> {
   static constexpr int BE = 256, BB = 74, ALIGN = 2, GROUPS = 2, OFF = 0;
   static constexpr CodeKind CODE = S6;  // +-{8, 25, 43}
   static constexpr bool HAS_MIN = false;
   static constexpr int TABLE_WORDS = 1024 + 32;  // the grid, two words a row; the sign bytes
   GQ_DEV static const uint32_t* global_table() { return kIQ2XSTable; }
-  GQ_DEV static void chunk(const uint8_t* p, int ch, int t, uint32_t w[2], float s[2], float m[2],
-                           const uint32_t* tab) {
-    const float d = half_bits_to_float(load_u16(p));
-    const uint32_t ls = header_byte<2>(p, 66 + ch);  // low nibble: group 2ch, high: 2ch + 1
+  struct Raw { uint32_t idx[2], ls, d; };  // idx: grid row (9 bits) and sign index per group of 8
+  GQ_DEV static void load(const uint8_t* p, int ch, int t, Raw& r) {
     for (int i = 0; i < 2; ++i) {
       const int g8 = 4 * ch + 2 * i + t / 2;  // the group of 8 holding values 16i + 4t .. + 3
-      const uint32_t word = load_u16(p + 2 + 2 * g8);
-      const uint32_t grid = tab[2 * (word & 511) + t % 2];
-      const uint32_t signs = reinterpret_cast<const uint8_t*>(tab + 1024)[word >> 9];
+      r.idx[i] = load_u16(p + 2 + 2 * g8);
+    }
+    r.ls = header_word<2>(p, 66 + ch);  // low nibble: group 2ch, high: 2ch + 1
+    r.d = load_u16(p);
+  }
+  GQ_DEV static void decode(const Raw& r, int ch, int t, uint32_t w[2], float s[2], float m[2],
+                            const uint32_t* tab) {
+    const float d = half_bits_to_float(r.d);
+    const uint32_t ls = byte_of_word<2>(r.ls, 66 + ch);
+    for (int i = 0; i < 2; ++i) {
+      const uint32_t grid = tab[2 * (r.idx[i] & 511) + t % 2];
+      const uint32_t signs = reinterpret_cast<const uint8_t*>(tab + 1024)[r.idx[i] >> 9];
       const uint32_t neg = (signs >> (4 * (t % 2))) & 15;
       w[i] = apply_signs4(grid, neg);
       s[i] = (d * (small_uint_to_float((ls >> (4 * i)) & 15) + 0.5f)) * 0.25f;
@@ -310,23 +439,33 @@ struct FmtIQ2_XS {
   }
 };
 
-struct FmtIQ3_S {
+struct FmtIQ3_S : SplitChunk<FmtIQ3_S> {
   static constexpr int BE = 256, BB = 110, ALIGN = 2, GROUPS = 1, OFF = 0;
   static constexpr CodeKind CODE = S6;  // +-{1, 3, .., 15}
   static constexpr bool HAS_MIN = false;
   static constexpr int TABLE_WORDS = 512;  // the grid
   GQ_DEV static const uint32_t* global_table() { return kIQ3SGrid; }
-  GQ_DEV static void chunk(const uint8_t* p, int ch, int t, uint32_t w[2], float s[1], float m[1],
-                           const uint32_t* tab) {
-    const uint32_t qh = header_byte<2>(p, 66 + ch);  // bit g % 8: bit 8 of group g's index
+  // idx: the grid rows' low 8 bits; qh: their 9th bits; neg: the sign bytes; ls: the scale nibble
+  struct Raw { uint32_t idx[2], neg[2], qh, ls, d; };
+  GQ_DEV static void load(const uint8_t* p, int ch, int t, Raw& r) {
     for (int i = 0; i < 2; ++i) {
-      const int g4 = 8 * ch + 4 * i + t;  // the group of 4 values 16i + 4t .. + 3
-      const uint32_t idx = load_u8(p + 2 + g4) | (((qh >> (4 * i + t)) & 1) << 8);
-      const uint32_t neg = (load_u8(p + 74 + 4 * ch + 2 * i + t / 2) >> (4 * (t % 2))) & 15;
+      r.idx[i] = load_u8(p + 2 + 8 * ch + 4 * i + t);  // the group of 4 values 16i + 4t .. + 3
+      r.neg[i] = load_u8(p + 74 + 4 * ch + 2 * i + t / 2);
+    }
+    r.qh = header_word<2>(p, 66 + ch);  // bit g % 8: bit 8 of group g's index
+    r.ls = header_word<2>(p, 106 + ch / 2);
+    r.d = load_u16(p);
+  }
+  GQ_DEV static void decode(const Raw& r, int ch, int t, uint32_t w[2], float s[1], float m[1],
+                            const uint32_t* tab) {
+    const uint32_t qh = byte_of_word<2>(r.qh, 66 + ch);
+    for (int i = 0; i < 2; ++i) {
+      const uint32_t idx = r.idx[i] | (((qh >> (4 * i + t)) & 1) << 8);
+      const uint32_t neg = (r.neg[i] >> (4 * (t % 2))) & 15;
       w[i] = apply_signs4(tab[idx], neg);
     }
-    const uint32_t ls = (header_byte<2>(p, 106 + ch / 2) >> (4 * (ch % 2))) & 15;
-    s[0] = half_bits_to_float(load_u16(p)) * small_uint_to_float(1 + 2 * ls);
+    const uint32_t ls = (byte_of_word<2>(r.ls, 106 + ch / 2) >> (4 * (ch % 2))) & 15;
+    s[0] = half_bits_to_float(r.d) * small_uint_to_float(1 + 2 * ls);
     m[0] = 0.f;
   }
 };

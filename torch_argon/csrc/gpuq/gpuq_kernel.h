@@ -38,10 +38,36 @@
 // token and 16 values). Each warp is independent; the block shares only the format's lookup
 // table (IQ2_XS, IQ3_S), copied into shared memory at the start (one block barrier).
 //
+// K loops (template argument PIPELINED; WarpK below). The plain loop loads and decodes each
+// chunk in turn: inside a block the compiler issues the block's loads early, but at each block
+// boundary the warp waits for the next block's bytes. The pipelined loop keeps a ring of the
+// next GPUQ_PIPELINE_DEPTH chunks' raw words in registers (each format's `load`; its `decode`
+// runs on the chunk DEPTH behind), so those loads are in flight while the current chunk is
+// decoded and multiplied. Both give the same bits (the same products in the same order). The
+// pipelined loop is built only in a lab build (GPUQ_LAB_LOOPS=1; the emulation always) and
+// chosen per call by ARGON_GPUQ_LOOP=pipelined (gpuq_ops.cpp): it becomes the default once a
+// device run measures it faster (bench/lab/gpuq_loops.py; bench/quant_gpuq_notes.md).
+//
+// Launch shape at small T (the issue's configs at T = 128, testing.routing's uniform top-K,
+// tile_m 8: one 8-token block per warp; 528 resident blocks on an H100 at 4 per SM):
+//   E=512 K=10 I=512: 475 used tiles (every expert hit has one); gate/up 8 column blocks x 475
+//   = 3800 blocks (7.2 waves), down 16 x 475 = 7600 (14.4 waves);
+//   E=128 K=8 I=768: 178 used tiles (all 128 experts; 50 of them take two); gate/up 12 x 178 =
+//   2136 blocks (4.0 waves), down 16 x 178 = 2848 (5.4 waves).
+// Every SM has work in both, with no split along K: each warp streams its 32 weight rows whole
+// (8 Q4_K blocks for gate/up, 2-3 for down), and a split along K would add a reduction for no
+// more warps. E=128's higher cost per weight byte comes from the experts of two tiles (their
+// weights decoded twice, the second read mostly from L2: 1.39x the decode of E=512's one tile
+// per expert) and from its short down rows (3 blocks: the loop's prologue weighs more), not
+// from idle SMs. (python bench/lab/gpuq_loops.py records each case's grid.)
+//
 // Compile-time variants for A/B builds (their measurements: bench/quant_gpuq_notes.md):
-// GPUQ_PREFETCH=1 prefetches each weight row's bytes 256 on into L1 at every block;
-// GPUQ_MIN_BLOCKS_NT1=n asks ptxas for n resident blocks of the 8-token kernels (the default
-// 4 keeps them at 128 registers, trading a few spilled bytes for occupancy at small T).
+// GPUQ_PREFETCH=1 prefetches each weight row's bytes 256 on into L1 at every block (plain
+// loop); GPUQ_MIN_BLOCKS_NT1=n asks ptxas for n resident blocks of the 8-token kernels (the
+// default 4 keeps them at 128 registers, trading a few spilled bytes for occupancy at small
+// T); GPUQ_MIN_BLOCKS_NT1_PIPELINED the same for the pipelined loop (default 3: 168
+// registers, no spills; at 4 its ring spills, tools/gpuq_sass_check.py --small-t);
+// GPUQ_PIPELINE_DEPTH the chunks in flight (default 2); GPUQ_LAB_LOOPS=1 builds both loops.
 //
 // Limits: n_in a multiple of the format's block; activations bf16 or fp16 with 8-byte aligned
 // rows (q8 codes: 4-byte); tensors aligned to the format's ALIGN; rows_per_warp <= 8 * NT and a divisor of
@@ -56,10 +82,18 @@
 #ifndef GPUQ_MIN_BLOCKS_NT1
 #define GPUQ_MIN_BLOCKS_NT1 4
 #endif
+#ifndef GPUQ_MIN_BLOCKS_NT1_PIPELINED
+#define GPUQ_MIN_BLOCKS_NT1_PIPELINED 3
+#endif
+#ifndef GPUQ_PIPELINE_DEPTH
+#define GPUQ_PIPELINE_DEPTH 2
+#endif
 #if defined(__CUDACC__)
-#define GQ_KERNEL(NT) __global__ void __launch_bounds__(128, (NT) == 1 ? GPUQ_MIN_BLOCKS_NT1 : 1)
+#define GQ_KERNEL(NT, PIPELINED)                                                             \
+  __global__ void __launch_bounds__(                                                         \
+      128, (NT) != 1 ? 1 : (PIPELINED) ? GPUQ_MIN_BLOCKS_NT1_PIPELINED : GPUQ_MIN_BLOCKS_NT1)
 #else
-#define GQ_KERNEL(NT) inline void
+#define GQ_KERNEL(NT, PIPELINED) inline void
 #endif
 
 namespace gpuq {
@@ -116,19 +150,301 @@ GQ_DEV void store_value(const GemmParams& p, int64_t row, int col, float v) {
   }
 }
 
+// One warp's K loop, chunk by chunk: the lane's weight rows (g and g + 8 of each of its G row
+// groups) and activation rows, what it loads for a 32-value chunk (Raw: the words as the loads
+// return them) and what it does with them (step: the B fragments, the groups' activation sums,
+// the decode, the MMAs and the group epilogue into acc). The two K loops below differ only in
+// when a chunk's loads are issued.
 template <class F, bool BF16, int NT, bool SWIGLU, bool Q8>
-GQ_KERNEL(NT) qmm_kernel(const GemmParams p) {
+struct WarpK {
+  static constexpr int WN = SWIGLU ? 1 : 2;       // output row groups per warp
+  static constexpr int G = SWIGLU ? 2 * WN : WN;  // weight row groups per warp
+  static constexpr int SUBS = F::BE / 32;         // chunks per block
+  static constexpr int GROUPS = F::GROUPS;
+  static constexpr int BIAS = CodeBias<F, BF16, Q8>::value;
+  static constexpr bool SCALED = BF16 && !Q8 && NT >= 2;  // scaled bf16 weights, no epilogue
+  static constexpr bool NEEDS_SUM = !SCALED && (F::HAS_MIN || BIAS != 0);
+
+  struct Raw {
+    typename F::Raw w[G][2];  // [row group][row g / g + 8]
+    uint32_t x[NT][2][2];     // per token block and 16-value word: bf16 / fp16 values 4t .. + 3
+                              // as two words; q8: [0] the 4 codes
+    float da[NT][2];          // q8: the scales of the lane's two accumulator tokens
+  };
+
+  const uint8_t* wrow[G][2];
+  const uint8_t* xrow[NT];  // the x row of token slot nt * 8 + g (row 0 where masked)
+  bool xok[NT];
+  const float* drow[NT][2];  // q8: the scale rows of token slots nt * 8 + 2t (+ 1), or null
+  int t;
+
+  // The chunk `ch` of block `blk` along the row: the weights' words and the activations.
+  GQ_DEV void load(Raw& r, int blk, int ch) const {
+GQ_UNROLL
+    for (int gi = 0; gi < G; ++gi)
+GQ_UNROLL
+      for (int h = 0; h < 2; ++h)
+        F::load(wrow[gi][h] + static_cast<int64_t>(blk) * F::BB, ch, t, r.w[gi][h]);
+    load_x(r, blk, ch);
+  }
+
+  GQ_DEV void load_x(Raw& r, int blk, int ch) const {
+    const int k0 = blk * F::BE + 32 * ch;  // the chunk's first value along the row
+GQ_UNROLL
+    for (int nt = 0; nt < NT; ++nt) {
+      if (Q8) {
+        const uint8_t* q = xrow[nt] + k0;
+        r.x[nt][0][0] = xok[nt] ? load_u32(q + 4 * t) : 0u;
+        r.x[nt][1][0] = xok[nt] ? load_u32(q + 16 + 4 * t) : 0u;
+GQ_UNROLL
+        for (int j = 0; j < 2; ++j) r.da[nt][j] = drow[nt][j] ? drow[nt][j][k0 / 32] : 0.f;
+      } else {
+        const uint8_t* xv = xrow[nt] + 2 * k0;
+GQ_UNROLL
+        for (int w = 0; w < 2; ++w) {
+          r.x[nt][w][0] = r.x[nt][w][1] = 0u;  // values 16w + 4t .. + 3: one 64-bit load
+          if (xok[nt]) load_2u32(xv + 2 * (16 * w + 4 * t), r.x[nt][w][0], r.x[nt][w][1]);
+        }
+      }
+    }
+  }
+
+  // The chunk's MMAs. LOADED: r holds the chunk's weight words (the pipelined loop); else each
+  // row's words are loaded here, row group by row group, after the activation sums (the plain
+  // loop: the order its code was tuned in).
+  template <bool LOADED>
+  GQ_DEV void step(const Raw& r, int blk, int ch, float (&acc)[G][NT][4],
+                   const uint32_t* table) const {
+    // q8: every int32 partial starts at the magic, so that its bits are a float
+    const int32_t c0[4] = {int32_t(kMagicPartial), int32_t(kMagicPartial), int32_t(kMagicPartial),
+                           int32_t(kMagicPartial)};
+    // B fragments: per token block and group word (L16: values 16w + 4t .. + 3).
+    uint32_t b[NT][2][2];
+    float sigma[NT][GROUPS][2];  // the lane's two tokens' sums per group (scaled for q8)
+    const float(&da)[NT][2] = r.da;
+GQ_UNROLL
+    for (int nt = 0; nt < NT; ++nt) {
+      if (Q8) {
+        b[nt][0][0] = r.x[nt][0][0];
+        b[nt][1][0] = r.x[nt][1][0];
+      } else {
+GQ_UNROLL
+        for (int w = 0; w < 2; ++w) {
+          b[nt][w][0] = byte_perm(r.x[nt][w][0], r.x[nt][w][1], 0x5410);  // values 0, 2
+          b[nt][w][1] = byte_perm(r.x[nt][w][0], r.x[nt][w][1], 0x7632);  // values 1, 3
+        }
+      }
+      if (NEEDS_SUM) {
+        if (Q8) {
+          const uint32_t ones[4] = {0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u};
+GQ_UNROLL
+          for (int gr = 0; gr < GROUPS; ++gr) {
+            int32_t qs[4];
+            if (GROUPS == 1) {
+              const uint32_t bb[2] = {b[nt][0][0], b[nt][1][0]};
+              mma_s8_k32(qs, ones, bb, c0);
+            } else {
+              mma_s8_k16(qs, ones, &b[nt][gr][0], c0);
+            }
+GQ_UNROLL
+            for (int j = 0; j < 2; ++j)
+              sigma[nt][gr][j] = (as_float(uint32_t(qs[j])) - kMagicPartialValue) * da[nt][j];
+          }
+        } else {
+          const uint32_t one = BF16 ? 0x3F803F80u : 0x3C003C00u;
+          const uint32_t ones[4] = {one, one, one, one};
+          const float zero[4] = {0.f, 0.f, 0.f, 0.f};
+          float sum[4];
+          if (GROUPS == 1) {
+            if (BF16) {
+              mma_bf16(sum, ones, b[nt][0], zero);
+              mma_bf16(sum, ones, b[nt][1], sum);
+            } else {
+              mma_f16(sum, ones, b[nt][0], zero);
+              mma_f16(sum, ones, b[nt][1], sum);
+            }
+            sigma[nt][0][0] = sum[0];
+            sigma[nt][0][1] = sum[1];
+          } else {
+GQ_UNROLL
+            for (int gr = 0; gr < GROUPS; ++gr) {
+              if (BF16) mma_bf16(sum, ones, b[nt][gr], zero);
+              else mma_f16(sum, ones, b[nt][gr], zero);
+              sigma[nt][gr][0] = sum[0];
+              sigma[nt][gr][1] = sum[1];
+            }
+          }
+        }
+      }
+    }
+
+GQ_UNROLL
+    for (int gi = 0; gi < G; ++gi) {
+      uint32_t wq[2][2];  // [row g / g + 8][word]
+      float s[2][GROUPS], m[2][GROUPS], z[2][GROUPS];
+GQ_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        if (LOADED) F::decode(r.w[gi][h], ch, t, wq[h], s[h], m[h], table);
+        else F::chunk(wrow[gi][h] + static_cast<int64_t>(blk) * F::BB, ch, t, wq[h], s[h], m[h],
+                      table);
+GQ_UNROLL
+        for (int gr = 0; gr < GROUPS; ++gr) z[h][gr] = -fmaf(s[h][gr], float(BIAS), m[h][gr]);
+      }
+      if (Q8) {
+GQ_UNROLL
+        for (int nt = 0; nt < NT; ++nt) {
+GQ_UNROLL
+          for (int gr = 0; gr < GROUPS; ++gr) {
+            int32_t part[4];
+            if (GROUPS == 1) {
+              const uint32_t a[4] = {wq[0][0], wq[1][0], wq[0][1], wq[1][1]};
+              const uint32_t bb[2] = {b[nt][0][0], b[nt][1][0]};
+              mma_s8_k32(part, a, bb, c0);
+            } else {
+              const uint32_t a[2] = {wq[0][gr], wq[1][gr]};
+              mma_s8_k16(part, a, &b[nt][gr][0], c0);
+            }
+GQ_UNROLL
+            for (int j = 0; j < 4; ++j) {
+              const float pf = as_float(uint32_t(part[j])) - kMagicPartialValue;
+              float v = acc[gi][nt][j];
+              if (NEEDS_SUM) v = fmaf(z[j / 2][gr], sigma[nt][gr][j % 2], v);
+              acc[gi][nt][j] = fmaf(s[j / 2][gr] * da[nt][j % 2], pf, v);
+            }
+          }
+        }
+      } else {
+        uint32_t a[2][4];  // per word (k16 step): the A fragment
+GQ_UNROLL
+        for (int w = 0; w < 2; ++w) {
+          codes_to_pairs<F, BF16>(wq[0][w], a[w][0], a[w][2]);
+          codes_to_pairs<F, BF16>(wq[1][w], a[w][1], a[w][3]);
+        }
+        if (SCALED) {
+          const uint32_t minus_bias = pack_bf16x2(-float(BIAS), -float(BIAS));
+GQ_UNROLL
+          for (int w = 0; w < 2; ++w) {
+            const int gr = GROUPS == 1 ? 0 : w;
+            const uint32_t scale[2] = {pack_bf16x2(s[0][gr], s[0][gr]),
+                                       pack_bf16x2(s[1][gr], s[1][gr])};
+            const uint32_t neg_min[2] = {pack_bf16x2(-m[0][gr], -m[0][gr]),
+                                         pack_bf16x2(-m[1][gr], -m[1][gr])};
+GQ_UNROLL
+            for (int q = 0; q < 4; ++q) {  // registers 0, 2: row g; 1, 3: row g + 8
+              const uint32_t code = BIAS ? bf16x2_add(a[w][q], minus_bias) : a[w][q];
+              a[w][q] = bf16x2_fma(code, scale[q & 1], neg_min[q & 1]);
+            }
+          }
+GQ_UNROLL
+          for (int nt = 0; nt < NT; ++nt) {
+            mma_bf16(acc[gi][nt], a[0], b[nt][0], acc[gi][nt]);
+            mma_bf16(acc[gi][nt], a[1], b[nt][1], acc[gi][nt]);
+          }
+        } else {
+GQ_UNROLL
+          for (int nt = 0; nt < NT; ++nt) {
+            const float zero[4] = {0.f, 0.f, 0.f, 0.f};
+            float part[GROUPS][4];
+            if (GROUPS == 1) {
+              if (BF16) {
+                mma_bf16(part[0], a[0], b[nt][0], zero);
+                mma_bf16(part[0], a[1], b[nt][1], part[0]);
+              } else {
+                mma_f16(part[0], a[0], b[nt][0], zero);
+                mma_f16(part[0], a[1], b[nt][1], part[0]);
+              }
+            } else {
+GQ_UNROLL
+              for (int gr = 0; gr < GROUPS; ++gr) {
+                if (BF16) mma_bf16(part[gr], a[gr], b[nt][gr], zero);
+                else mma_f16(part[gr], a[gr], b[nt][gr], zero);
+              }
+            }
+GQ_UNROLL
+            for (int gr = 0; gr < GROUPS; ++gr)
+GQ_UNROLL
+              for (int j = 0; j < 4; ++j) {
+                float v = acc[gi][nt][j];
+                if (NEEDS_SUM) v = fmaf(z[j / 2][gr], sigma[nt][gr][j % 2], v);
+                acc[gi][nt][j] = fmaf(s[j / 2][gr], part[gr][j], v);
+              }
+          }
+        }  // exact path
+      }
+    }
+  }
+
+  // The plain loop: each chunk's loads, then its step. Within a block (the chunk loop unrolled)
+  // the compiler issues the block's loads early, but nothing of block blk + 1 is in flight while
+  // block blk is decoded.
+  GQ_DEV void plain_loop(const GemmParams& p, float (&acc)[G][NT][4],
+                         const uint32_t* table) const {
+    constexpr int PREFETCH_AHEAD = 256;  // bytes past the current block
+    const int64_t row_bytes = static_cast<int64_t>(p.n_blocks) * F::BB;
+    for (int blk = 0; blk < p.n_blocks; ++blk) {
+      const int64_t ahead = static_cast<int64_t>(blk) * F::BB + PREFETCH_AHEAD + 64 * t;
+      if (GPUQ_PREFETCH && ahead < row_bytes) {
+GQ_UNROLL
+        for (int gi = 0; gi < G; ++gi)
+GQ_UNROLL
+          for (int h = 0; h < 2; ++h) prefetch_l1(wrow[gi][h] + ahead);
+      }
+GQ_UNROLL
+      for (int ch = 0; ch < SUBS; ++ch) {
+        Raw r;
+        load_x(r, blk, ch);
+        step<false>(r, blk, ch, acc, table);
+      }
+    }
+  }
+
+  // The pipelined loop: a ring of DEPTH chunks' Raw in registers. Chunk c's step runs after the
+  // loads of chunk c + DEPTH were issued, so the loads of the next DEPTH chunks (across a block
+  // boundary too) are in flight while chunk c is decoded. An iteration covers U chunks (one
+  // block, or DEPTH blocks of the 32-value formats) so that every ring slot is a compile-time
+  // register. The iterations whose loads stay inside the row run without a check; the last few
+  // (the tail) load the row's last block in place of those past its end (valid bytes, never
+  // used) and stop at its last block where n_blocks is not a multiple of U / SUBS.
+  static constexpr int DEPTH = GPUQ_PIPELINE_DEPTH;
+  static constexpr int U = SUBS > DEPTH ? SUBS : DEPTH;  // chunks per iteration
+  static constexpr int BLOCKS = U / SUBS;                // blocks per iteration
+  static constexpr int REACH = (U - 1 + DEPTH) / SUBS;   // the furthest block an iteration loads
+  static_assert(U % DEPTH == 0 && U % SUBS == 0, "DEPTH and SUBS must be powers of two");
+
+  template <bool TAIL>
+  GQ_DEV void pipelined_iteration(Raw (&ring)[DEPTH], int b0, int last, float (&acc)[G][NT][4],
+                                  const uint32_t* table) const {
+GQ_UNROLL
+    for (int j = 0; j < U; ++j) {
+      if (TAIL && BLOCKS > 1 && b0 + j / SUBS > last) break;  // warp-uniform
+      const int ahead = b0 + (j + DEPTH) / SUBS;
+      step<true>(ring[j % DEPTH], b0 + j / SUBS, j % SUBS, acc, table);
+      // into the slot just decoded (its registers free again; the scheduler still issues these
+      // loads ahead of this chunk's MMAs)
+      load(ring[j % DEPTH], TAIL && ahead > last ? last : ahead, (j + DEPTH) % SUBS);
+    }
+  }
+
+  GQ_DEV void pipelined_loop(const GemmParams& p, float (&acc)[G][NT][4],
+                             const uint32_t* table) const {
+    const int last = p.n_blocks - 1;
+    if (last < 0) return;
+    Raw ring[DEPTH];
+GQ_UNROLL
+    for (int j = 0; j < DEPTH; ++j) load(ring[j], j / SUBS < last ? j / SUBS : last, j % SUBS);
+    int b0 = 0;
+    for (; b0 + REACH <= last; b0 += BLOCKS) pipelined_iteration<false>(ring, b0, last, acc, table);
+    for (; b0 <= last; b0 += BLOCKS) pipelined_iteration<true>(ring, b0, last, acc, table);
+  }
+};
+
+template <class F, bool BF16, int NT, bool SWIGLU, bool Q8, bool PIPELINED>
+GQ_KERNEL(NT, PIPELINED) qmm_kernel(const GemmParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   __trap();  // bf16 and int8 mma.sync need sm_80 (the ops refuse older devices before a launch)
 #else
-  constexpr int WN = SWIGLU ? 1 : 2;           // output row groups per warp
-  constexpr int G = SWIGLU ? 2 * WN : WN;      // weight row groups per warp
-  constexpr int SUBS = F::BE / 32;             // chunks per block
-  constexpr int GROUPS = F::GROUPS;
-  constexpr int BIAS = CodeBias<F, BF16, Q8>::value;
-  constexpr bool SCALED = BF16 && !Q8 && NT >= 2;  // scaled bf16 weights, no group epilogue
-  constexpr bool NEEDS_SUM = !SCALED && (F::HAS_MIN || BIAS != 0);
-  constexpr int PREFETCH_AHEAD = 256;  // bytes past the current block
+  using K = WarpK<F, BF16, NT, SWIGLU, Q8>;
+  constexpr int WN = K::WN, G = K::G;
 
   // The format's lookup table (IQ2_XS, IQ3_S), copied into shared memory once per block: the
   // grid rows are then read there instead of through L1 for every 4 codes.
@@ -157,215 +473,37 @@ GQ_UNROLL
       for (int j = 0; j < 4; ++j) acc[gi][nt][j] = 0.f;
 
   if (tile < n_tiles && expert >= 0 && expert < p.n_expert) {
-    // q8: every int32 partial starts at the magic, so that its bits are a float
-    const int32_t c0[4] = {int32_t(kMagicPartial), int32_t(kMagicPartial), int32_t(kMagicPartial),
-                           int32_t(kMagicPartial)};
+    K k;
+    k.t = t;
     // The lane's weight rows: g and g + 8 of each group, wrapped past n_out (stores are masked).
-    const uint8_t* wrow[G][2];
 GQ_UNROLL
     for (int gi = 0; gi < G; ++gi)
 GQ_UNROLL
       for (int h = 0; h < 2; ++h) {
         const int n = (col0 + 16 * (gi % WN) + g + 8 * h) % p.n_out;
         const int64_t wn = n + ((SWIGLU && gi >= WN) ? p.n_out : 0);
-        wrow[gi][h] = p.w + expert * p.w_stride_e + wn * p.w_stride_n;
+        k.wrow[gi][h] = p.w + expert * p.w_stride_e + wn * p.w_stride_n;
       }
     // The lane's B column: token slot nt * 8 + g; its x row (0 and masked when out of range).
-    const uint8_t* xrow[NT];
-    bool xok[NT];
-    // q8: the scale rows of the lane's accumulator tokens (slots nt * 8 + 2t, + 1).
-    const float* drow[NT][2];
 GQ_UNROLL
     for (int nt = 0; nt < NT; ++nt) {
       const int slot = nt * 8 + g;
       int64_t xr = slot < p.rows_per_warp ? row0 + slot : -1;
       if (xr >= 0 && p.row_token) xr = p.row_token[xr];
-      xok[nt] = xr >= 0 && xr < p.n_a_rows;
-      xrow[nt] = static_cast<const uint8_t*>(p.x) + (xok[nt] ? xr : 0) * p.x_stride;
-      if (Q8) {
+      k.xok[nt] = xr >= 0 && xr < p.n_a_rows;
+      k.xrow[nt] = static_cast<const uint8_t*>(p.x) + (k.xok[nt] ? xr : 0) * p.x_stride;
 GQ_UNROLL
-        for (int j = 0; j < 2; ++j) {
-          const int s2 = nt * 8 + 2 * t + j;
-          int64_t r = s2 < p.rows_per_warp ? row0 + s2 : -1;
-          if (r >= 0 && p.row_token) r = p.row_token[r];
-          drow[nt][j] = (r >= 0 && r < p.n_a_rows) ? p.x_scale + r * p.x_scale_stride : nullptr;
-        }
+      for (int j = 0; j < 2; ++j) {
+        k.drow[nt][j] = nullptr;
+        if (!Q8) continue;
+        const int s2 = nt * 8 + 2 * t + j;
+        int64_t r = s2 < p.rows_per_warp ? row0 + s2 : -1;
+        if (r >= 0 && p.row_token) r = p.row_token[r];
+        if (r >= 0 && r < p.n_a_rows) k.drow[nt][j] = p.x_scale + r * p.x_scale_stride;
       }
     }
-
-    const int64_t row_bytes = static_cast<int64_t>(p.n_blocks) * F::BB;
-    for (int blk = 0; blk < p.n_blocks; ++blk) {
-      const int64_t ahead = static_cast<int64_t>(blk) * F::BB + PREFETCH_AHEAD + 64 * t;
-      if (GPUQ_PREFETCH && ahead < row_bytes) {
-GQ_UNROLL
-        for (int gi = 0; gi < G; ++gi)
-GQ_UNROLL
-          for (int h = 0; h < 2; ++h) prefetch_l1(wrow[gi][h] + ahead);
-      }
-GQ_UNROLL
-      for (int ch = 0; ch < SUBS; ++ch) {
-        const int k0 = blk * F::BE + 32 * ch;  // the chunk's first value along the row
-        // B fragments: per token block and group word (L16: values 16w + 4t .. + 3).
-        uint32_t b[NT][2][2];
-        float sigma[NT][GROUPS][2];  // the lane's two tokens' sums per group (scaled for q8)
-        float da[NT][2];
-GQ_UNROLL
-        for (int nt = 0; nt < NT; ++nt) {
-          if (Q8) {
-            const int8_t* q = reinterpret_cast<const int8_t*>(xrow[nt]) + k0;
-            b[nt][0][0] = xok[nt] ? load_u32(reinterpret_cast<const uint8_t*>(q + 4 * t)) : 0u;
-            b[nt][1][0] = xok[nt] ? load_u32(reinterpret_cast<const uint8_t*>(q + 16 + 4 * t)) : 0u;
-GQ_UNROLL
-            for (int j = 0; j < 2; ++j) da[nt][j] = drow[nt][j] ? drow[nt][j][k0 / 32] : 0.f;
-          } else {
-            const uint8_t* xv = xrow[nt] + 2 * k0;
-GQ_UNROLL
-            for (int w = 0; w < 2; ++w) {
-              uint32_t v01 = 0, v23 = 0;  // values 16w + 4t .. + 3: one 64-bit load
-              if (xok[nt]) load_2u32(xv + 2 * (16 * w + 4 * t), v01, v23);
-              b[nt][w][0] = byte_perm(v01, v23, 0x5410);  // values 0, 2
-              b[nt][w][1] = byte_perm(v01, v23, 0x7632);  // values 1, 3
-            }
-          }
-          if (NEEDS_SUM) {
-            if (Q8) {
-              const uint32_t ones[4] = {0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u};
-GQ_UNROLL
-              for (int gr = 0; gr < GROUPS; ++gr) {
-                int32_t qs[4];
-                if (GROUPS == 1) {
-                  const uint32_t bb[2] = {b[nt][0][0], b[nt][1][0]};
-                  mma_s8_k32(qs, ones, bb, c0);
-                } else {
-                  mma_s8_k16(qs, ones, &b[nt][gr][0], c0);
-                }
-GQ_UNROLL
-                for (int j = 0; j < 2; ++j)
-                  sigma[nt][gr][j] = (as_float(uint32_t(qs[j])) - kMagicPartialValue) * da[nt][j];
-              }
-            } else {
-              const uint32_t one = BF16 ? 0x3F803F80u : 0x3C003C00u;
-              const uint32_t ones[4] = {one, one, one, one};
-              const float zero[4] = {0.f, 0.f, 0.f, 0.f};
-              float sum[4];
-              if (GROUPS == 1) {
-                if (BF16) {
-                  mma_bf16(sum, ones, b[nt][0], zero);
-                  mma_bf16(sum, ones, b[nt][1], sum);
-                } else {
-                  mma_f16(sum, ones, b[nt][0], zero);
-                  mma_f16(sum, ones, b[nt][1], sum);
-                }
-                sigma[nt][0][0] = sum[0];
-                sigma[nt][0][1] = sum[1];
-              } else {
-GQ_UNROLL
-                for (int gr = 0; gr < GROUPS; ++gr) {
-                  if (BF16) mma_bf16(sum, ones, b[nt][gr], zero);
-                  else mma_f16(sum, ones, b[nt][gr], zero);
-                  sigma[nt][gr][0] = sum[0];
-                  sigma[nt][gr][1] = sum[1];
-                }
-              }
-            }
-          }
-        }
-
-GQ_UNROLL
-        for (int gi = 0; gi < G; ++gi) {
-          uint32_t wq[2][2];  // [row g / g + 8][word]
-          float s[2][GROUPS], m[2][GROUPS], z[2][GROUPS];
-GQ_UNROLL
-          for (int h = 0; h < 2; ++h) {
-            F::chunk(wrow[gi][h] + static_cast<int64_t>(blk) * F::BB, ch, t, wq[h], s[h], m[h],
-                     table);
-GQ_UNROLL
-            for (int gr = 0; gr < GROUPS; ++gr) z[h][gr] = -fmaf(s[h][gr], float(BIAS), m[h][gr]);
-          }
-          if (Q8) {
-GQ_UNROLL
-            for (int nt = 0; nt < NT; ++nt) {
-GQ_UNROLL
-              for (int gr = 0; gr < GROUPS; ++gr) {
-                int32_t part[4];
-                if (GROUPS == 1) {
-                  const uint32_t a[4] = {wq[0][0], wq[1][0], wq[0][1], wq[1][1]};
-                  const uint32_t bb[2] = {b[nt][0][0], b[nt][1][0]};
-                  mma_s8_k32(part, a, bb, c0);
-                } else {
-                  const uint32_t a[2] = {wq[0][gr], wq[1][gr]};
-                  mma_s8_k16(part, a, &b[nt][gr][0], c0);
-                }
-GQ_UNROLL
-                for (int j = 0; j < 4; ++j) {
-                  const float pf = as_float(uint32_t(part[j])) - kMagicPartialValue;
-                  float v = acc[gi][nt][j];
-                  if (NEEDS_SUM) v = fmaf(z[j / 2][gr], sigma[nt][gr][j % 2], v);
-                  acc[gi][nt][j] = fmaf(s[j / 2][gr] * da[nt][j % 2], pf, v);
-                }
-              }
-            }
-          } else {
-            uint32_t a[2][4];  // per word (k16 step): the A fragment
-GQ_UNROLL
-            for (int w = 0; w < 2; ++w) {
-              codes_to_pairs<F, BF16>(wq[0][w], a[w][0], a[w][2]);
-              codes_to_pairs<F, BF16>(wq[1][w], a[w][1], a[w][3]);
-            }
-            if (SCALED) {
-              const uint32_t minus_bias = pack_bf16x2(-float(BIAS), -float(BIAS));
-GQ_UNROLL
-              for (int w = 0; w < 2; ++w) {
-                const int gr = GROUPS == 1 ? 0 : w;
-                const uint32_t scale[2] = {pack_bf16x2(s[0][gr], s[0][gr]),
-                                           pack_bf16x2(s[1][gr], s[1][gr])};
-                const uint32_t neg_min[2] = {pack_bf16x2(-m[0][gr], -m[0][gr]),
-                                             pack_bf16x2(-m[1][gr], -m[1][gr])};
-GQ_UNROLL
-                for (int r = 0; r < 4; ++r) {  // registers 0, 2: row g; 1, 3: row g + 8
-                  const uint32_t code = BIAS ? bf16x2_add(a[w][r], minus_bias) : a[w][r];
-                  a[w][r] = bf16x2_fma(code, scale[r & 1], neg_min[r & 1]);
-                }
-              }
-GQ_UNROLL
-              for (int nt = 0; nt < NT; ++nt) {
-                mma_bf16(acc[gi][nt], a[0], b[nt][0], acc[gi][nt]);
-                mma_bf16(acc[gi][nt], a[1], b[nt][1], acc[gi][nt]);
-              }
-            } else {
-GQ_UNROLL
-              for (int nt = 0; nt < NT; ++nt) {
-                const float zero[4] = {0.f, 0.f, 0.f, 0.f};
-                float part[GROUPS][4];
-                if (GROUPS == 1) {
-                  if (BF16) {
-                    mma_bf16(part[0], a[0], b[nt][0], zero);
-                    mma_bf16(part[0], a[1], b[nt][1], part[0]);
-                  } else {
-                    mma_f16(part[0], a[0], b[nt][0], zero);
-                    mma_f16(part[0], a[1], b[nt][1], part[0]);
-                  }
-                } else {
-GQ_UNROLL
-                  for (int gr = 0; gr < GROUPS; ++gr) {
-                    if (BF16) mma_bf16(part[gr], a[gr], b[nt][gr], zero);
-                    else mma_f16(part[gr], a[gr], b[nt][gr], zero);
-                  }
-                }
-GQ_UNROLL
-                for (int gr = 0; gr < GROUPS; ++gr)
-GQ_UNROLL
-                  for (int j = 0; j < 4; ++j) {
-                    float v = acc[gi][nt][j];
-                    if (NEEDS_SUM) v = fmaf(z[j / 2][gr], sigma[nt][gr][j % 2], v);
-                    acc[gi][nt][j] = fmaf(s[j / 2][gr], part[gr][j], v);
-                  }
-              }
-            }  // exact path
-          }
-        }
-      }
-    }
+    if (PIPELINED) k.pipelined_loop(p, acc, table);
+    else k.plain_loop(p, acc, table);
   } else if (!p.zero_unused) {
     return;  // an unused tile's rows stay as they are
   }

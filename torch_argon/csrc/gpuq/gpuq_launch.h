@@ -24,13 +24,17 @@ namespace gpuq {
 inline namespace GPUQ_TARGET {
 
 // Which instantiation of the GEMM runs: 8-token blocks per warp (1, 2, 4), the gate/up form
-// (act(gate) * up of a [E, 2 n_out, row_bytes] tensor), int8 activations (q8), and the
-// activations' type (bf16, else fp16; q8: the int8 codes, whatever the output's type).
+// (act(gate) * up of a [E, 2 n_out, row_bytes] tensor), int8 activations (q8), the
+// activations' type (bf16, else fp16; q8: the int8 codes, whatever the output's type), and the
+// K loop (gpuq_kernel.h): the plain one, or the pipelined one, which the GPU build has only
+// where it was built with GPUQ_LAB_LOOPS=1 (the emulation always: CI runs both); the launcher
+// refuses it elsewhere.
 struct GemmVariant {
   int token_blocks;
   bool swiglu;
   bool q8;
   bool bf16;
+  bool pipelined;
 };
 
 #define GPUQ_DECLARE_LAUNCHERS(lower, UPPER, id, elems, bytes)                                \

@@ -45,6 +45,7 @@
 #if defined(GPUQ_HAS_KERNELS)
 #include <ATen/ATen.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "checks.h"
@@ -252,6 +253,19 @@ void check_qmm_out(const Tensor& out, const Tensor& a, const Tensor& w_q,
                     {"row_token", row_token ? &*row_token : &none}});
 }
 
+// The K loop of the GEMMs (gpuq_launch.h): ARGON_GPUQ_LOOP=pipelined runs the pipelined loop
+// of a lab build (GPUQ_LAB_LOOPS=1) or the emulation, so that a benchmark or a test compares the
+// two loops in one process (bench/lab/gpuq_loops.py); unset or "plain": the plain loop, the only
+// one a user's build has. Read at each call (the host's side of a launch; a CUDA graph keeps the
+// kernel it captured).
+bool pipelined_loop() {
+  const char* loop = std::getenv("ARGON_GPUQ_LOOP");
+  if (loop == nullptr || *loop == 0 || std::string(loop) == "plain") return false;
+  TORCH_CHECK_VALUE(std::string(loop) == "pipelined", "ARGON_GPUQ_LOOP must be \"plain\" or "
+                    "\"pipelined\", got \"", loop, "\"");
+  return true;
+}
+
 // The 8-token blocks a warp multiplies: its rows (the tile, at most 32) in blocks of 8.
 int token_blocks(int rows_per_warp) { return rows_per_warp <= 8 ? 1 : rows_per_warp <= 16 ? 2 : 4; }
 
@@ -318,7 +332,7 @@ void qmm_out(const Tensor& a_in, const Tensor& w_q_in, int64_t qtype, int64_t n_
   p.x_scale_stride = q8 ? x_scale.stride(0) : 0;
   p.rows_per_warp = rows_per_warp;
   const gpuq::GemmVariant v{token_blocks(rows_per_warp), swiglu, q8,
-                            a_in.scalar_type() == at::kBFloat16};
+                            a_in.scalar_type() == at::kBFloat16, pipelined_loop()};
   char err[512] = "";
   raise_launch_error("gpuq_qmm", fmt.gemm(p, v, stream_of(a_in), err, sizeof err), err);
 }
