@@ -7,7 +7,9 @@
 # call cut short leaves ninja's finished objects, the next call goes on from them), then run the
 # rest in a second, where the build is a no-op.
 # 1. the lab build (NVCC_APPEND_FLAGS=-DGPUQ_LAB_LOOPS=1: both K loops compiled; setup.py
-#    rebuilds when the flags change), sm_90, not in the minutes below;
+#    rebuilds by file times only, so a machine already built without the flag must be cleaned
+#    first: bench/h200_session.sh keeps one environment for a session), sm_90, not in the
+#    minutes below;
 # 2. `pytest --gpu-run tests/test_gpuq.py` on 16 xdist workers (every GEMM case with both loops,
 #    the pipelined loop's tail cases bit for bit against the plain loop), at most TESTS_S seconds
 #    (default 240; log $OUT/gpuq_tests.log);

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# One environment for every call of a device session that measures this wave's unmeasured GPU
+# code, so the extension is built once per machine: the lab loops compiled in
+# (NVCC_APPEND_FLAGS=-DGPUQ_LAB_LOOPS=1: the pipelined K loop beside the shipped one; the layer
+# never picks it) and the Hopper unit (CUTLASS's headers from the carried wheel in .whl/).
+# Every step's own script builds first; setup.py rebuilds by file times only (a changed flag or
+# CUTLASS found or not goes unnoticed), so every call of a session goes through this script.
+#
+#   bash bench/h200_session.sh build    # extension + ggml's test-backend-ops side by side, the
+#                                       # Hopper unit's SASS check                 (~6-9 min)
+#   bash bench/h200_session.sh hopper   # issue 45: tests, bench vs triton_dense and vLLM, ncu
+#   bash bench/h200_session.sh quant    # issue 43: CUDA tests of the quantized kernels, then the
+#                                       # quick table (tiled GEMM included) with llama.cpp's column
+#   bash bench/h200_session.sh loops    # issue 43, small T: plain vs pipelined K loop
+#   bash bench/h200_session.sh vllm     # vLLM side by side, auto and cuda_hopper_dense
+#   bash bench/h200_session.sh suite    # the whole GPU test suite (h200_tests.sh)
+# Extra arguments go to the step's script. Carry: .whl (nvidia-cutlass wheel), .baselines
+# (bench/baselines/stage_vllm.sh), bench/baselines/ggml_src (bench/baselines/stage_ggml.sh).
+# Staged here first:
+#   python3 -m pip download --no-deps nvidia-cutlass==4.2.0.0 -d .whl
+#   bash bench/baselines/stage_vllm.sh && bash bench/baselines/stage_ggml.sh
+set -uo pipefail
+here="$(dirname "$0")"
+export NVCC_APPEND_FLAGS="-DGPUQ_LAB_LOOPS=1"
+if [ -z "${ARGON_CUTLASS_DIR:-}" ]; then
+  whl=$(ls .whl/nvidia_cutlass-*.whl 2>/dev/null | head -n 1)
+  if [ -n "$whl" ]; then
+    [ -d /tmp/argon_cutlass/cutlass_library ] ||
+      python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/argon_cutlass "$whl"
+    export ARGON_CUTLASS_DIR=/tmp/argon_cutlass/cutlass_library/source
+  else
+    echo "== no CUTLASS wheel in .whl/: the build has no Hopper GEMM (see the header)"
+  fi
+fi
+step=${1:-}
+shift || true
+case "$step" in
+  build) bash "$here/h200_quant.sh" --llamacpp --build-only "$@" &&
+         bash "$here/h200_hopper.sh" --build ;;
+  hopper) bash "$here/h200_hopper.sh" "$@" ;;
+  quant) CHECK_S="${CHECK_S:-150}" bash "$here/h200_quant.sh" --check --quick --llamacpp "$@" ;;
+  loops) bash "$here/lab/gpuq_loops.sh" "$@" ;;
+  vllm) bash "$here/h200_vllm.sh" --quick --paths cuda_hopper_dense "$@" ;;
+  suite) bash "$here/h200_tests.sh" "$@" ;;
+  *) echo "usage: bash bench/h200_session.sh build|hopper|quant|loops|vllm|suite [args]"; exit 2 ;;
+esac
