@@ -122,6 +122,17 @@ def test_it_declines_what_its_gemm_cannot_take(on_h200, kwargs, match):
     assert match in HOPPER.supports(cuda_call(experts, dtype=dtype))
 
 
+def test_it_declines_transposed_weight_views(on_h200):
+    """A transformers checkpoint's stacks arrive as transposed views (nn.py): the GEMM would
+    copy them on every call, so triton_dense takes them."""
+    E, H, I = 4, 64, 32
+    gu = torch.randn(E, H, 2 * I, dtype=torch.bfloat16).transpose(1, 2)
+    dn = torch.randn(E, I, H, dtype=torch.bfloat16).transpose(1, 2)
+    why = HOPPER.supports(cuda_call(DenseExperts(gu, dn)))
+    assert "contiguous weight stacks" in why
+    assert HOPPER.supports(cuda_call(DenseExperts(gu.contiguous(), dn.contiguous()))) == ""
+
+
 def test_it_declines_where_autograd_records(on_h200):
     experts = dense_experts()
     x = torch.randn(8, 64, dtype=torch.bfloat16, requires_grad=True)  # its device: patched away

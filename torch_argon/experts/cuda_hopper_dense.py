@@ -15,7 +15,7 @@ far from the tensor cores' rate; but until a GPU run has measured it, its tuned 
 """
 import torch
 
-from .. import hopper
+from .. import hopper, triton_ops
 from .base import Experts, fused_call_refusal
 from .triton_dense import HALF_DTYPES
 
@@ -37,6 +37,10 @@ class CudaHopperDense(Experts):
             return why
         if x.dtype not in HALF_DTYPES or not w.gate_up.dtype == w.down.dtype == x.dtype:
             return "the Hopper GEMM needs x and both weight stacks in the same fp16 / bf16 dtype"
+        if not (w.gate_up.is_contiguous() and w.down.is_contiguous()):
+            return ("the Hopper GEMM reads [E, N, K]-contiguous weight stacks; these are "
+                    "strided views (a transposed checkpoint layout), which it would copy on "
+                    "every call")
         if w.hidden % 8 or w.inter % 8:
             return (f"H={w.hidden} and I={w.inter} must be multiples of 8 (the GEMM's 16-byte "
                     "TMA rows)")
@@ -70,7 +74,7 @@ class CudaHopperDense(Experts):
 
 def device_name(device: torch.device) -> str:
     """The name the tuned table is keyed by ("NVIDIA H200")."""
-    return torch.cuda.get_device_name(device)
+    return triton_ops.device_name(device)
 
 
 def dtype_name(dtype: torch.dtype) -> str:

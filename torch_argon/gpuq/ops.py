@@ -15,10 +15,10 @@ asynchronous on the current CUDA stream and take no host sync: CUDA graphs captu
       the op table's moe_qmm_out where gpuq runs it (moe_qmm_out's CUDA kernel calls it:
       triton_ops/quant_ops.py)
 """
-import functools
 
 import torch
 
+from .._kernels import cuda_capability, has_kernel
 from ..quant.formats import FORMATS as ALL_FORMATS, qformat
 
 # Every GGUF block format (the float types F32 / F16 / BF16 are dense weights, not gpuq's).
@@ -27,9 +27,8 @@ ACTIVATIONS = ("silu", "gelu", "gelu_tanh")
 MAX_ROWS_PER_WARP = 32  # 4 token blocks of 8 (csrc/gpuq/gpuq_kernel.h)
 
 
-@functools.lru_cache(maxsize=None)
 def _has_kernels(dispatch_key: str) -> bool:
-    return torch._C._dispatch_has_kernel_for_dispatch_key("argon::gpuq_qmm_out", dispatch_key)
+    return has_kernel("argon::gpuq_qmm_out", dispatch_key)
 
 
 def refusal(device) -> str:
@@ -38,13 +37,12 @@ def refusal(device) -> str:
     if device.type == "cuda":
         if not _has_kernels("CUDA"):
             return "torch_argon was built without CUDA (no gpuq kernels)"
-        major, _ = torch.cuda.get_device_capability(device)
+        major, _ = cuda_capability(device)
         if major < 8:
             return "the gpuq kernels need compute capability 8.0 or newer (bf16 mma.sync)"
         return ""
     if device.type == "cpu":
         if not _has_kernels("CPU"):
-            _has_kernels.cache_clear()  # torch_argon._C_test may be loaded later
             return ("the gpuq kernels run on CUDA; on the CPU only their host emulation, which "
                     "lives in torch_argon._C_test (a test build: ARGON_TEST_BUILD=1)")
         return ""

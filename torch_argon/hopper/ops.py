@@ -7,17 +7,15 @@ code: wgmma, TMA), where torch_argon._C was built with the Hopper unit (CUTLASS'
 and an sm_90 target: build_tools/hopper_build.py). The launch is asynchronous on the current
 stream and takes no host sync: CUDA graphs capture it.
 """
-import functools
-
 import torch
 
 from . import configs
+from .._kernels import cuda_capability, has_kernel as _has_kernel
 
 
-@functools.lru_cache(maxsize=None)
 def has_kernel() -> bool:
     """Whether this build of torch_argon._C has the Hopper unit (its CUDA kernel registered)."""
-    return torch._C._dispatch_has_kernel_for_dispatch_key("argon::hopper_grouped_mm_out", "CUDA")
+    return _has_kernel("argon::hopper_grouped_mm_out", "CUDA")
 
 
 def refusal(device) -> str:
@@ -29,7 +27,7 @@ def refusal(device) -> str:
         return ("torch_argon was built without the Hopper unit (it needs CUTLASS's headers, "
                 "pip install --no-deps nvidia-cutlass==4.2.0.0, and an sm_90 target: "
                 "build_tools/hopper_build.py)")
-    capability = torch.cuda.get_device_capability(device)
+    capability = cuda_capability(device)
     if capability != (9, 0):
         return (f"the Hopper grouped GEMM runs on compute capability 9.0 (sm_90a code), this "
                 f"GPU is {capability[0]}.{capability[1]}")
