@@ -126,6 +126,24 @@ def test_no_tokens(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("swiglu", [False, True])
+def test_no_inputs_gives_zeros(device, swiglu):
+    """n_in = 0 (a [R, 0] x, weights of no blocks): the product is zero, as gpuq's own GEMM
+    gives, and nothing is read (the kernel's first loads would be past the empty stacks)."""
+    name, E, N, T = "Q8_0", 2, 64, 10
+    d = torch.device(device)
+    ids = torch.randint(0, E, (T, 1), generator=torch.Generator().manual_seed(3))
+    plan = reference.moe_plan(ids, torch.ones(T, 1), E, 64).to(d)
+    w = torch.empty(E, 2 * N if swiglu else N, 0, dtype=torch.uint8, device=d)
+    x = torch.empty(T, 0, dtype=torch.bfloat16, device=d)
+    rows = plan.tile_expert.numel() * 64
+    out = torch.full((rows, N), float("nan"), dtype=torch.bfloat16, device=d)
+    tiled_qmm(x, w, name, 0, plan.tile_expert, 64, meta=plan.meta, row_token=plan.sorted_token,
+              swiglu=swiglu, out=out)
+    assert torch.equal(out.cpu(), torch.zeros(rows, N, dtype=torch.bfloat16))
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_unused_tiles_left_alone(device):
     """zero_unused=False leaves the rows of unused tiles (expert -1, or past meta's n_tiles) as
     they were."""

@@ -92,10 +92,10 @@ GQ_TILED_KERNEL tiled_qmm_kernel(const GemmParams p) {
   using S = TiledShape<BM>;
   constexpr int SUBS = F::BE / 32;
   constexpr int COLS = SWIGLU ? kTileW / 2 : kTileW;  // output columns per block
-  GQ_SHARED uint32_t w_tile[2][kTileW * kRowWords];
-  GQ_SHARED uint32_t x_tile[2][BM * kRowWords];
+  alignas(16) GQ_SHARED uint32_t w_tile[2][kTileW * kRowWords];
+  alignas(16) GQ_SHARED uint32_t x_tile[2][BM * kRowWords];
   constexpr int TW = F::TABLE_WORDS;
-  GQ_SHARED uint32_t table[TW > 0 ? TW : 1];
+  alignas(16) GQ_SHARED uint32_t table[TW > 0 ? TW : 1];
 
   const int tid = thread_in_block(), lane = lane_id(), warp = warp_id();
   const int g = lane >> 2, t = lane & 3;
@@ -219,12 +219,15 @@ GQ_UNROLL
   };
 
   if (TW > 0) block_sync();  // the table, before the first fetch reads it
-  fetch(0, 0);
-  decode(0);
+  // Step k runs on stage k % 2 while the next step's loads fill the other. n_in = 0 (no steps)
+  // loads nothing: the epilogue writes act(0) * 0.
+  const int steps = p.n_in / kStepValues;
+  if (steps > 0) {
+    fetch(0, 0);
+    decode(0);
+  }
   cp_async_wait_all();
   block_sync();
-  // Step k runs on stage k % 2 while the next step's loads fill the other.
-  const int steps = p.n_in / kStepValues;
   for (int k = 0; k < steps; ++k) {
     const int cur = k & 1;
     const bool more = k + 1 < steps;
