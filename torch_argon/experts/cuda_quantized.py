@@ -26,6 +26,14 @@ from .triton_dense import HALF_DTYPES
 _DEQUANT = CudaQuantizedDequant()
 
 
+def gpuq_call_refusal(call) -> str:
+    """Why gpuq's kernels cannot run `call` (its x off CUDA, a build or GPU without them, a flow
+    the fused kernels do not take), "" where they can."""
+    if call.x.device.type != "cuda":
+        return "the gpuq kernels run on CUDA tensors"
+    return gpuq.refusal(call.x.device) or fused_call_refusal(call)
+
+
 class CudaQuantized(Experts):
     name = "cuda_quantized"
     path = "triton"
@@ -35,9 +43,7 @@ class CudaQuantized(Experts):
 
     def supports(self, call):
         x = call.x
-        if x.device.type != "cuda":
-            return "the gpuq kernels run on CUDA tensors"
-        why = gpuq.refusal(x.device) or fused_call_refusal(call)
+        why = gpuq_call_refusal(call)
         if why:
             return why
         floats = float_parts(call.weights)

@@ -15,10 +15,9 @@ choice (path="auto" / "triton") declines it until quantized_crossover.TILED_FROM
 measured rows for the call's formats: it has not yet run on a GPU (bench/quant_gpuq_notes.md,
 "The tile-decode GEMM").
 """
-from .. import gpuq
 from ..gpuq.tiled import TILE_M, tiled_qmm
-from .base import Experts, fused_call_refusal
-from .cuda_quantized import gated_experts
+from .base import Experts
+from .cuda_quantized import gated_experts, gpuq_call_refusal
 from .ops_quantized import float_parts
 from .quantized_crossover import tiled_from_rows
 from .triton_dense import HALF_DTYPES
@@ -33,9 +32,7 @@ class CudaQuantizedTiled(Experts):
 
     def supports(self, call):
         x = call.x
-        if x.device.type != "cuda":
-            return "the gpuq kernels run on CUDA tensors"
-        why = gpuq.refusal(x.device) or fused_call_refusal(call)
+        why = gpuq_call_refusal(call)
         if why:
             return why
         if call.tile_m is not None and call.tile_m not in TILE_M:

@@ -61,7 +61,7 @@
 // per expert) and from its short down rows (3 blocks: the loop's prologue weighs more), not
 // from idle SMs. (python bench/lab/gpuq_loops.py records each case's grid.)
 //
-// Compile-time variants for A/B builds (their measurements: bench/quant_gpuq_notes.md):
+// Compile-time knobs; each default is the one that keeps the kernels unspilled or was faster:
 // GPUQ_PREFETCH=1 prefetches each weight row's bytes 256 on into L1 at every block (plain
 // loop); GPUQ_MIN_BLOCKS_NT1=n asks ptxas for n resident blocks of the 8-token kernels (the
 // default 4 keeps them at 128 registers, trading a few spilled bytes for occupancy at small

@@ -36,8 +36,8 @@
 #include "gpuq_kernel.h"
 #include "gpuq_smem.h"
 
-// A compile-time variant for A/B builds: GPUQ_TILED_MIN_BLOCKS=n asks ptxas for n resident
-// blocks per SM (the default 2 holds every kernel at 128 registers without spills).
+// GPUQ_TILED_MIN_BLOCKS: the resident blocks per SM asked of ptxas; 2 holds every kernel at 128
+// registers without spills.
 #ifndef GPUQ_TILED_MIN_BLOCKS
 #define GPUQ_TILED_MIN_BLOCKS 2
 #endif
