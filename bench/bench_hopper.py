@@ -178,6 +178,8 @@ def main():
     p.add_argument("--profile-gemms", action="store_true",
                    help="only launch the two GEMMs at E=512 T=8192 twice (ncu's target)")
     p.add_argument("--quick", action="store_true", help=f"T = {T_QUICK} only")
+    p.add_argument("--T", type=lambda v: tuple(int(t) for t in v.split(",")),
+                   help=f"comma-separated token counts (default {T_ALL})")
     p.add_argument("--no-gemms", action="store_true", help="the experts paths only")
     p.add_argument("--hbm-tbps", type=float, default=4.3,
                    help="memory bandwidth for the weight-read floor (H200: 4.3; H100: 3.35)")
@@ -201,7 +203,8 @@ def main():
 
     if not why:
         for shape in SHAPES:
-            bench_shape(shape, T_QUICK if args.quick else T_ALL, torch.bfloat16, args, vllm,
+            ts = args.T or (T_QUICK if args.quick else T_ALL)
+            bench_shape(shape, ts, torch.bfloat16, args, vllm,
                         records, save)
     else:
         print(f"the Hopper GEMM cannot run here: {why}", file=sys.stderr)

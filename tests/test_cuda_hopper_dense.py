@@ -276,6 +276,23 @@ def test_gemm_with_no_rows_at_all_writes_nothing():
 
 
 @needs_hopper
+def test_strided_plan_vectors_read_as_their_values():
+    """offsets / counts as every-other-element views: the kernels index dense int32 arrays, so
+    the op must not hand them the views' storage."""
+    T, K, E = 100, 4, 8
+    ids, w = make_ids(T, K, E, "uniform", seed=9), make_weights(T, K, seed=9)
+    plan = plan_for(ids, w, E)
+    a = torch.randn(plan.sorted_token.shape[0], 64, dtype=torch.bfloat16, device="cuda")
+    weight = torch.randn(E, 32, 64, dtype=torch.bfloat16, device="cuda")
+    spread = lambda v: torch.stack([v, torch.full_like(v, 1 << 20)], 1).reshape(-1)[::2]
+    offsets, counts = spread(plan.offsets), spread(plan.counts)
+    assert offsets.stride(0) == 2 and torch.equal(offsets, plan.offsets)
+    want = hopper.grouped_mm(a, weight, plan.offsets, plan.counts, "pingpong_64x128")
+    got = hopper.grouped_mm(a, weight, offsets, counts, "pingpong_64x128")
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+
+
+@needs_hopper
 def test_offsets_no_plan_makes_never_reach_past_the_buffers():
     E, R = 3, 40
     a = torch.randn(R, 64, dtype=torch.bfloat16, device="cuda")

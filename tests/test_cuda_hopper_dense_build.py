@@ -76,7 +76,9 @@ def test_nvcc_command_targets_sm90a_with_cutlass_includes(clean_env, tmp_path):
     clean_env.setenv("ARGON_CUTLASS_DIR", root)
     cmds = hopper_build.compile_commands(ROOT, str(tmp_path / "obj"))
     units = sorted(os.path.basename(c[1][-3]) for c in cmds)
-    assert units == ["hopper_entry.cu", "hopper_gemm_bf16.cu", "hopper_gemm_fp16.cu"]
+    configs = ("cooperative_128x256", "pingpong_128x128", "pingpong_64x128")
+    assert units == ["hopper_entry.cu"] + [f"hopper_gemm_{dtype}_{config}.cu"
+                                          for dtype in ("bf16", "fp16") for config in configs]
     for _, cmd in cmds:
         assert "-gencode=arch=compute_90a,code=sm_90a" in cmd
         assert f"-I{root}/include" in cmd and f"-I{root}/tools/util/include" in cmd

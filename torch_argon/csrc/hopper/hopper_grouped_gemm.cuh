@@ -222,28 +222,33 @@ int run(const ArgonHopperGemm& p, char* err, int err_len) {
   return 0;
 }
 
-// fn(GroupedGemm<Element, the configuration of hopper_gemm.h's index `config`>{}).
-template <class Element, class Fn>
-auto with_config(int config, Fn&& fn) {
-  switch (config) {
-    case 0: return fn(GroupedGemm<Element, PingpongSmall>{});
-    case 1: return fn(GroupedGemm<Element, Pingpong>{});
-    default: return fn(GroupedGemm<Element, CooperativeWide>{});
-  }
-}
+// ConfigAt<i>::type: the configuration of hopper_gemm.h's index i (configs.py's CONFIGS order).
+template <int I>
+struct ConfigAt;
+template <>
+struct ConfigAt<0> {
+  using type = PingpongSmall;
+};
+template <>
+struct ConfigAt<1> {
+  using type = Pingpong;
+};
+template <>
+struct ConfigAt<2> {
+  using type = CooperativeWide;
+};
 
 }  // namespace argon_hopper
 
-// One unit per element type (hopper_gemm_fp16.cu, hopper_gemm_bf16.cu: they compile in
-// parallel) defines hopper_units.h's two functions of its element type with this macro.
-#define ARGON_HOPPER_ELEMENT_UNIT(suffix, Element)                                        \
-  size_t argon_hopper_workspace_bytes_##suffix(int config, int n_groups, int sm_count) { \
-    return argon_hopper::with_config<Element>(config, [&](auto g) {                      \
-      return argon_hopper::workspace_bytes<decltype(g)>(n_groups, sm_count);             \
-    });                                                                                  \
-  }                                                                                      \
-  int argon_hopper_run_##suffix(const ArgonHopperGemm& gemm, char* err, int err_len) {   \
-    return argon_hopper::with_config<Element>(gemm.config, [&](auto g) {                 \
-      return argon_hopper::run<decltype(g)>(gemm, err, err_len);                         \
-    });                                                                                  \
+// One unit per element type and configuration (hopper_gemm_<dtype>_<config>.cu: the six compile
+// in parallel, each one CUTLASS kernel) defines hopper_units.h's two functions of its pair.
+#define ARGON_HOPPER_UNIT(suffix, Element, index)                                               \
+  size_t argon_hopper_workspace_bytes_##suffix##_##index(int n_groups, int sm_count) {          \
+    return argon_hopper::workspace_bytes<argon_hopper::GroupedGemm<                             \
+        Element, argon_hopper::ConfigAt<index>::type>>(n_groups, sm_count);                     \
+  }                                                                                             \
+  int argon_hopper_run_##suffix##_##index(const ArgonHopperGemm& gemm, char* err, int err_len) { \
+    return argon_hopper::run<                                                                   \
+        argon_hopper::GroupedGemm<Element, argon_hopper::ConfigAt<index>::type>>(gemm, err,     \
+                                                                                  err_len);     \
   }

@@ -109,14 +109,16 @@ void hopper_grouped_mm_out(const Tensor& a_in, const Tensor& w_in, const Tensor&
                               "the Hopper grouped GEMM runs on compute capability 9.0 (sm_90a "
                               "code), this GPU is ", prop->major, ".", prop->minor);
   const Tensor a = readable(a_in), w = readable(w_in);
+  // the kernels index the plan vectors as dense int32 arrays (a strided view is copied)
+  const Tensor offsets_dense = offsets.contiguous(), counts_dense = counts.contiguous();
   ArgonHopperGemm gemm{};
   gemm.dtype = a.scalar_type() == at::kBFloat16 ? ARGON_HOPPER_BF16 : ARGON_HOPPER_FP16;
   gemm.config = static_cast<int>(config);
   gemm.a = a.data_ptr();
   gemm.b = w.data_ptr();
   gemm.d = out.data_ptr();
-  gemm.offsets = offsets.data_ptr<int32_t>();
-  gemm.counts = counts.data_ptr<int32_t>();
+  gemm.offsets = offsets_dense.data_ptr<int32_t>();
+  gemm.counts = counts_dense.data_ptr<int32_t>();
   gemm.n_groups = static_cast<int>(w.size(0));
   gemm.rows = a.size(0);
   gemm.n = static_cast<int>(w.size(1));
