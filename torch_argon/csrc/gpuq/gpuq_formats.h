@@ -111,16 +111,21 @@ struct SplitChunk {
 GQ_DEV uint32_t spread4(uint32_t x) { return (x * 0x00204081u) & 0x01010101u; }
 
 // Q4_K / Q5_K: the scale d * sc and min dmin * m of sub-block s from the block's 16-byte header
-// (h: its four words; word 0 holds d and dmin, bytes 4..15 the 6-bit scales and mins).
+// (h: its four words; word 0 holds d and dmin, bytes 4..15 the 6-bit scales and mins). Every
+// byte sub-block s reads is byte s % 4 of words 1, 2 or 3: the words are chosen by constant
+// indices, so a run-time s never indexes h (which would put it in local memory).
 GQ_DEV void k_scale_and_min(const uint32_t h[4], int s, float& scale, float& min) {
-  const auto byte = [h](int off) { return byte_of_word<4>(h[off / 4], off); };
+  const int shift = 8 * (s & 3);
+  const uint32_t b1 = (h[1] >> shift) & 0xFF;  // byte 4 + s % 4
+  const uint32_t b2 = (h[2] >> shift) & 0xFF;  // byte 8 + s % 4
+  const uint32_t b3 = (h[3] >> shift) & 0xFF;  // byte 12 + s % 4
   uint32_t sc, mn;
   if (s < 4) {
-    sc = byte(4 + s) & 63;
-    mn = byte(8 + s) & 63;
-  } else {
-    sc = (byte(8 + s) & 15) | ((byte(s) >> 6) << 4);
-    mn = (byte(8 + s) >> 4) | ((byte(4 + s) >> 6) << 4);
+    sc = b1 & 63;
+    mn = b2 & 63;
+  } else {  // the low 4 bits in byte 8 + s, the high 2 in the top bits of bytes s and 4 + s
+    sc = (b3 & 15) | ((b1 >> 6) << 4);
+    mn = (b3 >> 4) | ((b2 >> 6) << 4);
   }
   scale = half_of_word<4>(h[0], 0) * small_uint_to_float(sc);
   min = half_of_word<4>(h[0], 2) * small_uint_to_float(mn);
