@@ -14,6 +14,7 @@
 #   bash bench/h200_session.sh loops    # issue 43, small T: plain vs pipelined K loop
 #   bash bench/h200_session.sh vllm     # vLLM side by side, auto and cuda_hopper_dense
 #   bash bench/h200_session.sh suite    # the whole GPU test suite (h200_tests.sh)
+#   bash bench/h200_session.sh once     # build, tests and both tables in one call (h200_once.sh)
 # Extra arguments go to the step's script. Carry: .whl (nvidia-cutlass wheel), .baselines
 # (bench/baselines/stage_vllm.sh), bench/baselines/ggml_src (bench/baselines/stage_ggml.sh).
 # Staged here first:
@@ -43,5 +44,6 @@ case "$step" in
   loops) bash "$here/lab/gpuq_loops.sh" "$@" ;;
   vllm) bash "$here/h200_vllm.sh" --quick --paths cuda_hopper_dense "$@" ;;
   suite) bash "$here/h200_tests.sh" "$@" ;;
-  *) echo "usage: bash bench/h200_session.sh build|hopper|quant|loops|vllm|suite [args]"; exit 2 ;;
+  once) bash "$here/h200_once.sh" "$@" ;;
+  *) echo "usage: bash bench/h200_session.sh build|hopper|quant|loops|vllm|suite|once [args]"; exit 2 ;;
 esac

@@ -1,7 +1,7 @@
 """How the Hopper grouped GEMM's units are built (build_tools/hopper_build.py): where setup.py
 builds them and the reason it gives where it does not, where CUTLASS's headers are looked for,
-and the nvcc command. The CUTLASS units themselves take 6.5 minutes to compile on the 2-core
-build machine, so their compile and SASS check is a tool (tools/hopper_unit_check.py, run by the
+and the nvcc command. The CUTLASS units themselves take about 3 minutes to compile on the
+2-core build machine, so their compile and SASS check is a tool (tools/hopper_unit_check.py, run by the
 coordinator and by bench/h200_hopper.sh), not a test; the C entry unit, which includes no
 CUTLASS, compiles here in seconds wherever nvcc is."""
 import os

@@ -9,8 +9,8 @@ kernel of every object it prints registers, stack and local bytes (cuobjdump -re
 counts in the SASS: HGMMA (wgmma: the tensor-core instruction the kernel must be built on),
 LDL / STL (local memory: spills or indexed register arrays), UTMALDG / UTMASTG (TMA loads and
 stores). Exit status 1 when a GEMM kernel has no HGMMA or any local memory, or a unit does not
-compile. Compiling both element types took 6.5 minutes of wall time (1 min 46 s of CPU) with two
-jobs on the shared 2-core build machine: too slow for a CI test, so this is a tool the
+compile. Compiling the seven units (one per element type and configuration, and the entry) took
+160 s of wall time with two jobs on the 2-core build machine: too slow for a CI test, so this is a tool the
 coordinator runs, and bench/h200_hopper.sh runs it on the device's objects.
 """
 import argparse
