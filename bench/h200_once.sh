@@ -62,3 +62,10 @@ r=$(left 100000)
     --budget-s $((r - 25)) "${llama[@]}" 2>&1 | tee "$OUT/h200_quant.log"
   echo "== bench_quant at ${SECONDS}s"
 }
+# at most 8 files come back from a device call: keep these, the build log only if a build failed
+keep="hopper.json h200_quant.json hopper_tests.log tiled_tests.log step_build.txt hopper_bench.log h200_quant.log"
+grep -q "FAILED" "$OUT/step_build.txt" && keep="$keep build.log"
+for f in "$OUT"/*; do
+  case " $keep " in *" $(basename "$f") "*) ;; *) rm -rf "$f" ;; esac
+done
+ls -la "$OUT"
