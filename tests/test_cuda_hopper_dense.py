@@ -93,7 +93,7 @@ def test_auto_declines_until_measured_and_the_name_runs_it(on_h200, monkeypatch)
     call = cuda_call(dense_experts())
     assert HOPPER.supports(call) == ""
     auto = dict(registry.explain(call, "auto"))["cuda_hopper_dense"]
-    assert auto.startswith("not yet measured on a GPU") and "NVIDIA H200 bfloat16" in auto
+    assert auto.startswith("no measured win") and "NVIDIA H200 bfloat16" in auto
     assert dict(registry.explain(call, "triton"))["cuda_hopper_dense"] == auto
     assert dict(registry.explain(call, "cuda_hopper_dense"))["cuda_hopper_dense"] == ""
     assert registry.choose(call, "cuda_hopper_dense") is HOPPER
@@ -105,7 +105,7 @@ def test_auto_declines_until_measured_and_the_name_runs_it(on_h200, monkeypatch)
     # ... but not for another dtype
     assert dict(registry.explain(cuda_call(dense_experts(dtype=torch.float16),
                                            dtype=torch.float16), "auto"))[
-        "cuda_hopper_dense"].startswith("not yet measured on a GPU")
+        "cuda_hopper_dense"].startswith("no measured win")
 
 
 def test_the_tuned_table_ships_without_measured_entries():

@@ -11,9 +11,10 @@ Numerics: each weight rounded once to the activations' dtype (bit for bit the de
 weights), the products summed in fp32: the dequant path's tolerance (1.5e-2 relative in bf16).
 
 Selection: path="cuda_quantized_tiled" runs it wherever it supports the call. The automatic
-choice (path="auto" / "triton") declines it until quantized_crossover.TILED_FROM_ROWS holds
-measured rows for the call's formats: it has not yet run on a GPU (bench/quant_gpuq_notes.md,
-"The tile-decode GEMM").
+choice (path="auto" / "triton") takes it only from quantized_crossover.TILED_FROM_ROWS's measured
+rows for the call's formats, which hold none: on an H200 (2026-12-06) it beat gpuq's GEMMs at
+large T but lost to the dequant path, the layer's choice there (bench/quant_gpuq_notes.md, "The
+tile-decode GEMM").
 """
 from ..gpuq.tiled import TILE_M, tiled_qmm
 from .base import Experts
@@ -48,8 +49,9 @@ class CudaQuantizedTiled(Experts):
     def auto_refusal(self, call):
         start = tiled_from_rows(call.weights)
         if start is None:
-            return ("not yet measured on a GPU (experts/quantized_crossover.py has no measured "
-                    "rows for it): path='cuda_quantized_tiled' runs it")
+            return ("no measured win (experts/quantized_crossover.py has no rows for it: on an "
+                    "H200 it lost to the layer's choice at every measured point, "
+                    "bench/quant_gpuq_notes.md): path='cuda_quantized_tiled' runs it")
         rows = call.rows_per_expert()
         if rows is None or rows < start:
             known = "an unknown count of" if rows is None else f"{rows:.3g}"

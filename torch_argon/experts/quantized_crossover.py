@@ -33,10 +33,11 @@ def dequant_from_rows(weights) -> float:
                for w in weights.parts().values())
 
 # format -> rows per expert from which the tile-decode GEMM (cuda_quantized_tiled) runs in the
-# layer's automatic choice. Empty until bench/bench_quant.py has measured it on a GPU: a row is
-# the smallest rows per expert from which cuda_quantized_tiled beats the other CUDA quantized
-# implementations on both configs of that run (its JSON names the run); until a format has one,
-# the automatic choice declines the tiled path for it ("not yet measured on a GPU") and
+# layer's automatic choice: the smallest rows per expert from which it beats the other CUDA
+# quantized implementations on both configs of a bench/bench_quant.py run on a GPU. Empty: on
+# the H200 (2026-12-06; Q4_K and IQ4_XS at T = 2048 and 8192) it took 0.65-1.01x gpuq's time
+# from 128 rows per expert, but 1.02-2.4x the layer's choice at every measured point (the dequant
+# path from 128 rows), so the automatic choice declines it ("no measured win") and
 # path="cuda_quantized_tiled" still runs it.
 TILED_FROM_ROWS = {}
 

@@ -6,8 +6,8 @@ first of that family; path=<name> that implementation. Each one says why it decl
 decision. The order puts the fused GPU kernels first (the Hopper GEMM before the Triton ones it
 is meant to beat on sm_90, which run where it declines), then the CPU's buffer-reusing path, then the
 one-op-per-stage fallbacks that run anywhere. Among the quantized GPU ones: gpuq's GEMMs on the
-GGUF bytes (small T), the tile-decode GEMM (large T; chosen by name only until measured), the
-decode-once path (large T: they split by rows per expert, experts/quantized_crossover.py), then
+GGUF bytes (small T), the tile-decode GEMM (large T; by name only: measured slower than the
+decode-once path), the decode-once path (large T: they split by rows per expert, experts/quantized_crossover.py), then
 the Triton quantized GEMM where none of them runs.
 """
 from .base import ExpertsCall
