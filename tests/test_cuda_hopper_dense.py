@@ -157,7 +157,7 @@ def test_configs_are_the_headers_list_in_its_order():
 
 @pytest.mark.parametrize("rows,want", [(1, "pingpong_64x128"), (64, "pingpong_64x128"),
                                        (65, "pingpong_128x128"), (256, "pingpong_128x128"),
-                                       (257, "cooperative_128x256")])
+                                       (257, "pingpong_128x128"), (1e6, "pingpong_128x128")])
 def test_default_rule_by_rows_per_expert(rows, want):
     assert configs.default_config(rows) == want
     assert configs.choose(rows, "NVIDIA H200", "bfloat16") == (want, want)

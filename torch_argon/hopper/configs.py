@@ -31,14 +31,13 @@ def index(name: str) -> int:
 
 def default_config(rows_per_expert: float) -> str:
     """The rule where nothing is measured: a tile of M 64 while an expert's rows fill no more
-    (less padding in the last M tile of each expert), 128 x 128 ping-pong up to 256 rows, then
-    the wide cooperative tile with the 2 x 1 cluster (B multicast to the two CTAs of an
-    expert's neighbouring M tiles: only worth it where an expert has at least two of them)."""
+    (less padding in the last M tile of each expert), else 128 x 128 ping-pong. From the H200's
+    GEMM-alone rates (bench/results/h200_hopper.json): 64 x 128 led at 40 rows per expert,
+    128 x 128 at 128 and 512 (507 / 469 TFLOP/s against the cooperative 128 x 256's 486 / 404
+    at 512); the cooperative tile led only the gate/up GEMM at 160 rows (415 against 357)."""
     if rows_per_expert <= 64:
         return "pingpong_64x128"
-    if rows_per_expert <= 256:
-        return "pingpong_128x128"
-    return "cooperative_128x256"
+    return "pingpong_128x128"
 
 
 def measured_rows(device_name: str, dtype_name: str):
