@@ -22,6 +22,10 @@ left() {  # seconds to the deadline, at most $1
   echo "$r"
 }
 bash "$here/h200_quant.sh" --llamacpp --build-only 2>&1 | tee "$OUT/step_build.txt"
+if grep -q "^== BUILD FAILED" "$OUT/step_build.txt"; then
+  ls -la "$OUT"  # build.log says why; nothing below can run without the extension
+  exit 2
+fi
 bash "$here/h200_hopper.sh" --build 2>&1 | tee -a "$OUT/step_build.txt"
 echo "== builds done at ${SECONDS}s"
 . "$here/gpu_env.sh"
@@ -59,12 +63,13 @@ r=$(left 100000)
     llama=(--llamacpp bench/baselines/ggml_bin/test-backend-ops-cuda)
   timeout "$r" python3 bench/bench_quant.py --json "$OUT/h200_quant.json" \
     --formats "${QUANT_FORMATS:-Q4_K,Q8_0,IQ4_XS,IQ2_XS}" --T "${QUANT_T:-128,2048,8192}" \
-    --budget-s $((r - 25)) "${llama[@]}" 2>&1 | tee "$OUT/h200_quant.log"
+    --budget-s $((r - 25)) ${llama[@]+"${llama[@]}"} 2>&1 | tee "$OUT/h200_quant.log"
   echo "== bench_quant at ${SECONDS}s"
 }
 # at most 8 files come back from a device call: keep these, the build log only if a build failed
 keep="hopper.json h200_quant.json hopper_tests.log tiled_tests.log step_build.txt hopper_bench.log h200_quant.log"
-grep -q "FAILED" "$OUT/step_build.txt" && keep="$keep build.log"
+grep -q "^== BUILD FAILED" "$OUT/step_build.txt" && keep="$keep build.log"
+grep -q "GGML BUILD FAILED" "$OUT/step_build.txt" && keep="$keep ggml_build.log"
 for f in "$OUT"/*; do
   case " $keep " in *" $(basename "$f") "*) ;; *) rm -rf "$f" ;; esac
 done

@@ -22,7 +22,9 @@
 #   bash bench/baselines/stage_vllm.sh && bash bench/baselines/stage_ggml.sh
 set -uo pipefail
 here="$(dirname "$0")"
-# NVCC_APPEND_FLAGS= (set, empty) leaves the lab loops out: a shorter build
+# NVCC_APPEND_FLAGS= (set, empty) leaves the lab loops out: a shorter build; `once` leaves them
+# out unless the caller sets the flags
+[ "${1:-}" = once ] && NVCC_APPEND_FLAGS="${NVCC_APPEND_FLAGS-}"
 export NVCC_APPEND_FLAGS="${NVCC_APPEND_FLAGS--DGPUQ_LAB_LOOPS=1}"
 if [ -z "${ARGON_CUTLASS_DIR:-}" ]; then
   whl=$(ls .whl/nvidia_cutlass-*.whl 2>/dev/null | head -n 1)

@@ -105,7 +105,7 @@ def test_auto_declines_until_measured_and_the_name_runs_it(on_h200, monkeypatch)
     # ... but not for another dtype
     assert dict(registry.explain(cuda_call(dense_experts(dtype=torch.float16),
                                            dtype=torch.float16), "auto"))[
-        "cuda_hopper_dense"].startswith("no measured win")
+        "cuda_hopper_dense"].startswith("not yet measured on a GPU")
 
 
 def test_the_tuned_table_ships_without_measured_entries():

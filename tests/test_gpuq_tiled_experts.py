@@ -79,9 +79,13 @@ def test_not_chosen_automatically_until_measured(on_cuda):
         assert TILED.supports(call) == ""
         for path in ("auto", "triton"):
             why = dict(registry.explain(call, path))["cuda_quantized_tiled"]
-            assert "no measured win" in why
+            assert "no measured win for Q4_K" in why  # measured on the H200, and lost
             assert registry.choose(call, path).name == before
         assert registry.choose(call, "cuda_quantized_tiled") is TILED
+    # a format no GPU run has measured says so
+    unmeasured = call_of(quantized_experts("Q6_K", E=128), T=16384, K=8, dtype=torch.bfloat16,
+                         cuda=True)
+    assert "not yet measured on a GPU for Q6_K" in TILED.auto_refusal(unmeasured)
 
 
 def test_chosen_from_its_measured_rows(on_cuda, monkeypatch):
@@ -98,7 +102,7 @@ def test_chosen_from_its_measured_rows(on_cuda, monkeypatch):
     assert "unknown count" in TILED.auto_refusal(unknown)
     # a part whose format has no measured row: not chosen
     mixed = quantized_experts("Q4_K", E=128, down="Q6_K")
-    assert "no measured win" in TILED.auto_refusal(
+    assert "not yet measured on a GPU for Q6_K" in TILED.auto_refusal(
         call_of(mixed, T=2048, K=8, dtype=torch.bfloat16, cuda=True))
 
 

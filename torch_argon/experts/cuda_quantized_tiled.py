@@ -12,15 +12,15 @@ weights), the products summed in fp32: the dequant path's tolerance (1.5e-2 rela
 
 Selection: path="cuda_quantized_tiled" runs it wherever it supports the call. The automatic
 choice (path="auto" / "triton") takes it only from quantized_crossover.TILED_FROM_ROWS's measured
-rows for the call's formats, which hold none: on an H200 (2026-12-06) it beat gpuq's GEMMs at
-large T but lost to the dequant path, the layer's choice there (bench/quant_gpuq_notes.md, "The
-tile-decode GEMM").
+rows for the call's formats, which hold none: on an H200 (2026-12-06, Q4_K and IQ4_XS) it took
+0.65-1.01x gpuq's time from 128 rows per expert but lost to the layer's choice at every point
+(bench/quant_gpuq_notes.md, "The tile-decode GEMM").
 """
 from ..gpuq.tiled import TILE_M, tiled_qmm
 from .base import Experts
 from .cuda_quantized import gated_experts, gpuq_call_refusal
 from .ops_quantized import float_parts
-from .quantized_crossover import tiled_from_rows
+from .quantized_crossover import TILED_MEASURED_SLOWER, tiled_from_rows
 from .triton_dense import HALF_DTYPES
 
 
@@ -49,8 +49,14 @@ class CudaQuantizedTiled(Experts):
     def auto_refusal(self, call):
         start = tiled_from_rows(call.weights)
         if start is None:
-            return ("no measured win (experts/quantized_crossover.py has no rows for it: on an "
-                    "H200 it lost to the layer's choice at every measured point, "
+            formats = sorted({w.qtype.name for w in call.weights.parts().values()})
+            unmeasured = [f for f in formats if f not in TILED_MEASURED_SLOWER]
+            if unmeasured:
+                return (f"not yet measured on a GPU for {', '.join(unmeasured)} "
+                        "(experts/quantized_crossover.py has no rows for it): "
+                        "path='cuda_quantized_tiled' runs it")
+            return (f"no measured win for {', '.join(formats)}: it lost to the layer's choice "
+                    f"at every measured point ({TILED_MEASURED_SLOWER[formats[0]]}; "
                     "bench/quant_gpuq_notes.md): path='cuda_quantized_tiled' runs it")
         rows = call.rows_per_expert()
         if rows is None or rows < start:

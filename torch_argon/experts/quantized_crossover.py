@@ -37,9 +37,12 @@ def dequant_from_rows(weights) -> float:
 # quantized implementations on both configs of a bench/bench_quant.py run on a GPU. Empty: on
 # the H200 (2026-12-06; Q4_K and IQ4_XS at T = 2048 and 8192) it took 0.65-1.01x gpuq's time
 # from 128 rows per expert, but 1.02-2.4x the layer's choice at every measured point (the dequant
-# path from 128 rows), so the automatic choice declines it ("no measured win") and
-# path="cuda_quantized_tiled" still runs it.
+# path from 128 rows), so the automatic choice declines it ("no measured win"; for the formats
+# not measured, "not yet measured on a GPU") and path="cuda_quantized_tiled" still runs it.
 TILED_FROM_ROWS = {}
+# the formats measured with no win (the run), so TILED_FROM_ROWS has no row for them on purpose
+TILED_MEASURED_SLOWER = {"Q4_K": "bench/results/h200_quant_tiled.json (H200, 2026-12-06)",
+                         "IQ4_XS": "bench/results/h200_quant_tiled.json (H200, 2026-12-06)"}
 
 
 def tiled_from_rows(weights):

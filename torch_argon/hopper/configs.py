@@ -7,8 +7,8 @@ M x N (K step 64) and the cluster along M.
 MEASURED is the tuned table: per (GPU name, dtype name), rows of (largest mean rows per expert,
 gate/up config, down config), the first row whose bound is >= the call's rows per expert wins.
 It holds only what a benchmark on that GPU measured (bench/bench_hopper.py writes the rows
-for it); it is empty until a device run fills it. The layer's automatic choice takes the Hopper
-implementation only where MEASURED has the GPU and dtype (experts/cuda_hopper_dense.py); by
+for it). It is empty: where the path was measured (MEASURED_SLOWER) it lost to triton_dense.
+The layer's automatic choice takes the Hopper implementation only where MEASURED has the GPU and dtype (experts/cuda_hopper_dense.py); by
 name (path="cuda_hopper_dense") it runs everywhere it can, with default_config's rule where the
 table has no entry.
 """
@@ -20,6 +20,9 @@ CONFIGS = (
 
 # {(torch.cuda.get_device_name(), dtype name): ((max rows per expert, gate_up, down), ...)}
 MEASURED = {}
+# {(GPU name, dtype name): the run} where the path was measured and lost to triton_dense at
+# every point, so MEASURED has no rows for it on purpose
+MEASURED_SLOWER = {("NVIDIA H200", "bfloat16"): "bench/results/h200_hopper.json (2026-12-06)"}
 
 
 def index(name: str) -> int:
