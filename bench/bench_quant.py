@@ -365,6 +365,20 @@ def table(records):
               f"{e['error'][:300]}")
 
 
+def profile(impl, name, cfg_name, T):
+    """The experts path of `impl` on `name` experts at one config and T, three times (an ncu
+    target; no timing, no bf16 baseline, no Triton warm-up in workers)."""
+    cfg = Run.configs[cfg_name]
+    x = (torch.randn(T, cfg["H"], device=Run.device) * 0.5).to(Run.dtype)
+    ids, w = routing(T, cfg["E"], cfg["K"], seed=T, device=Run.device)
+    call = experts_call(impl, "none", x, ids, w, quant_experts(name, cfg, seed=11))
+    for _ in range(3):
+        y = call()
+    synchronize()
+    print(f"profiled {impl} {name} {cfg_name} T={T}: |y| = {y.float().norm():.4g}")
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
@@ -383,6 +397,10 @@ def main(argv=None):
     ap.add_argument("--tiny", action="store_true", help="toy sizes on --device (logic test)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
+    ap.add_argument("--profile", metavar="IMPL",
+                    help="no table: run IMPL's experts path 3 times on the first format, config "
+                         "and T given (Nsight Compute's target: --launch-skip the first call's "
+                         "kernels)")
     args = ap.parse_args(argv)
     start = time.time()
     Run.set((args.device, {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype],
@@ -402,6 +420,8 @@ def main(argv=None):
     Ts = (tuple(int(t) for t in args.T.split(",")) if args.T
           else TINY_T if args.tiny else T_LIST)
     impls = IMPLS if args.quick else IMPLS + (Q8_IMPL,)
+    if args.profile:
+        return profile(args.profile, names[0], cfg_names[0], Ts[0])
     budget = Budget(start, args.budget_s if args.budget_s is not None
                     else 210.0 if args.quick else float("inf"))
     records = []
