@@ -150,17 +150,20 @@ def bench_shape(shape, ts, dtype, args, vllm, records, save):
                             rows=suggested_rows(gemms, E, K)))
 
 
-def profile_gemms():
-    """The Nsight Compute target (bench/h200_hopper.sh): E=512 K=10 H=2048 I=512 T=8192, the
-    gate/up and down GEMMs with the configurations the layer would take, launched twice."""
-    E, K, H, I, T = 512, 10, 2048, 512, 8192
+def profile_gemms(E=512):
+    """The Nsight Compute target (bench/h200_hopper.sh): K=10 H=2048 I=512 T=8192 with E
+    experts (512: the issue's config; 1: the same rows in one group, so no tile changes group),
+    the gate/up and down GEMMs with the configurations the layer would take, launched twice."""
+    K, H, I, T = 10, 2048, 512, 8192
     dtype = torch.bfloat16
     g = torch.Generator().manual_seed(0)
     gate_up = (torch.randn(E, 2 * I, H, generator=g) / H ** 0.5).to(dtype).cuda()
     down = (torch.randn(E, H, I, generator=g) / I ** 0.5).to(dtype).cuda()
     x = torch.randn(T, H, device="cuda").to(dtype)
-    plan = torch_argon.argon_ops.moe_plan(make_ids(T, K, E, "uniform").cuda(),
-                                          make_weights(T, K).cuda(), E, 1)
+    # fewer experts than K: repeated ids in a row (the plan takes them), every row still routed
+    ids = (make_ids(T, K, E, "uniform") if E >= K
+           else torch.randint(0, E, (T, K), generator=torch.Generator().manual_seed(0)))
+    plan = torch_argon.argon_ops.moe_plan(ids.cuda(), make_weights(T, K).cuda(), E, 1)
     xs = torch_argon.argon_ops.moe_gather(x, plan)
     h = torch.randn(xs.shape[0], I, device="cuda").to(dtype)
     cfg_gu, cfg_down = hopper.configs.choose(T * K / E, torch.cuda.get_device_name(), "bfloat16")
@@ -177,6 +180,8 @@ def main():
     p.add_argument("--out", help="JSON file to write (a list of records)")
     p.add_argument("--profile-gemms", action="store_true",
                    help="only launch the two GEMMs at E=512 T=8192 twice (ncu's target)")
+    p.add_argument("--profile-experts", type=int, default=512,
+                   help="E of --profile-gemms' problem (1: one group, the same rows)")
     p.add_argument("--quick", action="store_true", help=f"T = {T_QUICK} only")
     p.add_argument("--T", type=lambda v: tuple(int(t) for t in v.split(",")),
                    help=f"comma-separated token counts (default {T_ALL})")
@@ -187,7 +192,7 @@ def main():
                    help="bf16 matrix rate for the matrix floor (H200/H100 measured: ~790)")
     args = p.parse_args()
     if args.profile_gemms:
-        return profile_gemms()
+        return profile_gemms(args.profile_experts)
     if not args.out:
         p.error("--out is required")
     why = hopper.refusal("cuda") if torch.cuda.is_available() else "no CUDA device"
