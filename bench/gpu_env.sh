@@ -7,3 +7,16 @@ fi
 # The GPU runs test the Metal kernels as metal_host and metal_cuda too: build the test executors
 # (torch_argon._C_test) along with _C.
 export ARGON_TEST_BUILD=1
+# CUTLASS's headers for the Hopper unit, from the nvidia-cutlass wheel carried in .whl/
+# (`python3 -m pip download --no-deps nvidia-cutlass==4.2.0.0 -d .whl`), for every script alike:
+# setup.py rebuilds by file times only and would not notice the unit appearing or going away
+# between two scripts' builds. Without the wheel the build has no Hopper GEMM and says why.
+if [ -z "${ARGON_CUTLASS_DIR:-}" ]; then
+  cutlass_whl=$(ls .whl/nvidia_cutlass-*.whl 2>/dev/null | head -n 1)
+  if [ -n "$cutlass_whl" ]; then
+    [ -d /tmp/argon_cutlass/cutlass_library ] ||
+      python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/argon_cutlass \
+        "$cutlass_whl"
+    export ARGON_CUTLASS_DIR=/tmp/argon_cutlass/cutlass_library/source
+  fi
+fi

@@ -31,15 +31,9 @@ for a in "$@"; do
   if [ "$a" = "--build" ]; then build_only=1; else args+=("$a"); fi
 done
 
-if [ -z "${ARGON_CUTLASS_DIR:-}" ]; then
-  whl=$(ls .whl/nvidia_cutlass-*.whl 2>/dev/null | head -n 1)
-  if [ -z "$whl" ]; then
-    echo "== no CUTLASS wheel in .whl/ (stage it: python3 -m pip download --no-deps nvidia-cutlass==4.2.0.0 -d .whl; carry .whl)"
-    exit 2
-  fi
-  [ -d /tmp/argon_cutlass/cutlass_library ] ||
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/argon_cutlass "$whl"
-  export ARGON_CUTLASS_DIR=/tmp/argon_cutlass/cutlass_library/source
+if [ -z "${ARGON_CUTLASS_DIR:-}" ]; then  # gpu_env.sh found no wheel in .whl/
+  echo "== no CUTLASS wheel in .whl/ (stage it: python3 -m pip download --no-deps nvidia-cutlass==4.2.0.0 -d .whl; carry .whl)"
+  exit 2
 fi
 
 # h200_run.sh's build step (sm_90, log in $OUT/build.log), with the wheel's headers found

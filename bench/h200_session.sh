@@ -16,7 +16,8 @@
 #   bash bench/h200_session.sh suite    # the whole GPU test suite (h200_tests.sh)
 #   bash bench/h200_session.sh once     # build, tests and both tables in one call (h200_once.sh)
 # Extra arguments go to the step's script. Carry: .whl (nvidia-cutlass wheel), .baselines
-# (bench/baselines/stage_vllm.sh), bench/baselines/ggml_src (bench/baselines/stage_ggml.sh).
+# (bench/baselines/stage_vllm.sh), bench/baselines/ggml_src (bench/baselines/stage_ggml.sh) or
+# the binary bench/baselines/build_ggml_cuda.sh made from it (bench/baselines/ggml_bin).
 # Staged here first:
 #   python3 -m pip download --no-deps nvidia-cutlass==4.2.0.0 -d .whl
 #   bash bench/baselines/stage_vllm.sh && bash bench/baselines/stage_ggml.sh
@@ -26,16 +27,9 @@ here="$(dirname "$0")"
 # out unless the caller sets the flags
 [ "${1:-}" = once ] && NVCC_APPEND_FLAGS="${NVCC_APPEND_FLAGS-}"
 export NVCC_APPEND_FLAGS="${NVCC_APPEND_FLAGS--DGPUQ_LAB_LOOPS=1}"
-if [ -z "${ARGON_CUTLASS_DIR:-}" ]; then
-  whl=$(ls .whl/nvidia_cutlass-*.whl 2>/dev/null | head -n 1)
-  if [ -n "$whl" ]; then
-    [ -d /tmp/argon_cutlass/cutlass_library ] ||
-      python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/argon_cutlass "$whl"
-    export ARGON_CUTLASS_DIR=/tmp/argon_cutlass/cutlass_library/source
-  else
-    echo "== no CUTLASS wheel in .whl/: the build has no Hopper GEMM (see the header)"
-  fi
-fi
+. "$here/gpu_env.sh"  # CUTLASS's headers from .whl/ among the rest, for every step alike
+[ -n "${ARGON_CUTLASS_DIR:-}" ] ||
+  echo "== no CUTLASS wheel in .whl/: the build has no Hopper GEMM (see the header)"
 step=${1:-}
 shift || true
 case "$step" in
