@@ -150,10 +150,12 @@ def bench_shape(shape, ts, dtype, args, vllm, records, save):
                             rows=suggested_rows(gemms, E, K)))
 
 
-def profile_gemms(E=512):
+def profile_gemms(E=512, time_them=False):
     """The Nsight Compute target (bench/h200_hopper.sh): K=10 H=2048 I=512 T=8192 with E
     experts (512: the issue's config; 1: the same rows in one group, so no tile changes group),
-    the gate/up and down GEMMs with the configurations the layer would take, launched twice."""
+    the gate/up and down GEMMs with the configurations the layer would take, launched twice.
+    time_them: then each GEMM's graph-replay median and TFLOP/s, for every configuration (the
+    group-change check without a profiler: E=1 against E=512 in one call)."""
     K, H, I, T = 10, 2048, 512, 8192
     dtype = torch.bfloat16
     g = torch.Generator().manual_seed(0)
@@ -172,6 +174,14 @@ def profile_gemms(E=512):
         hopper.grouped_mm(h, down, plan.offsets, plan.counts, cfg_down)
     torch.cuda.synchronize()
     print(f"profiled gate_up ({cfg_gu}) and down ({cfg_down})")
+    if time_them:
+        rows = T * K
+        for cfg in hopper.configs.CONFIGS:
+            for name, a, w in (("gate_up", xs, gate_up), ("down", h, down)):
+                us = cuda_graph_replays_us(
+                    lambda: hopper.grouped_mm(a, w, plan.offsets, plan.counts, cfg))
+                tflops = 2 * rows * w.shape[1] * w.shape[2] / us / 1e6
+                print(f"E={E} {name:7s} {cfg:24s} {us:8.1f} us {tflops:6.1f} TFLOP/s", flush=True)
     return 0
 
 
@@ -182,6 +192,8 @@ def main():
                    help="only launch the two GEMMs at E=512 T=8192 twice (ncu's target)")
     p.add_argument("--profile-experts", type=int, default=512,
                    help="E of --profile-gemms' problem (1: one group, the same rows)")
+    p.add_argument("--profile-time", action="store_true",
+                   help="with --profile-gemms: time every configuration's two GEMMs too")
     p.add_argument("--quick", action="store_true", help=f"T = {T_QUICK} only")
     p.add_argument("--T", type=lambda v: tuple(int(t) for t in v.split(",")),
                    help=f"comma-separated token counts (default {T_ALL})")
@@ -192,7 +204,7 @@ def main():
                    help="bf16 matrix rate for the matrix floor (H200/H100 measured: ~790)")
     args = p.parse_args()
     if args.profile_gemms:
-        return profile_gemms(args.profile_experts)
+        return profile_gemms(args.profile_experts, args.profile_time)
     if not args.out:
         p.error("--out is required")
     why = hopper.refusal("cuda") if torch.cuda.is_available() else "no CUDA device"

@@ -15,6 +15,7 @@
 #   bash bench/h200_session.sh vllm     # vLLM side by side, auto and cuda_hopper_dense
 #   bash bench/h200_session.sh suite    # the whole GPU test suite (h200_tests.sh)
 #   bash bench/h200_session.sh once     # build, tests and both tables in one call (h200_once.sh)
+#   bash bench/h200_session.sh profile  # build, then the limiters: Hopper groups, ncu (h200_profile.sh)
 # Extra arguments go to the step's script. Carry: .whl (nvidia-cutlass wheel), .baselines
 # (bench/baselines/stage_vllm.sh), bench/baselines/ggml_src (bench/baselines/stage_ggml.sh) or
 # the binary bench/baselines/build_ggml_cuda.sh made from it (bench/baselines/ggml_bin).
@@ -25,7 +26,7 @@ set -uo pipefail
 here="$(dirname "$0")"
 # NVCC_APPEND_FLAGS= (set, empty) leaves the lab loops out: a shorter build; `once` leaves them
 # out unless the caller sets the flags
-[ "${1:-}" = once ] && NVCC_APPEND_FLAGS="${NVCC_APPEND_FLAGS-}"
+[ "${1:-}" = once ] || [ "${1:-}" = profile ] && NVCC_APPEND_FLAGS="${NVCC_APPEND_FLAGS-}"
 export NVCC_APPEND_FLAGS="${NVCC_APPEND_FLAGS--DGPUQ_LAB_LOOPS=1}"
 . "$here/gpu_env.sh"  # CUTLASS's headers from .whl/ among the rest, for every step alike
 [ -n "${ARGON_CUTLASS_DIR:-}" ] ||
@@ -41,5 +42,6 @@ case "$step" in
   vllm) bash "$here/h200_vllm.sh" --quick --paths cuda_hopper_dense "$@" ;;
   suite) bash "$here/h200_tests.sh" "$@" ;;
   once) bash "$here/h200_once.sh" "$@" ;;
-  *) echo "usage: bash bench/h200_session.sh build|hopper|quant|loops|vllm|suite|once [args]"; exit 2 ;;
+  profile) bash "$here/h200_profile.sh" "$@" ;;
+  *) echo "usage: bash bench/h200_session.sh build|hopper|quant|loops|vllm|suite|once|profile [args]"; exit 2 ;;
 esac
