@@ -8,8 +8,9 @@
 #   3. issue 43: Nsight Compute on the tile-decode GEMM (Q4_K, E=128 T=8192: gate/up and down),
 #      the details page and the per-instruction SASS page with its stall samples (csv), and on
 #      the dequant path's decode kernel (details: its DRAM rate against the bytes' floor)
+#   4. the quick quantized table for Q4_K and IQ4_XS at T = 2048 / 8192 (the tiled GEMM's column)
 # Run through bench/h200_session.sh profile. Writes under $OUT: step_build.txt,
-# hopper_groups.log, tiled_details.txt, tiled_sass.csv, decode_details.txt.
+# hopper_groups.log, quant.json, quant.log, tiled_details.txt, tiled_sass.csv, decode_details.txt.
 set -uo pipefail
 OUT="${OUT:-/tmp/argon_out}"
 mkdir -p "$OUT"
@@ -23,9 +24,15 @@ export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
 NCU="${NCU:-$(command -v ncu || echo /usr/local/cuda/bin/ncu)}"
 
 for E in 1 16 512; do
-  timeout 120 python3 bench/bench_hopper.py --profile-gemms --profile-time --profile-experts $E
+  timeout 60 python3 bench/bench_hopper.py --profile-gemms --profile-time --profile-experts $E
 done 2>&1 | tee "$OUT/hopper_groups.log"
 echo "== hopper groups at ${SECONDS}s"
+
+# the tiled GEMM beside the layer's choice where the first run measured it (the loads-before-MMAs
+# change since)
+timeout 150 python3 bench/bench_quant.py --quick --json "$OUT/quant.json" --formats Q4_K,IQ4_XS \
+  --T 2048,8192 --budget-s 110 2>&1 | tee "$OUT/quant.log"
+echo "== bench_quant at ${SECONDS}s"
 
 quant=(python3 bench/bench_quant.py --formats Q4_K --configs E128 --T 8192)
 timeout 200 "$NCU" --set full --import-source no -k regex:tiled_qmm_kernel --launch-skip 2 \
@@ -39,5 +46,7 @@ timeout 120 "$NCU" --set full -k regex:decode_kernel --launch-count 3 \
   "${quant[@]}" --profile cuda_quantized_dequant > "$OUT/decode_details.txt" 2>&1
 echo "== ncu decode rc=$? at ${SECONDS}s"
 grep -E "Duration|DRAM Throughput|Memory Throughput" "$OUT/decode_details.txt" | head -12
-rm -f "$OUT/build.log.keep"
+# at most 8 files come back: the build's log only where it failed
+grep -q "BUILD FAILED" "$OUT/step_build.txt" || rm -f "$OUT/build.log"
+rm -f "$OUT/tiled_ncu.log" "$OUT/hopper_sass.json"
 ls -la "$OUT"

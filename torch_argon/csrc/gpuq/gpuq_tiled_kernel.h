@@ -6,14 +6,14 @@
 // Algorithm. A thread block of kTiledWarps warps owns one plan tile (one expert's BM rows) and
 // kTileW weight rows (gate/up: kTileW / 2 gate rows and the matching up rows, so act(gate) * up
 // is fused; down: kTileW output columns). Per K step of 32 values (one format chunk):
-//   (a) every thread fetches its share of the tile's weights from the GGUF bytes (kTileW rows x
-//       4 column groups: F::chunk's codes, scales and mins, 2 units a thread) and issues
+//   (a) every thread loads its share of the tile's weights from the GGUF bytes (kTileW rows x
+//       4 column groups: F::load's raw words, 2 units a thread) and issues
 //       cp.async copies of its share of the BM activation rows (16 bytes each; the gather by
 //       sorted_token fused: a -1 or out-of-range row is a zero fill), both for the NEXT step;
 //   (b) every warp runs mma.sync m16n8k16 over its 32 x (kTileW / WARPS_N) part of the tile
 //       from the current step's shared-memory tiles, its operands loaded with ldmatrix.x4;
-//   (c) the fetched codes are decoded once (gpuq_decode.h's scaled_pairs: the value
-//       dequantize_reference gives, rounded once to the activations' type) into the next
+//   (c) the loaded words are decoded once (F::decode, then gpuq_decode.h's scaled_pairs: the
+//       value dequantize_reference gives, rounded once to the activations' type) into the next
 //       step's weight tile; then the copies are waited for and the block synchronizes.
 // Two stages of both tiles (double buffering): one block barrier per K step. The tiles' rows
 // are 64 bytes (32 values); their 16-byte chunks are swizzled (chunk c of row r at c ^ ((r / 2)
@@ -144,9 +144,11 @@ GQ_UNROLL
     xrow[i] = static_cast<const uint8_t*>(p.x) + (xok[i] ? xr : 0) * p.x_stride + 16 * (c % 4);
   }
 
-  uint32_t codes[S::UNITS][2];
-  float scale[S::UNITS][F::GROUPS], minimum[S::UNITS][F::GROUPS];
-  // (a) of step k: the copies of its activations, the fetch of its weight units (chunk k % SUBS
+  // The fetched units' raw words (F::load), decoded only after the step's MMAs (F::decode in
+  // (c)): a decode next to its loads would make every warp wait for the weights' latency before
+  // its MMAs, which then hide nothing.
+  typename F::Raw raw[S::UNITS];
+  // (a) of step k: the copies of its activations, the loads of its weight units (chunk k % SUBS
   // of block k / SUBS; a run-time chunk index: unrolling a block's chunks would fold the
   // formats' header offsets, but hoists their loads past 128 registers)
   auto fetch = [&](int k, int stage) {
@@ -161,16 +163,19 @@ GQ_UNROLL
 GQ_UNROLL
     for (int i = 0; i < S::UNITS; ++i) {
       const uint8_t* block = wrow[i] + static_cast<int64_t>(blk) * F::BB;
-      F::chunk(block, ch, (tid + i * kTiledThreads) % 4, codes[i], scale[i], minimum[i], table);
+      F::load(block, ch, (tid + i * kTiledThreads) % 4, raw[i]);
     }
   };
-  // (c): the fetched units decoded into the weight tile of `stage`
-  auto decode = [&](int stage) {
+  // (c): the units fetched for step k decoded into the weight tile of `stage`
+  auto decode = [&](int k, int stage) {
+    const int ch = k % SUBS;
 GQ_UNROLL
     for (int i = 0; i < S::UNITS; ++i) {
-      uint32_t pairs[4];
-      scaled_pairs<F, BF16>(codes[i], scale[i], minimum[i], pairs);
       const int ct = (tid + i * kTiledThreads) % 4;  // values 4ct .. + 3 and 16 + 4ct .. + 3
+      uint32_t codes[2], pairs[4];
+      float scale[F::GROUPS], minimum[F::GROUPS];
+      F::decode(raw[i], ch, ct, codes, scale, minimum, table);
+      scaled_pairs<F, BF16>(codes, scale, minimum, pairs);
       uint32_t* row = w_tile[stage];
       store_8_bytes(&row[swizzled_word(unit_row[i], ct / 2) + 2 * (ct % 2)], pairs[0], pairs[1]);
       store_8_bytes(&row[swizzled_word(unit_row[i], 2 + ct / 2) + 2 * (ct % 2)], pairs[2],
@@ -224,7 +229,7 @@ GQ_UNROLL
   const int steps = p.n_in / kStepValues;
   if (steps > 0) {
     fetch(0, 0);
-    decode(0);
+    decode(0, 0);
   }
   cp_async_wait_all();
   block_sync();
@@ -233,7 +238,7 @@ GQ_UNROLL
     const bool more = k + 1 < steps;
     if (more) fetch(k + 1, cur ^ 1);
     multiply(cur);
-    if (more) decode(cur ^ 1);
+    if (more) decode(k + 1, cur ^ 1);
     cp_async_wait_all();
     block_sync();
   }
