@@ -148,6 +148,7 @@ def build_metallib(inputs):
 lib_srcs = [s for s in sources("*.cpp", "cpu/*.cpp") if not s.endswith("module_test.cpp")]
 lib_srcs += sources("gpuq/gpuq_ops.cpp")  # the gpuq ops' schemas (and their CUDA kernels)
 lib_srcs += sources("hopper/hopper_ops.cpp")  # the Hopper GEMM's schemas (and its CUDA kernel)
+lib_srcs += sources("hopper/hopper_padded_ops.cpp")  # the padded Hopper GEMM's (the same)
 lib_flags = dict(cxx=list(cxx_flags), nvcc=list(nvcc_flags))
 lib_link = list(extra_link)
 if cuda:

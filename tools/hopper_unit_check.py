@@ -1,5 +1,6 @@
-"""The Hopper grouped GEMM's units (torch_argon/csrc/hopper/*.cu) compiled for sm_90a with the
-build's flags (build_tools/hopper_build.py) and checked in their SASS, without a GPU:
+"""The Hopper GEMMs' units (torch_argon/csrc/hopper/*.cu: the ptr-array grouped GEMM's and the
+padded plan's) compiled for sm_90a with the build's flags (build_tools/hopper_build.py) and
+checked in their SASS, without a GPU:
 
     python tools/hopper_unit_check.py                       # compile into a temporary folder
     python tools/hopper_unit_check.py --objects build/argon_hopper   # check built objects
@@ -9,9 +10,11 @@ kernel of every object it prints registers, stack and local bytes (cuobjdump -re
 counts in the SASS: HGMMA (wgmma: the tensor-core instruction the kernel must be built on),
 LDL / STL (local memory: spills or indexed register arrays), UTMALDG / UTMASTG (TMA loads and
 stores). Exit status 1 when a GEMM kernel has no HGMMA or any local memory, or a unit does not
-compile. Compiling the seven units (one per element type and configuration, and the entry) took
-160 s of wall time with two jobs on the 2-core build machine: too slow for a CI test, so this is a tool the
-coordinator runs, and bench/h200_hopper.sh runs it on the device's objects.
+compile. Compiling the grouped GEMM's seven units (one per element type and configuration, and
+the entry) took 160 s of wall time with two jobs on the 2-core build machine, the padded GEMM's
+five 110 s more: too slow for a CI test, so this is a tool the coordinator runs, and
+bench/h200_hopper.sh runs it on the device's objects. --only SUBSTRING compiles the units whose
+file name holds it (e.g. --only padded).
 """
 import argparse
 import glob
@@ -78,18 +81,22 @@ def resource_usage(obj):
 def label(kernel):
     """A readable name: the schedule and the wgmma atom of a GEMM kernel, else the setup
     kernel's element type."""
-    schedule = re.search(r"KernelPtrArrayTmaWarpSpecialized(Pingpong|Cooperative)", kernel)
+    schedule = re.search(r"Kernel(PtrArray)?TmaWarpSpecialized(Pingpong|Cooperative)", kernel)
     atom = re.search(r"MMA_(\d+x\d+x\d+)_F32(BF16|F16)", kernel)
     if schedule and atom:
-        return f"GEMM {schedule.group(1).lower()} wgmma {atom.group(1)} {atom.group(2).lower()}"
+        kind = "grouped" if schedule.group(1) else "padded"
+        return (f"GEMM {kind} {schedule.group(2).lower()} wgmma {atom.group(1)} "
+                f"{atom.group(2).lower()}")
     return "setup " + ("bf16" if "bfloat16" in kernel else "fp16")
 
 
-def compile_units(out_dir):
-    """Compiles every unit (at most MAX_JOBS at a time); returns the seconds it took."""
+def compile_units(out_dir, only=""):
+    """Compiles every unit whose file name holds `only` (at most MAX_JOBS at a time); returns
+    the number of units and the seconds it took."""
     if hopper_build.cutlass_root() is None or hopper_build.nvcc() is None:
         sys.exit("needs nvcc and CUTLASS's headers (ARGON_CUTLASS_DIR or nvidia-cutlass)")
-    cmds = [cmd for _, cmd in hopper_build.compile_commands(ROOT, out_dir)]
+    cmds = [cmd for obj, cmd in hopper_build.compile_commands(ROOT, out_dir)
+            if only in os.path.basename(obj)]
     t0 = time.time()
     jobs = max(1, int(os.environ.get("MAX_JOBS", "2")))
     pending, running = list(cmds), []
@@ -103,21 +110,22 @@ def compile_units(out_dir):
         if proc.returncode:
             print(text[-4000:])
             sys.exit(f"nvcc failed ({proc.returncode})")
-    return time.time() - t0
+    return len(cmds), time.time() - t0
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--objects", help="a folder of built objects to check instead of compiling")
     p.add_argument("--json", help="also write the findings here")
+    p.add_argument("--only", default="", help="compile only the units whose name holds this")
     args = p.parse_args()
     seconds = tmp = None
     if args.objects:
         obj_dir = args.objects
     else:
         tmp = obj_dir = tempfile.mkdtemp(prefix="argon_hopper_")
-        seconds = compile_units(obj_dir)
-        print(f"compiled {len(hopper_build.units(ROOT))} units in {seconds:.0f} s")
+        n_units, seconds = compile_units(obj_dir, args.only)
+        print(f"compiled {n_units} units in {seconds:.0f} s")
     report, bad = {"compile_seconds": seconds, "kernels": {}}, []
     for obj in sorted(glob.glob(os.path.join(obj_dir, "*.o"))):
         usage = resource_usage(obj)

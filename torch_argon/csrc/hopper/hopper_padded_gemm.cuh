@@ -1,0 +1,153 @@
+// The experts' GEMM on Hopper (sm_90a) over a padded plan (tile_m 128): one CUTLASS 3
+// warp-specialized TMA kernel for the whole problem, its tiles walked by our scheduler
+// (hopper_padded_scheduler.cuh); no per-expert tensor maps, pointers or problem shapes.
+//
+// Algorithm. CUTLASS's batched GEMM d_l = a_l @ b_l^T over L = n_experts batches, with the
+// layouts chosen so that only B depends on the batch: A [rows, k] and D [rows, n] have an L mode
+// of static stride 0 (CuTe's TMA construction drops a stride-0 mode from the tensor map: the L
+// coordinate adds nothing to their TMA coordinates, cute/atom/copy_traits_sm90_tma.hpp), B is the
+// weight stack [n_experts, n, k] with L stride n * k. So there is one tensor map per operand,
+// built once on the host per launch, and the scheduler yields, for output tile (m, n) of a used
+// M tile, L = tile_expert[m]: the producer warp's TMA loads take A rows [128 m, +128) and B rows
+// [n * TileN, +TileN) of expert L, the consumer warpgroups multiply with wgmma into fp32
+// registers (ping-pong: two warpgroups on alternate tiles, one's epilogue overlapping the other's
+// mainloop; cooperative: both on one tile, split along M), and the epilogue rounds once to the
+// output dtype and stores the tile through TMA at (128 m, n * TileN). The TMA bounds clip the
+// last N tile (n not a multiple of TileN) and the K tail (zero-filled).
+//
+// Launch shape. min(sm_count, max_tiles_m * tiles_n) CTAs of 384 threads (one producer
+// warpgroup, two consumer warpgroups), persistent; the shared memory the stage count allows
+// (StageCountAutoCarveout). The used-tile count and tile_expert are read on the device.
+//
+// Limits. n and k multiples of 8 (16-byte TMA rows), a, b, d 16-byte aligned and rows = 128 *
+// max_tiles_m (the glue checks them); clusters of 1 x 1 (the scheduler's header says why).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+
+#include <cute/tensor.hpp>
+#include <cutlass/cutlass.h>
+#include <cutlass/epilogue/collective/collective_builder.hpp>
+#include <cutlass/gemm/collective/collective_builder.hpp>
+#include <cutlass/gemm/device/gemm_universal_adapter.h>
+#include <cutlass/gemm/dispatch_policy.hpp>
+#include <cutlass/gemm/kernel/gemm_universal.hpp>
+
+#include "hopper/hopper_padded_gemm.h"
+#include "hopper/hopper_padded_scheduler.cuh"
+
+namespace argon_hopper_padded {
+
+using cute::Int;
+using cute::Shape;
+
+// One compiled configuration: the CTA tile (M x N x K) and the two schedules.
+template <int TileN, class Mainloop, class Epilogue>
+struct Config {
+  using TileShape = Shape<Int<ARGON_HOPPER_PADDED_TILE_M>, Int<TileN>, Int<64>>;
+  using ClusterShape = Shape<Int<1>, Int<1>, Int<1>>;
+  using MainloopSchedule = Mainloop;
+  using EpilogueSchedule = Epilogue;
+};
+
+using Pingpong = Config<128, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+                        cutlass::epilogue::TmaWarpSpecialized>;
+using CooperativeWide = Config<256, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                               cutlass::epilogue::TmaWarpSpecializedCooperative>;
+
+template <int I>
+struct ConfigAt;  // hopper_padded_gemm.h's index i
+template <>
+struct ConfigAt<0> {
+  using type = Pingpong;
+};
+template <>
+struct ConfigAt<1> {
+  using type = CooperativeWide;
+};
+
+// The CUTLASS kernel of one element type and configuration. Problem (M, N, K, L) = (rows, n, k,
+// n_experts); strides as (M or N, K, L) modes: A and D row-major with a stride-0 L, B the
+// experts' K-major weights; no C operand (the epilogue writes alpha * acc, alpha = 1).
+template <class Element, class Cfg>
+struct PaddedGemm {
+  using ProblemShape = Shape<int, int, int, int>;
+  using StrideA = cute::Stride<int64_t, Int<1>, Int<0>>;
+  using StrideB = cute::Stride<int64_t, Int<1>, int64_t>;
+  using StrideD = cute::Stride<int64_t, Int<1>, Int<0>>;
+  static constexpr int kAlignment = 8;  // elements per 16 bytes
+
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Cfg::TileShape,
+      typename Cfg::ClusterShape, cutlass::epilogue::collective::EpilogueTileAuto, float, float,
+      void, StrideD, kAlignment, Element, StrideD, kAlignment, typename Cfg::EpilogueSchedule,
+      cutlass::epilogue::fusion::LinearCombination<Element, float, void, float>>::CollectiveOp;
+
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, StrideA, kAlignment, Element,
+      StrideB, kAlignment, float, typename Cfg::TileShape, typename Cfg::ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      typename Cfg::MainloopSchedule>::CollectiveOp;
+
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop,
+                                                      CollectiveEpilogue, PaddedTiles>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+};
+
+inline int fail(char* err, int err_len, const char* what, const char* detail) {
+  snprintf(err, static_cast<size_t>(err_len), "hopper padded GEMM: %s%s", what, detail);
+  return 1;
+}
+
+template <class G>
+int run(const ArgonHopperPaddedGemm& p, char* err, int err_len) {
+  using Element = typename G::Gemm::ElementA;
+  const int rows = p.max_tiles_m * ARGON_HOPPER_PADDED_TILE_M;
+  const int64_t k = p.k, n = p.n;
+  cutlass::KernelHardwareInfo hw{};
+  cudaGetDevice(&hw.device_id);
+  hw.sm_count = p.sm_count;
+  typename G::Gemm::Arguments args{
+      cutlass::gemm::GemmUniversalMode::kBatched,
+      {rows, p.n, p.k, p.n_experts},
+      {static_cast<const Element*>(p.a), typename G::StrideA{k, Int<1>{}, Int<0>{}},
+       static_cast<const Element*>(p.b), typename G::StrideB{k, Int<1>{}, n * k}},
+      {{}, nullptr, typename G::StrideD{n, Int<1>{}, Int<0>{}}, static_cast<Element*>(p.d),
+       typename G::StrideD{n, Int<1>{}, Int<0>{}}},
+      hw,
+      {}};
+  args.epilogue.thread.alpha = 1.0f;
+  args.epilogue.thread.beta = 0.0f;
+  args.scheduler.tile_expert = p.tile_expert;
+  args.scheduler.used_tiles = p.used_tiles;
+
+  typename G::Gemm gemm;
+  if (G::Gemm::get_workspace_size(args) != 0)
+    return fail(err, err_len, "CUTLASS asked for a workspace", "");
+  auto* stream = static_cast<cudaStream_t>(p.stream);
+  cutlass::Status status = gemm.can_implement(args);
+  if (status != cutlass::Status::kSuccess)
+    return fail(err, err_len, "CUTLASS refused the problem: ", cutlassGetStatusString(status));
+  status = gemm.initialize(args, nullptr, stream);
+  if (status != cutlass::Status::kSuccess)
+    return fail(err, err_len, "CUTLASS initialize: ", cutlassGetStatusString(status));
+  status = gemm.run(stream);
+  if (status != cutlass::Status::kSuccess)
+    return fail(err, err_len, "CUTLASS launch: ", cutlassGetStatusString(status));
+  const cudaError_t launched = cudaGetLastError();
+  if (launched != cudaSuccess) return fail(err, err_len, "launch: ", cudaGetErrorString(launched));
+  return 0;
+}
+
+}  // namespace argon_hopper_padded
+
+// One unit per element type and configuration (hopper_padded_<dtype>_<config>.cu) defines
+// hopper_padded_units.h's function of its pair.
+#define ARGON_HOPPER_PADDED_UNIT(suffix, Element, index)                                      \
+  int argon_hopper_padded_run_##suffix##_##index(const ArgonHopperPaddedGemm& gemm, char* err, \
+                                                 int err_len) {                                \
+    return argon_hopper_padded::run<argon_hopper_padded::PaddedGemm<                          \
+        Element, argon_hopper_padded::ConfigAt<index>::type>>(gemm, err, err_len);            \
+  }

@@ -1,0 +1,15 @@
+// The padded GEMM's units (hopper_padded_<dtype>_<config>.cu, one per element type and
+// configuration, defined by ARGON_HOPPER_PADDED_UNIT of hopper_padded_gemm.cuh), as
+// hopper_padded_entry.cu dispatches to them.
+#pragma once
+
+#include "hopper/hopper_padded_gemm.h"
+
+#define ARGON_HOPPER_PADDED_DECLARE_UNIT(suffix, index) \
+  int argon_hopper_padded_run_##suffix##_##index(const ArgonHopperPaddedGemm& gemm, char* err, \
+                                                 int err_len);
+ARGON_HOPPER_PADDED_DECLARE_UNIT(fp16, 0)
+ARGON_HOPPER_PADDED_DECLARE_UNIT(fp16, 1)
+ARGON_HOPPER_PADDED_DECLARE_UNIT(bf16, 0)
+ARGON_HOPPER_PADDED_DECLARE_UNIT(bf16, 1)
+#undef ARGON_HOPPER_PADDED_DECLARE_UNIT
