@@ -1,6 +1,7 @@
-"""The Hopper dense experts (path="cuda_hopper_dense": CUTLASS 3's warp-specialized grouped
-GEMM, csrc/hopper) against triton_dense, and vLLM's fused_moe where it is staged, in one process
-on one GPU (H100 / H200).
+"""The Hopper dense experts (path="cuda_hopper_padded": the padded-plan GEMM with one tensor map
+per operand, csrc/hopper/hopper_padded_gemm.cuh; path="cuda_hopper_dense": CUTLASS 3's
+warp-specialized ptr-array grouped GEMM, csrc/hopper/hopper_grouped_gemm.cuh) against
+triton_dense, and vLLM's fused_moe where it is staged, in one process on one GPU (H100 / H200).
 
     python bench/bench_hopper.py --out $OUT/hopper.json [--quick]
 
@@ -9,10 +10,13 @@ What it measures, per expert shape (E, K, H, I) and T:
     torch_argon.moe_experts with path=...) of each path, GPU time per call under CUDA graph
     replay (testing.timing.cuda_graph_replays_us: median of 20 samples of back-to-back
     replays); the outputs of the paths against each other first (relative error, recorded);
-  - each of the Hopper GEMMs alone (gate/up [R, 2I] and down [R, H] over the plan's rows, every
-    configuration of torch_argon/hopper/configs.py), in achieved TFLOP/s of the routed rows'
-    2 * rows * N * K: the numbers the tuned table (configs.MEASURED) is filled from, and the
-    row the run suggests for it ("suggested_measured");
+  - each of the Hopper GEMMs alone (gate/up [R, 2I] and down [R, H], every configuration of
+    torch_argon/hopper/configs.py: the ptr-array kernel's ("kernel": "grouped") over the plan
+    of tile_m 1, the padded kernel's ("kernel": "padded") over the plan of tile_m 128, padding
+    rows included in its work), in achieved TFLOP/s of the routed rows' 2 * rows * N * K for
+    both (the same numerator, so the padded kernel pays for its padding rows in the rate): the
+    numbers the tuned tables (configs.MEASURED, configs.PADDED_MEASURED) are filled from, and
+    the rows the run suggests for them ("suggested_measured", per kernel);
   - the floors: every expert's weights read once at --hbm-tbps, the T*K*6*H*I FLOP at
     --matrix-tflops; "larger_floor_us" is the larger of the two.
 vLLM's Triton fused_moe (with its own tuned configs) runs where bench/baselines/
@@ -39,7 +43,7 @@ from torch_argon.weights import DenseExperts
 SHAPES = ((512, 10, 2048, 512), (128, 8, 2048, 768))  # (E, K, H, I)
 T_ALL = (128, 512, 2048, 8192, 16384)
 T_QUICK = (512, 8192)
-PATHS = ("cuda_hopper_dense", "triton_dense")
+PATHS = ("cuda_hopper_padded", "cuda_hopper_dense", "triton_dense")
 
 
 def vllm_baseline():
@@ -62,34 +66,47 @@ def rel_err(got, want):
 
 
 def gemm_records(experts, x, ids, w, shape, T, dtype):
-    """Every configuration of both Hopper GEMMs over this routing's plan, timed alone."""
+    """Every configuration of both Hopper GEMMs of both kernels over this routing's plans
+    (tile_m 1 for the ptr-array kernel, 128 for the padded one), timed alone."""
     E, K, H, I = shape
     ops = torch_argon.argon_ops
-    plan = ops.moe_plan(ids, w, E, 1)  # the path's tile_m
-    xs = ops.moe_gather(x, plan)
-    R = xs.shape[0]
-    n_valid = int(plan.counts.sum())  # outside the timed part
-    gu = xs.new_empty((R, 2 * I))
-    h = torch.randn(R, I, device=x.device).to(dtype)
-    y = xs.new_empty((R, H))
     out = []
-    for name in hopper.configs.CONFIGS:
-        for gemm, a, wt, dst, n, k in (("gate_up", xs, experts.gate_up, gu, 2 * I, H),
-                                       ("down", h, experts.down, y, H, I)):
-            def run(a=a, wt=wt, dst=dst, name=name):
-                hopper.grouped_mm(a, wt, plan.offsets, plan.counts, name, out=dst)
-            us = cuda_graph_replays_us(run)
-            out.append(dict(kind="gemm", gemm=gemm, config=name, E=E, K=K, H=H, I=I, T=T,
-                            rows=n_valid, median_us=round(us, 2),
-                            tflops=round(2 * n_valid * n * k / us / 1e6, 1)))
+    for kernel, tile_m, names in (("grouped", 1, hopper.configs.CONFIGS),
+                                  ("padded", hopper.configs.PADDED_TILE_M,
+                                   hopper.configs.PADDED_CONFIGS)):
+        plan = ops.moe_plan(ids, w, E, tile_m)
+        xs = ops.moe_gather(x, plan)
+        R = xs.shape[0]
+        n_valid = int(plan.counts.sum())  # outside the timed part
+        n_rows = int(plan.meta[0])  # the padded kernel's rows: whole tiles
+        gu = xs.new_empty((R, 2 * I))
+        h = torch.randn(R, I, device=x.device).to(dtype)
+        y = xs.new_empty((R, H))
+        for name in names:
+            for gemm, a, wt, dst, n, k in (("gate_up", xs, experts.gate_up, gu, 2 * I, H),
+                                           ("down", h, experts.down, y, H, I)):
+                if kernel == "grouped":
+                    def run(a=a, wt=wt, dst=dst, name=name):
+                        hopper.grouped_mm(a, wt, plan.offsets, plan.counts, name, out=dst)
+                else:
+                    def run(a=a, wt=wt, dst=dst, name=name):
+                        hopper.padded_mm(a, wt, plan.tile_expert, plan.meta, name, out=dst)
+                us = cuda_graph_replays_us(run)
+                out.append(dict(kind="gemm", kernel=kernel, gemm=gemm, config=name, E=E, K=K,
+                                H=H, I=I, T=T, rows=n_valid, computed_rows=n_rows,
+                                median_us=round(us, 2),
+                                tflops=round(2 * n_valid * n * k / us / 1e6, 1)))
     return out
 
 
-def suggested_rows(gemms, E, K):
-    """The tuned table's rows this run suggests: per T, the fastest configuration of each GEMM,
-    keyed by the mean rows per expert (configs.MEASURED's format)."""
+def suggested_rows(gemms, E, K, kernel="grouped"):
+    """The tuned table's rows this run suggests for one kernel ("grouped": configs.MEASURED,
+    "padded": configs.PADDED_MEASURED): per T, the fastest configuration of each GEMM, keyed by
+    the mean rows per expert (the tables' format)."""
     by_t = {}
     for g in gemms:
+        if g.get("kernel", "grouped") != kernel:
+            continue
         best = by_t.setdefault(g["T"], {})
         if g["gemm"] not in best or g["median_us"] < best[g["gemm"]]["median_us"]:
             best[g["gemm"]] = g
@@ -144,10 +161,10 @@ def bench_shape(shape, ts, dtype, args, vllm, records, save):
                 records.append(dict(base, kind="gemm", error=f"{type(e).__name__}: {e}"))
                 traceback.print_exc()
         save()  # what is measured so far survives a run cut off at its time limit
-    if gemms:
-        records.append(dict(kind="suggested_measured", E=E, K=K, H=H, I=I,
+    for kernel in ("grouped", "padded") if gemms else ():
+        records.append(dict(kind="suggested_measured", kernel=kernel, E=E, K=K, H=H, I=I,
                             device=torch.cuda.get_device_name(), dtype=str(dtype),
-                            rows=suggested_rows(gemms, E, K)))
+                            rows=suggested_rows(gemms, E, K, kernel)))
 
 
 def profile_gemms(E=512, time_them=False):
@@ -181,7 +198,20 @@ def profile_gemms(E=512, time_them=False):
                 us = cuda_graph_replays_us(
                     lambda: hopper.grouped_mm(a, w, plan.offsets, plan.counts, cfg))
                 tflops = 2 * rows * w.shape[1] * w.shape[2] / us / 1e6
-                print(f"E={E} {name:7s} {cfg:24s} {us:8.1f} us {tflops:6.1f} TFLOP/s", flush=True)
+                print(f"E={E} {name:7s} grouped {cfg:24s} {us:8.1f} us {tflops:6.1f} TFLOP/s",
+                      flush=True)
+        # the padded kernel over the plan of tile_m 128 (its rate over the same routed rows)
+        padded = torch_argon.argon_ops.moe_plan(ids.cuda(), make_weights(T, K).cuda(), E,
+                                                hopper.configs.PADDED_TILE_M)
+        xs_p = torch_argon.argon_ops.moe_gather(x, padded)
+        h_p = torch.randn(xs_p.shape[0], I, device="cuda").to(dtype)
+        for cfg in hopper.configs.PADDED_CONFIGS:
+            for name, a, w in (("gate_up", xs_p, gate_up), ("down", h_p, down)):
+                us = cuda_graph_replays_us(
+                    lambda: hopper.padded_mm(a, w, padded.tile_expert, padded.meta, cfg))
+                tflops = 2 * rows * w.shape[1] * w.shape[2] / us / 1e6
+                print(f"E={E} {name:7s} padded  {cfg:24s} {us:8.1f} us {tflops:6.1f} TFLOP/s",
+                      flush=True)
     return 0
 
 

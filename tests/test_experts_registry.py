@@ -115,11 +115,12 @@ def test_ops_dense_and_cpu_workspace_give_the_same_bits():
 
 
 @pytest.mark.parametrize("path,match", [
-    ("triton", r"path='triton' cannot run here: cuda_hopper_dense: the Hopper grouped GEMM runs "
+    ("triton", r"path='triton' cannot run here: cuda_hopper_padded: the Hopper grouped GEMM "
+               r"runs on CUDA tensors, not cpu; cuda_hopper_dense: the Hopper grouped GEMM runs "
                r"on CUDA tensors, not cpu; triton_dense: the Triton kernels run on CUDA"),
     ("triton_quantized", r"triton_quantized: it runs quantized experts, these are dense"),
-    ("fast", r"path must be one of \('auto', 'triton', 'ops', 'cuda_hopper_dense', "
-             r"'triton_dense'"),
+    ("fast", r"path must be one of \('auto', 'triton', 'ops', 'cuda_hopper_padded', "
+             r"'cuda_hopper_dense', 'triton_dense'"),
 ])
 def test_paths_that_cannot_run_say_why(path, match):
     x, router, wgu, wd = dense()

@@ -3,9 +3,9 @@
 path="auto" takes the first implementation that supports the call; path="triton" or "ops" the
 first of that family; path=<name> that implementation. Each one says why it declines
 (`explain`), so a caller (the main job, a user wondering why a call is slow) can see the
-decision. The order puts the fused GPU kernels first (the Hopper GEMM before the Triton ones it
-is meant to beat on sm_90, which run where it declines), then the CPU's buffer-reusing path, then the
-one-op-per-stage fallbacks that run anywhere. Among the quantized GPU ones: gpuq's GEMMs on the
+decision. The order puts the fused GPU kernels first (the Hopper GEMMs, the padded-plan one
+before the ptr-array one, before the Triton ones they are meant to beat on sm_90, which run
+where they decline), then the CPU's buffer-reusing path, then the one-op-per-stage fallbacks that run anywhere. Among the quantized GPU ones: gpuq's GEMMs on the
 GGUF bytes (small T), the tile-decode GEMM (large T; by name only: measured slower than the
 decode-once path), the decode-once path (large T: they split by rows per expert, experts/quantized_crossover.py), then
 the Triton quantized GEMM where none of them runs.
@@ -13,6 +13,7 @@ the Triton quantized GEMM where none of them runs.
 from .base import ExpertsCall
 from .cpu_workspace import CpuWorkspace
 from .cuda_hopper_dense import CudaHopperDense
+from .cuda_hopper_padded import CudaHopperPadded
 from .cuda_quantized import CudaQuantized
 from .cuda_quantized_dequant import CudaQuantizedDequant
 from .cuda_quantized_tiled import CudaQuantizedTiled
@@ -23,6 +24,7 @@ from .triton_quantized import TritonQuantized
 
 # One line per implementation (docs/experts.md: adding one).
 IMPLEMENTATIONS = (
+    CudaHopperPadded(),
     CudaHopperDense(),
     TritonDense(),
     CudaQuantized(),

@@ -1,7 +1,9 @@
-"""The Hopper grouped GEMM (CUTLASS 3's warp-specialized ptr-array kernel, csrc/hopper) from
-Python: its ops' wrappers and fakes (ops.py) and its configurations with the tuned table
-(configs.py)."""
+"""The Hopper GEMMs from Python: CUTLASS 3's warp-specialized ptr-array grouped GEMM
+(csrc/hopper/hopper_grouped_gemm.cuh; ops.py) and the padded-plan GEMM with one tensor map per
+operand (csrc/hopper/hopper_padded_gemm.cuh; padded_ops.py), their wrappers and fakes, and their
+configurations with the tuned tables (configs.py)."""
 from . import configs
 from .ops import grouped_mm, refusal
+from .padded_ops import padded_mm
 
-__all__ = ["configs", "grouped_mm", "refusal"]
+__all__ = ["configs", "grouped_mm", "padded_mm", "refusal"]

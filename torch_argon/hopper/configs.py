@@ -1,4 +1,4 @@
-"""The Hopper grouped GEMM's tile configurations and which one a GEMM gets.
+"""The Hopper GEMMs' tile configurations and which one a GEMM gets.
 
 CONFIGS lists the configurations the unit is compiled with, in the order of csrc/hopper/
 hopper_gemm.h (the index is the op's `config` argument): the consumer schedule, the CTA tile
@@ -55,3 +55,33 @@ def choose(rows_per_expert: float, device_name: str, dtype_name: str):
             return gate_up, down
     rule = default_config(rows_per_expert)
     return rule, rule
+
+
+# ---- the padded GEMM (argon::hopper_padded_mm: one tensor map per operand over a plan of
+# tile_m 128; csrc/hopper/hopper_padded_gemm.h lists its configurations in this order) ---------
+
+PADDED_TILE_M = 128  # the plan's tile_m: the M of every padded configuration
+PADDED_CONFIGS = (
+    "pingpong_128x128",      # ping-pong warpgroups, tile 128 x 128, cluster 1 x 1
+    "cooperative_128x256",   # cooperative warpgroups, tile 128 x 256, cluster 1 x 1
+)
+# The padded GEMM's tuned table, in MEASURED's format. Empty: the kernel has not run on a GPU
+# yet (bench/hopper_gemm_notes.md), so path="auto" declines it everywhere.
+PADDED_MEASURED = {}
+
+
+def padded_index(name: str) -> int:
+    """The padded op's config argument for a configuration's name."""
+    if name not in PADDED_CONFIGS:
+        raise ValueError(f"config must be one of {PADDED_CONFIGS}, got {name!r}")
+    return PADDED_CONFIGS.index(name)
+
+
+def choose_padded(rows_per_expert: float, device_name: str, dtype_name: str):
+    """(gate_up config, down config) of the padded GEMM: PADDED_MEASURED's row where it has
+    one, else 128 x 128 ping-pong for both (the tile the ptr-array kernel led with at 128 rows
+    per expert and above on the H200; the padded kernel is unmeasured)."""
+    for bound, gate_up, down in PADDED_MEASURED.get((device_name, dtype_name), ()):
+        if rows_per_expert <= bound:
+            return gate_up, down
+    return "pingpong_128x128", "pingpong_128x128"

@@ -51,7 +51,9 @@ def grouped_mm(a, w, offsets, counts, config, *, out=None):
 
 # ---- fakes: output shapes from the arguments' shapes alone ------------------------------------
 
-def _check_shapes(a, w, offsets, counts, config):
+def check_operands(a, w):
+    """a [R, K] and w [E, N, K] as the Hopper GEMMs take them (hopper_tensor_checks.h's
+    check_operands, the same words)."""
     if a.dim() != 2 or w.dim() != 3:
         raise ValueError(f"a must be [R, K] and w [E, N, K], got {tuple(a.shape)} and "
                          f"{tuple(w.shape)}")
@@ -64,6 +66,17 @@ def _check_shapes(a, w, offsets, counts, config):
     if a.shape[1] <= 0 or a.shape[1] % 8 or w.shape[1] % 8:
         raise ValueError(f"K (a's columns) and N (w's rows) must be multiples of 8 (16-byte "
                          f"rows), K positive, got K={a.shape[1]} N={w.shape[1]}")
+
+
+def check_out(a, w, out):
+    """out [R, N] in a's dtype (the _out forms')."""
+    if tuple(out.shape) != (a.shape[0], w.shape[1]) or out.dtype != a.dtype:
+        raise ValueError(f"out must be {a.dtype} of shape {(a.shape[0], w.shape[1])}, got "
+                         f"{out.dtype} of shape {tuple(out.shape)}")
+
+
+def _check_shapes(a, w, offsets, counts, config):
+    check_operands(a, w)
     if tuple(offsets.shape) != (w.shape[0] + 1,) or tuple(counts.shape) != (w.shape[0],):
         raise ValueError(f"offsets must be [E + 1] and counts [E] (the plan's), got "
                          f"{tuple(offsets.shape)} and {tuple(counts.shape)}")
@@ -80,6 +93,4 @@ def _grouped_mm_fake(a, w, offsets, counts, config):
 @torch.library.register_fake("argon::hopper_grouped_mm_out")
 def _grouped_mm_out_fake(a, w, offsets, counts, config, out):
     _check_shapes(a, w, offsets, counts, config)
-    if tuple(out.shape) != (a.shape[0], w.shape[1]) or out.dtype != a.dtype:
-        raise ValueError(f"out must be {a.dtype} of shape {(a.shape[0], w.shape[1])}, got "
-                         f"{out.dtype} of shape {tuple(out.shape)}")
+    check_out(a, w, out)

@@ -1,0 +1,62 @@
+"""Dense experts on Hopper GPUs (compute capability 9.0) through the padded-plan GEMM
+(argon::hopper_padded_mm, csrc/hopper/hopper_padded_gemm.cuh): CUTLASS 3's warp-specialized TMA
+kernel with one tensor map per operand, walking the plan's used 128-row tiles with the expert of
+each tile as the L coordinate of the weight stack. Per call: the flow's plan (tile_m 128) and
+gather (xs: every expert's rows padded to whole tiles, the padding rows zero), the gate/up GEMM
+into [R, 2I], the activation op (argon's swiglu), the down GEMM into y [R, H], then the flow's
+combine. Every row of a used tile is computed (padding included, zeros in and out; the combine
+never reads them); tiles past the plan's used count are not. No host sync: the used-tile count
+is read on the device, so CUDA graphs capture the call.
+
+Why beside cuda_hopper_dense: the ptr-array grouped GEMM that one runs rewrites its tensor maps
+whenever a CTA's next tile belongs to another expert, which on the H200 at E = 512 left it at
+39-45 % of the bf16 peak (bench/hopper_gemm_notes.md); this kernel has nothing per expert to
+rewrite, at the price of the padding rows. It has not run on a GPU yet, so path="auto" and
+path="triton" decline it ("not yet measured on a GPU") until its tuned table
+(hopper/configs.py PADDED_MEASURED) has rows for the GPU and dtype;
+path="cuda_hopper_padded" runs it wherever it can run.
+"""
+from .. import hopper
+from . import cuda_hopper_dense as dense
+
+NOT_MEASURED = ("not yet measured on a GPU: the padded Hopper GEMM's tuned table "
+                "(torch_argon/hopper/configs.py PADDED_MEASURED) has no entry for {gpu} {dtype}; "
+                "path='cuda_hopper_padded' runs it")
+
+
+class CudaHopperPadded(dense.CudaHopperDense):
+    """cuda_hopper_dense's requirements (device, dtypes, contiguous stacks, H and I multiples
+    of 8, no autograd), and a plan of tile_m 128; its own GEMM and tuned table."""
+
+    name = "cuda_hopper_padded"
+
+    def supports(self, call):
+        why = super().supports(call)
+        if why:
+            return why
+        if call.tile_m is not None and call.tile_m != hopper.configs.PADDED_TILE_M:
+            return (f"tile_m={call.tile_m}: the padded Hopper GEMM runs plans of tile_m "
+                    f"{hopper.configs.PADDED_TILE_M} (its M tile)")
+        return ""
+
+    def auto_refusal(self, call):
+        gpu, dtype = dense.device_name(call.x.device), dense.dtype_name(call.x.dtype)
+        if not hopper.configs.PADDED_MEASURED.get((gpu, dtype)):
+            return NOT_MEASURED.format(gpu=gpu, dtype=dtype)
+        return ""
+
+    def default_tile_m(self, call, n_entries):
+        """128: the GEMM's M tile, so that every tile holds one expert's rows."""
+        return hopper.configs.PADDED_TILE_M
+
+    def apply(self, call, x, xs, plan, workspace):
+        w = call.weights
+        rows = plan.pos.numel() / max(w.n_experts, 1)  # mean entries per expert, from shapes
+        gate_up, down = hopper.configs.choose_padded(rows, dense.device_name(x.device),
+                                                     dense.dtype_name(x.dtype))
+        R = xs.shape[0]
+        gu = xs.new_empty((R, 2 * w.inter))
+        hopper.padded_mm(xs, w.gate_up, plan.tile_expert, plan.meta, gate_up, out=gu)
+        h = call.ops.swiglu(gu, activation=call.activation)
+        y = xs.new_empty((R, w.hidden))
+        return hopper.padded_mm(h, w.down, plan.tile_expert, plan.meta, down, out=y)

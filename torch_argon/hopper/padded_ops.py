@@ -1,0 +1,56 @@
+"""argon::hopper_padded_mm(_out) (torch_argon/csrc/hopper/hopper_padded_ops.cpp has their
+schemas and contract) from Python: the wrapper and the fakes (torch.compile, opcheck).
+
+The padded GEMM runs where the grouped one does (the same units' build, compute capability
+9.0), so `ops.refusal` says why it does not. It reads the plan's tile_expert and used-tile count
+(meta) on the device: no host sync, CUDA graphs capture it.
+"""
+import torch
+
+from . import configs
+from .ops import check_operands, check_out, refusal
+
+
+def padded_mm(a, w, tile_expert, meta, config, *, out=None):
+    """out [R, N]: for every used tile m of a plan made with tile_m 128 (m < meta[1]), rows
+    128 m .. 128 m + 127 of a [R, K] times w[tile_expert[m]]^T (w [E, N, K], a's dtype fp16 /
+    bf16); the other rows zero, or as they were in `out` where given. config: a name of
+    configs.PADDED_CONFIGS."""
+    if not torch.compiler.is_compiling():
+        why = refusal(a.device)
+        if why:
+            raise NotImplementedError(why)
+    index = configs.padded_index(config)
+    if out is None:
+        return torch.ops.argon.hopper_padded_mm(a, w, tile_expert, meta, index)
+    torch.ops.argon.hopper_padded_mm_out(a, w, tile_expert, meta, index, out)
+    return out
+
+
+# ---- fakes: output shapes from the arguments' shapes alone ------------------------------------
+
+def _check_shapes(a, w, tile_expert, meta, config):
+    check_operands(a, w)
+    if tile_expert.dim() != 1 or tile_expert.dtype != torch.int32:
+        raise ValueError(f"tile_expert must be the plan's int32 [R / 128], got "
+                         f"{tile_expert.dtype} of shape {tuple(tile_expert.shape)}")
+    if a.shape[0] != tile_expert.shape[0] * configs.PADDED_TILE_M:
+        raise ValueError(f"a must have 128 rows per tile of tile_expert (a plan made with "
+                         f"tile_m = 128), got {a.shape[0]} rows and {tile_expert.shape[0]} tiles")
+    if tuple(meta.shape) != (4,) or meta.dtype != torch.int32:
+        raise ValueError(f"meta must be int32 of shape [4] (the plan's), got {meta.dtype} of "
+                         f"shape {tuple(meta.shape)}")
+    if not 0 <= config < len(configs.PADDED_CONFIGS):
+        raise ValueError(f"config must be in [0, {len(configs.PADDED_CONFIGS)}), got {config}")
+
+
+@torch.library.register_fake("argon::hopper_padded_mm")
+def _padded_mm_fake(a, w, tile_expert, meta, config):
+    _check_shapes(a, w, tile_expert, meta, config)
+    return a.new_empty((a.shape[0], w.shape[1]))
+
+
+@torch.library.register_fake("argon::hopper_padded_mm_out")
+def _padded_mm_out_fake(a, w, tile_expert, meta, config, out):
+    _check_shapes(a, w, tile_expert, meta, config)
+    check_out(a, w, out)
