@@ -91,6 +91,17 @@ struct PaddedGemm {
           sizeof(typename CollectiveEpilogue::SharedStorage))>,
       typename Cfg::MainloopSchedule>::CollectiveOp;
 
+  // The layout's premise, checked in the types CuTe built: the TMA coordinate of A's and D's
+  // L mode has the static stride 0 (the expert moves neither), B's has not.
+  template <class Tma>
+  using LStride = cute::tuple_element_t<2, typename Tma::AuxParams::GmemStrides>;
+  static_assert(cute::is_constant<0, LStride<typename CollectiveMainloop::Params::TMA_A>>::value,
+                "A's tensor map must ignore the expert (L) coordinate");
+  static_assert(cute::is_constant<0, LStride<typename CollectiveEpilogue::Params::TMA_D>>::value,
+                "D's tensor map must ignore the expert (L) coordinate");
+  static_assert(!cute::is_constant<0, LStride<typename CollectiveMainloop::Params::TMA_B>>::value,
+                "B's tensor map must move with the expert (L) coordinate");
+
   using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop,
                                                       CollectiveEpilogue, PaddedTiles>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
