@@ -12,9 +12,9 @@ LDL / STL (local memory: spills or indexed register arrays), UTMALDG / UTMASTG (
 stores). Exit status 1 when a GEMM kernel has no HGMMA or any local memory, or a unit does not
 compile. Compiling the grouped GEMM's seven units (one per element type and configuration, and
 the entry) took 160 s of wall time with two jobs on the 2-core build machine, the padded GEMM's
-five 110 s more: too slow for a CI test, so this is a tool the coordinator runs, and
-bench/h200_hopper.sh runs it on the device's objects. --only SUBSTRING compiles the units whose
-file name holds it (e.g. --only padded).
+five 76 s more (2026-12-06, load ~1.4): too slow for a CI test, so this is a tool the
+coordinator runs, and bench/h200_hopper.sh runs it on the device's objects. --only SUBSTRING
+compiles the units whose file name holds it (e.g. --only padded).
 """
 import argparse
 import glob
