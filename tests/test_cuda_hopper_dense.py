@@ -8,50 +8,20 @@ with the unit built: the GEMM against torch_argon.reference for every configurat
 bf16, experts with 0 rows, -1 ids, T = 0, garbage-filled outputs (rows outside the experts'
 groups untouched), the whole experts path, CUDA graph capture and replay, torch.compile and
 opcheck."""
-from types import SimpleNamespace
-
 import pytest
 import torch
 
 import torch_argon
+from hopper_cases import (REL_TOL, bench_hopper, capture, cuda_call, dense_experts,  # noqa: F401
+                          layer_case, needs_hopper, on_h200, reference_experts)
 from routing_cases import garbage_like, make_ids, make_weights
 from triton_cases import rel_err
 from torch_argon import hopper, reference
-from torch_argon.experts import ExpertsCall, cuda_hopper_dense, registry
+from torch_argon.experts import ExpertsCall, registry
 from torch_argon.hopper import configs
 from torch_argon.weights import DenseExperts
 
 HOPPER = registry.BY_NAME["cuda_hopper_dense"]
-REL_TOL = {torch.float16: 2e-3, torch.bfloat16: 1.5e-2}  # the Triton GEMMs' (triton_cases.py)
-
-
-def hopper_refusal():
-    return hopper.refusal("cuda") if torch.cuda.is_available() else "no CUDA device"
-
-
-needs_hopper = pytest.mark.skipif(bool(hopper_refusal()), reason=hopper_refusal() or "runs")
-
-
-def dense_experts(E=4, H=64, I=32, dtype=torch.bfloat16, device="cpu", seed=0):
-    g = torch.Generator().manual_seed(seed)
-    gu = torch.randn(E, 2 * I, H, generator=g) / H ** 0.5
-    dn = torch.randn(E, H, I, generator=g) / I ** 0.5
-    return DenseExperts(gu.to(dtype).to(device), dn.to(dtype).to(device))
-
-
-def cuda_call(experts, T=64, K=2, dtype=torch.bfloat16):
-    """A call whose x stands for a CUDA tensor (its device, dtype and shape: what supports()
-    and auto_refusal read; this machine may have no GPU)."""
-    x = SimpleNamespace(device=torch.device("cuda"), dtype=dtype, shape=(T, experts.hidden),
-                        requires_grad=False)
-    return ExpertsCall.of(x, experts, ops=torch_argon.argon_ops, n_entries=T * K)
-
-
-@pytest.fixture
-def on_h200(monkeypatch):
-    """supports() past its device checks, on a GPU named "NVIDIA H200"."""
-    monkeypatch.setattr(cuda_hopper_dense.hopper, "refusal", lambda device: "")
-    monkeypatch.setattr(cuda_hopper_dense, "device_name", lambda device: "NVIDIA H200")
 
 
 # ---- where it sits and why it declines (every machine) -----------------------------------------
@@ -327,20 +297,6 @@ def test_bad_arguments_are_named(kwargs, match):
         torch.ops.argon.hopper_grouped_mm(a, w, offsets, counts, kwargs.get("config", 0))
 
 
-def layer_case(dtype, T=300, K=4, E=8, H=256, I=128, dist="uniform", seed=1):
-    experts = dense_experts(E, H, I, dtype, "cuda", seed)
-    x = (torch.randn(T, H) * 0.5).to(dtype).cuda()
-    ids = make_ids(T, K, E, dist, seed=seed).cuda()
-    w = make_weights(T, K, seed=seed).cuda()
-    return x, ids, w, experts
-
-
-def reference_experts(x, ids, w, experts, activation="silu"):
-    cpu = DenseExperts(experts.gate_up.cpu(), experts.down.cpu())
-    return reference.moe_layer(x.cpu(), None, cpu, ids.shape[1], topk_ids=ids.cpu(),
-                               topk_weights=w.cpu(), activation=activation)
-
-
 @needs_hopper
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("dist", ["uniform", "zipf", "one_expert", "empty", "neg_some",
@@ -381,14 +337,7 @@ def test_cuda_graph_replay_equals_eager():
         return torch_argon.moe_experts(x, ids, w, experts, path="cuda_hopper_dense")
 
     eager = run()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        run()  # warm-up off the default stream, as capture wants
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = run()
+    graph, captured = capture(run)
     x.copy_(x * -1)  # new inputs in the same buffers
     graph.replay()
     assert torch.equal(captured, run())
@@ -425,13 +374,7 @@ def test_opcheck_both_forms():
 # ---- the benchmark's suggestion for the tuned table (bench/bench_hopper.py) -------------------
 
 def test_benchmark_suggests_the_fastest_config_per_gemm_and_t():
-    import importlib.util
-    import os
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench",
-                        "bench_hopper.py")
-    spec = importlib.util.spec_from_file_location("bench_hopper", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = bench_hopper()
 
     def rec(T, gemm, config, us):
         return dict(T=T, gemm=gemm, config=config, median_us=us)

@@ -11,51 +11,23 @@ garbage-filled outputs (tiles past the used count untouched), tile_expert and me
 makes, the whole experts path, CUDA graph replay, torch.compile and opcheck."""
 import os
 import re
-from types import SimpleNamespace
 
 import pytest
 import torch
 
 import torch_argon
+from hopper_cases import (REL_TOL, assert_bits_equal, bench_hopper, capture, cuda_call,
+                          dense_experts, layer_case, needs_hopper, on_h200,  # noqa: F401
+                          reference_experts)
 from routing_cases import garbage_like, make_ids, make_weights
 from triton_cases import rel_err
-from torch_argon import hopper, reference
-from torch_argon.experts import ExpertsCall, cuda_hopper_dense, registry
+from torch_argon import hopper
+from torch_argon.experts import ExpertsCall, registry
 from torch_argon.hopper import configs
 from torch_argon.weights import DenseExperts
 
 PADDED = registry.BY_NAME["cuda_hopper_padded"]
-REL_TOL = {torch.float16: 2e-3, torch.bfloat16: 1.5e-2}  # the Triton GEMMs' (triton_cases.py)
 TILE = configs.PADDED_TILE_M
-
-
-def hopper_refusal():
-    return hopper.refusal("cuda") if torch.cuda.is_available() else "no CUDA device"
-
-
-needs_hopper = pytest.mark.skipif(bool(hopper_refusal()), reason=hopper_refusal() or "runs")
-
-
-def dense_experts(E=4, H=64, I=32, dtype=torch.bfloat16, device="cpu", seed=0):
-    g = torch.Generator().manual_seed(seed)
-    gu = torch.randn(E, 2 * I, H, generator=g) / H ** 0.5
-    dn = torch.randn(E, H, I, generator=g) / I ** 0.5
-    return DenseExperts(gu.to(dtype).to(device), dn.to(dtype).to(device))
-
-
-def cuda_call(experts, T=64, K=2, dtype=torch.bfloat16, tile_m=None):
-    """A call whose x stands for a CUDA tensor (what supports() and auto_refusal read; this
-    machine may have no GPU)."""
-    x = SimpleNamespace(device=torch.device("cuda"), dtype=dtype, shape=(T, experts.hidden),
-                        requires_grad=False)
-    return ExpertsCall.of(x, experts, ops=torch_argon.argon_ops, n_entries=T * K, tile_m=tile_m)
-
-
-@pytest.fixture
-def on_h200(monkeypatch):
-    """supports() past its device checks, on a GPU named "NVIDIA H200"."""
-    monkeypatch.setattr(cuda_hopper_dense.hopper, "refusal", lambda device: "")
-    monkeypatch.setattr(cuda_hopper_dense, "device_name", lambda device: "NVIDIA H200")
 
 
 # ---- where it sits and why it declines (every machine) -----------------------------------------
@@ -221,10 +193,6 @@ def expected_tiles(a, w, plan):
     return {m: a64[m * TILE:(m + 1) * TILE] @ w64[e].T for m, e in enumerate(experts)}
 
 
-def assert_bits_equal(got, want):
-    assert torch.equal(got.cpu().view(torch.int16), want.cpu().view(torch.int16))
-
-
 @needs_hopper
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("config", configs.PADDED_CONFIGS)
@@ -329,20 +297,6 @@ def test_bad_arguments_are_named(kwargs, match):
         torch.ops.argon.hopper_padded_mm(a, w, tile_expert, meta, kwargs.get("config", 0))
 
 
-def layer_case(dtype, T=300, K=4, E=8, H=256, I=128, dist="uniform", seed=1):
-    experts = dense_experts(E, H, I, dtype, "cuda", seed)
-    x = (torch.randn(T, H) * 0.5).to(dtype).cuda()
-    ids = make_ids(T, K, E, dist, seed=seed).cuda()
-    w = make_weights(T, K, seed=seed).cuda()
-    return x, ids, w, experts
-
-
-def reference_experts(x, ids, w, experts, activation="silu"):
-    cpu = DenseExperts(experts.gate_up.cpu(), experts.down.cpu())
-    return reference.moe_layer(x.cpu(), None, cpu, ids.shape[1], topk_ids=ids.cpu(),
-                               topk_weights=w.cpu(), activation=activation)
-
-
 def padded_experts(x, ids, w, experts, **kwargs):
     return torch_argon.moe_experts(x, ids, w, experts, path="cuda_hopper_padded", **kwargs)
 
@@ -396,14 +350,7 @@ def test_cuda_graph_replay_equals_eager():
         return padded_experts(x, ids, w, experts)
 
     eager = run()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        run()  # warm-up off the default stream, as capture wants
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = run()
+    graph, captured = capture(run)
     x.copy_(x * -1)  # new inputs in the same buffers
     graph.replay()
     assert torch.equal(captured, run())
@@ -421,14 +368,7 @@ def test_cuda_graph_replay_follows_a_new_routing():
     def run():
         return padded_experts(x, ids, w, experts)
 
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        run()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = run()
+    graph, captured = capture(run)
     ids.copy_(make_ids(256, ids.shape[1], 8, "uniform", seed=4).cuda())
     graph.replay()
     assert rel_err(captured, reference_experts(x, ids, w, experts)) < REL_TOL[torch.bfloat16]
@@ -465,12 +405,7 @@ def test_opcheck_both_forms():
 def test_benchmark_suggests_rows_per_kernel():
     """Both kernels have a "pingpong_128x128": the padded table's rows come from the padded
     records alone."""
-    import importlib.util
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench",
-                        "bench_hopper.py")
-    spec = importlib.util.spec_from_file_location("bench_hopper", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = bench_hopper()
     assert bench.PATHS[:2] == ("cuda_hopper_padded", "cuda_hopper_dense")
 
     def rec(kernel, gemm, config, us):

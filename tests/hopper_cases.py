@@ -1,0 +1,91 @@
+"""What the Hopper experts' tests share (tests/test_cuda_hopper_dense.py: the ptr-array grouped
+GEMM; tests/test_cuda_hopper_padded.py: the padded-plan GEMM): whether the Hopper units run
+here, small expert stacks, a call that stands for a CUDA one on any machine, the H200 stand-in
+fixture, layer cases with their reference, CUDA graph capture, bitwise comparison, and the
+benchmark module."""
+import importlib.util
+import os
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import torch_argon
+from routing_cases import make_ids, make_weights
+from torch_argon import hopper, reference
+from torch_argon.experts import ExpertsCall, cuda_hopper_dense
+from torch_argon.weights import DenseExperts
+
+REL_TOL = {torch.float16: 2e-3, torch.bfloat16: 1.5e-2}  # the Triton GEMMs' (triton_cases.py)
+
+
+def hopper_refusal():
+    return hopper.refusal("cuda") if torch.cuda.is_available() else "no CUDA device"
+
+
+needs_hopper = pytest.mark.skipif(bool(hopper_refusal()), reason=hopper_refusal() or "runs")
+
+
+def dense_experts(E=4, H=64, I=32, dtype=torch.bfloat16, device="cpu", seed=0):
+    g = torch.Generator().manual_seed(seed)
+    gu = torch.randn(E, 2 * I, H, generator=g) / H ** 0.5
+    dn = torch.randn(E, H, I, generator=g) / I ** 0.5
+    return DenseExperts(gu.to(dtype).to(device), dn.to(dtype).to(device))
+
+
+def cuda_call(experts, T=64, K=2, dtype=torch.bfloat16, tile_m=None):
+    """A call whose x stands for a CUDA tensor (its device, dtype and shape: what supports()
+    and auto_refusal read; this machine may have no GPU)."""
+    x = SimpleNamespace(device=torch.device("cuda"), dtype=dtype, shape=(T, experts.hidden),
+                        requires_grad=False)
+    return ExpertsCall.of(x, experts, ops=torch_argon.argon_ops, n_entries=T * K, tile_m=tile_m)
+
+
+@pytest.fixture
+def on_h200(monkeypatch):
+    """supports() past its device checks, on a GPU named "NVIDIA H200" (both Hopper
+    implementations read the device name through cuda_hopper_dense)."""
+    monkeypatch.setattr(cuda_hopper_dense.hopper, "refusal", lambda device: "")
+    monkeypatch.setattr(cuda_hopper_dense, "device_name", lambda device: "NVIDIA H200")
+
+
+def layer_case(dtype, T=300, K=4, E=8, H=256, I=128, dist="uniform", seed=1):
+    experts = dense_experts(E, H, I, dtype, "cuda", seed)
+    x = (torch.randn(T, H) * 0.5).to(dtype).cuda()
+    ids = make_ids(T, K, E, dist, seed=seed).cuda()
+    w = make_weights(T, K, seed=seed).cuda()
+    return x, ids, w, experts
+
+
+def reference_experts(x, ids, w, experts, activation="silu"):
+    cpu = DenseExperts(experts.gate_up.cpu(), experts.down.cpu())
+    return reference.moe_layer(x.cpu(), None, cpu, ids.shape[1], topk_ids=ids.cpu(),
+                               topk_weights=w.cpu(), activation=activation)
+
+
+def capture(run):
+    """(graph, its output): run() captured in a CUDA graph after a warm-up off the default
+    stream (as capture wants)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        run()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = run()
+    return graph, captured
+
+
+def assert_bits_equal(got, want):
+    assert torch.equal(got.cpu().view(torch.int16), want.cpu().view(torch.int16))
+
+
+def bench_hopper():
+    """bench/bench_hopper.py as a module (its table-row suggestions are tested)."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench",
+                        "bench_hopper.py")
+    spec = importlib.util.spec_from_file_location("bench_hopper", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
