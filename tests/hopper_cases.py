@@ -1,10 +1,11 @@
 """What the Hopper experts' tests share (tests/test_cuda_hopper_dense.py: the ptr-array grouped
 GEMM; tests/test_cuda_hopper_padded.py: the padded-plan GEMM): whether the Hopper units run
 here, small expert stacks, a call that stands for a CUDA one on any machine, the H200 stand-in
-fixture, layer cases with their reference, CUDA graph capture, bitwise comparison, and the
-benchmark module."""
+fixture, layer cases with their reference, CUDA graph capture, bitwise comparison, the
+benchmark module and the C headers' configuration lists."""
 import importlib.util
 import os
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -89,3 +90,12 @@ def bench_hopper():
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     return bench
+
+
+def header_configs(header):
+    """([(index, name)] of the configuration list in csrc/hopper/<header>'s comments, the
+    header's text)."""
+    path = os.path.join(os.path.dirname(torch_argon.__file__), "csrc", "hopper", header)
+    with open(path) as f:
+        text = f.read()
+    return [(int(i), name) for i, name in re.findall(r'^//\s+(\d+) "(\w+)"', text, re.M)], text

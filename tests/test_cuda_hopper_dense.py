@@ -12,8 +12,10 @@ import pytest
 import torch
 
 import torch_argon
-from hopper_cases import (REL_TOL, bench_hopper, capture, cuda_call, dense_experts,  # noqa: F401
-                          layer_case, needs_hopper, on_h200, reference_experts)
+from hopper_cases import (REL_TOL, bench_hopper, capture, cuda_call, dense_experts,
+                          header_configs, layer_case, needs_hopper,
+                          on_h200,  # noqa: F401 (a fixture)
+                          reference_experts)
 from routing_cases import garbage_like, make_ids, make_weights
 from triton_cases import rel_err
 from torch_argon import hopper, reference
@@ -114,14 +116,8 @@ def test_it_declines_where_autograd_records(on_h200):
 # ---- the configurations ------------------------------------------------------------------------
 
 def test_configs_are_the_headers_list_in_its_order():
-    import os
-    import re
-    header = os.path.join(os.path.dirname(torch_argon.__file__), "csrc", "hopper",
-                          "hopper_gemm.h")
-    with open(header) as f:
-        text = f.read()
-    listed = re.findall(r'^//\s+(\d+) "(\w+)"', text, re.M)
-    assert [(int(i), name) for i, name in listed] == list(enumerate(configs.CONFIGS))
+    listed, text = header_configs("hopper_gemm.h")
+    assert listed == list(enumerate(configs.CONFIGS))
     assert f"ARGON_HOPPER_N_CONFIGS = {len(configs.CONFIGS)}" in text
 
 

@@ -9,15 +9,13 @@ capability 9.0 with the Hopper units built: both GEMMs against float64 for every
 fp16 and bf16, on every used tile (padding rows included), experts with 0 rows, -1 ids, T = 0,
 garbage-filled outputs (tiles past the used count untouched), tile_expert and meta that no plan
 makes, the whole experts path, CUDA graph replay, torch.compile and opcheck."""
-import os
-import re
-
 import pytest
 import torch
 
 import torch_argon
 from hopper_cases import (REL_TOL, assert_bits_equal, bench_hopper, capture, cuda_call,
-                          dense_experts, layer_case, needs_hopper, on_h200,  # noqa: F401
+                          dense_experts, header_configs, layer_case, needs_hopper,
+                          on_h200,  # noqa: F401 (a fixture)
                           reference_experts)
 from routing_cases import garbage_like, make_ids, make_weights
 from triton_cases import rel_err
@@ -120,12 +118,8 @@ def test_it_declines_transposed_weight_views_and_autograd(on_h200):
 # ---- the configurations ------------------------------------------------------------------------
 
 def test_configs_are_the_headers_list_in_its_order():
-    header = os.path.join(os.path.dirname(torch_argon.__file__), "csrc", "hopper",
-                          "hopper_padded_gemm.h")
-    with open(header) as f:
-        text = f.read()
-    listed = re.findall(r'^//\s+(\d+) "(\w+)"', text, re.M)
-    assert [(int(i), name) for i, name in listed] == list(enumerate(configs.PADDED_CONFIGS))
+    listed, text = header_configs("hopper_padded_gemm.h")
+    assert listed == list(enumerate(configs.PADDED_CONFIGS))
     assert f"ARGON_HOPPER_PADDED_N_CONFIGS = {len(configs.PADDED_CONFIGS)}" in text
     assert f"ARGON_HOPPER_PADDED_TILE_M = {TILE}" in text
 
