@@ -65,33 +65,34 @@ def rel_err(got, want):
     return float((got - want).norm()) / den if den else float(got.norm())
 
 
+def kernels():
+    """(kernel name, its experts implementation, its configurations): the implementation's
+    default_tile_m gives the plan its GEMMs take and gemm() runs one of them."""
+    from torch_argon.experts import registry
+    return (("grouped", registry.BY_NAME["cuda_hopper_dense"], hopper.configs.CONFIGS),
+            ("padded", registry.BY_NAME["cuda_hopper_padded"], hopper.configs.PADDED_CONFIGS))
+
+
 def gemm_records(experts, x, ids, w, shape, T, dtype):
     """Every configuration of both Hopper GEMMs of both kernels over this routing's plans
     (tile_m 1 for the ptr-array kernel, 128 for the padded one), timed alone."""
     E, K, H, I = shape
     ops = torch_argon.argon_ops
     out = []
-    for kernel, tile_m, names in (("grouped", 1, hopper.configs.CONFIGS),
-                                  ("padded", hopper.configs.PADDED_TILE_M,
-                                   hopper.configs.PADDED_CONFIGS)):
-        plan = ops.moe_plan(ids, w, E, tile_m)
+    for kernel, impl, names in kernels():
+        plan = ops.moe_plan(ids, w, E, impl.default_tile_m(None, T * K))
         xs = ops.moe_gather(x, plan)
         R = xs.shape[0]
         n_valid = int(plan.counts.sum())  # outside the timed part
-        n_rows = int(plan.meta[0])  # the padded kernel's rows: whole tiles
+        n_rows = int(plan.meta[0])  # the rows the padded kernel computes: whole tiles
         gu = xs.new_empty((R, 2 * I))
         h = torch.randn(R, I, device=x.device).to(dtype)
         y = xs.new_empty((R, H))
         for name in names:
             for gemm, a, wt, dst, n, k in (("gate_up", xs, experts.gate_up, gu, 2 * I, H),
                                            ("down", h, experts.down, y, H, I)):
-                if kernel == "grouped":
-                    def run(a=a, wt=wt, dst=dst, name=name):
-                        hopper.grouped_mm(a, wt, plan.offsets, plan.counts, name, out=dst)
-                else:
-                    def run(a=a, wt=wt, dst=dst, name=name):
-                        hopper.padded_mm(a, wt, plan.tile_expert, plan.meta, name, out=dst)
-                us = cuda_graph_replays_us(run)
+                us = cuda_graph_replays_us(
+                    lambda a=a, wt=wt, dst=dst, name=name: impl.gemm(a, wt, plan, name, dst))
                 out.append(dict(kind="gemm", kernel=kernel, gemm=gemm, config=name, E=E, K=K,
                                 H=H, I=I, T=T, rows=n_valid, computed_rows=n_rows,
                                 median_us=round(us, 2),
@@ -192,26 +193,19 @@ def profile_gemms(E=512, time_them=False):
     torch.cuda.synchronize()
     print(f"profiled gate_up ({cfg_gu}) and down ({cfg_down})")
     if time_them:
-        rows = T * K
-        for cfg in hopper.configs.CONFIGS:
-            for name, a, w in (("gate_up", xs, gate_up), ("down", h, down)):
-                us = cuda_graph_replays_us(
-                    lambda: hopper.grouped_mm(a, w, plan.offsets, plan.counts, cfg))
-                tflops = 2 * rows * w.shape[1] * w.shape[2] / us / 1e6
-                print(f"E={E} {name:7s} grouped {cfg:24s} {us:8.1f} us {tflops:6.1f} TFLOP/s",
-                      flush=True)
-        # the padded kernel over the plan of tile_m 128 (its rate over the same routed rows)
-        padded = torch_argon.argon_ops.moe_plan(ids.cuda(), make_weights(T, K).cuda(), E,
-                                                hopper.configs.PADDED_TILE_M)
-        xs_p = torch_argon.argon_ops.moe_gather(x, padded)
-        h_p = torch.randn(xs_p.shape[0], I, device="cuda").to(dtype)
-        for cfg in hopper.configs.PADDED_CONFIGS:
-            for name, a, w in (("gate_up", xs_p, gate_up), ("down", h_p, down)):
-                us = cuda_graph_replays_us(
-                    lambda: hopper.padded_mm(a, w, padded.tile_expert, padded.meta, cfg))
-                tflops = 2 * rows * w.shape[1] * w.shape[2] / us / 1e6
-                print(f"E={E} {name:7s} padded  {cfg:24s} {us:8.1f} us {tflops:6.1f} TFLOP/s",
-                      flush=True)
+        # each GEMM alone, every configuration of both kernels, TFLOP/s over the same routed
+        # rows (the padded kernel over its plan of tile_m 128, padding rows in its work)
+        for kernel, impl, names in kernels():
+            kplan = torch_argon.argon_ops.moe_plan(ids.cuda(), make_weights(T, K).cuda(), E,
+                                                   impl.default_tile_m(None, T * K))
+            a_gu = torch_argon.argon_ops.moe_gather(x, kplan)
+            a_down = torch.randn(a_gu.shape[0], I, device="cuda").to(dtype)
+            for cfg in names:
+                for name, a, w in (("gate_up", a_gu, gate_up), ("down", a_down, down)):
+                    us = cuda_graph_replays_us(lambda: impl.gemm(a, w, kplan, cfg))
+                    tflops = 2 * T * K * w.shape[1] * w.shape[2] / us / 1e6
+                    print(f"E={E} {name:7s} {kernel:7s} {cfg:24s} {us:8.1f} us {tflops:6.1f} "
+                          f"TFLOP/s", flush=True)
     return 0
 
 

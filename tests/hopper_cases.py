@@ -99,3 +99,51 @@ def header_configs(header):
     with open(path) as f:
         text = f.read()
     return [(int(i), name) for i, name in re.findall(r'^//\s+(\d+) "(\w+)"', text, re.M)], text
+
+
+# ---- the experts path's checks, for either Hopper implementation (path=its name) -------------
+
+def experts_path(path, x, ids, w, experts, **kwargs):
+    return torch_argon.moe_experts(x, ids, w, experts, path=path, **kwargs)
+
+
+def check_path_matches_the_reference(path, dtype, dist, T):
+    from triton_cases import rel_err
+    x, ids, w, experts = layer_case(dtype, T=T, dist=dist)
+    got = experts_path(path, x, ids, w, experts)
+    want = reference_experts(x, ids, w, experts)
+    assert got.shape == want.shape
+    assert rel_err(got, want) < REL_TOL[dtype]
+
+
+def check_path_activation(path, activation):
+    from triton_cases import rel_err
+    x, ids, w, experts = layer_case(torch.bfloat16)
+    got = experts_path(path, x, ids, w, experts, activation=activation)
+    assert rel_err(got, reference_experts(x, ids, w, experts, activation)) < 1.5e-2
+
+
+def check_graph_replay_equals_eager(path):
+    x, ids, w, experts = layer_case(torch.bfloat16, T=256)
+
+    def run():
+        return experts_path(path, x, ids, w, experts)
+
+    eager = run()
+    graph, captured = capture(run)
+    x.copy_(x * -1)  # new inputs in the same buffers
+    graph.replay()
+    assert torch.equal(captured, run())
+    x.copy_(x * -1)
+    graph.replay()
+    assert torch.equal(captured, eager)
+
+
+def check_compile_fullgraph_matches_eager(path):
+    x, ids, w, experts = layer_case(torch.bfloat16, T=128)
+
+    def run(x, ids, w):
+        return experts_path(path, x, ids, w, experts)
+
+    compiled = torch.compile(run, fullgraph=True)
+    assert torch.equal(compiled(x, ids, w), run(x, ids, w))

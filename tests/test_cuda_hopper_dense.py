@@ -12,7 +12,9 @@ import pytest
 import torch
 
 import torch_argon
-from hopper_cases import (REL_TOL, bench_hopper, capture, cuda_call, dense_experts,
+from hopper_cases import (REL_TOL, bench_hopper, check_compile_fullgraph_matches_eager,
+                          check_graph_replay_equals_eager, check_path_activation,
+                          check_path_matches_the_reference, cuda_call, dense_experts,
                           header_configs, layer_case, needs_hopper,
                           on_h200,  # noqa: F401 (a fixture)
                           reference_experts)
@@ -299,20 +301,13 @@ def test_bad_arguments_are_named(kwargs, match):
                                   "neg_all"])
 @pytest.mark.parametrize("T", [0, 1, 300])
 def test_experts_path_matches_the_reference(dtype, dist, T):
-    x, ids, w, experts = layer_case(dtype, T=T, dist=dist)
-    got = torch_argon.moe_experts(x, ids, w, experts, path="cuda_hopper_dense")
-    want = reference_experts(x, ids, w, experts)
-    assert got.shape == want.shape
-    assert rel_err(got, want) < REL_TOL[dtype]
+    check_path_matches_the_reference("cuda_hopper_dense", dtype, dist, T)
 
 
 @needs_hopper
 @pytest.mark.parametrize("activation", ["silu", "gelu"])
 def test_experts_path_activations(activation):
-    x, ids, w, experts = layer_case(torch.bfloat16)
-    got = torch_argon.moe_experts(x, ids, w, experts, path="cuda_hopper_dense",
-                                  activation=activation)
-    assert rel_err(got, reference_experts(x, ids, w, experts, activation)) < 1.5e-2
+    check_path_activation("cuda_hopper_dense", activation)
 
 
 @needs_hopper
@@ -327,30 +322,12 @@ def test_experts_path_every_config_by_rows_per_expert(monkeypatch):
 
 @needs_hopper
 def test_cuda_graph_replay_equals_eager():
-    x, ids, w, experts = layer_case(torch.bfloat16, T=256)
-
-    def run():
-        return torch_argon.moe_experts(x, ids, w, experts, path="cuda_hopper_dense")
-
-    eager = run()
-    graph, captured = capture(run)
-    x.copy_(x * -1)  # new inputs in the same buffers
-    graph.replay()
-    assert torch.equal(captured, run())
-    x.copy_(x * -1)
-    graph.replay()
-    assert torch.equal(captured, eager)
+    check_graph_replay_equals_eager("cuda_hopper_dense")
 
 
 @needs_hopper
 def test_torch_compile_fullgraph_matches_eager():
-    x, ids, w, experts = layer_case(torch.bfloat16, T=128)
-
-    def run(x, ids, w):
-        return torch_argon.moe_experts(x, ids, w, experts, path="cuda_hopper_dense")
-
-    compiled = torch.compile(run, fullgraph=True)
-    assert torch.equal(compiled(x, ids, w), run(x, ids, w))
+    check_compile_fullgraph_matches_eager("cuda_hopper_dense")
 
 
 @needs_hopper

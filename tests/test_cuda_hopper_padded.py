@@ -13,8 +13,10 @@ import pytest
 import torch
 
 import torch_argon
-from hopper_cases import (REL_TOL, assert_bits_equal, bench_hopper, capture, cuda_call,
-                          dense_experts, header_configs, layer_case, needs_hopper,
+from hopper_cases import (REL_TOL, assert_bits_equal, bench_hopper, capture,
+                          check_compile_fullgraph_matches_eager, check_graph_replay_equals_eager,
+                          check_path_activation, check_path_matches_the_reference, cuda_call,
+                          dense_experts, experts_path, header_configs, layer_case, needs_hopper,
                           on_h200,  # noqa: F401 (a fixture)
                           reference_experts)
 from routing_cases import garbage_like, make_ids, make_weights
@@ -291,29 +293,19 @@ def test_bad_arguments_are_named(kwargs, match):
         torch.ops.argon.hopper_padded_mm(a, w, tile_expert, meta, kwargs.get("config", 0))
 
 
-def padded_experts(x, ids, w, experts, **kwargs):
-    return torch_argon.moe_experts(x, ids, w, experts, path="cuda_hopper_padded", **kwargs)
-
-
 @needs_hopper
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("dist", ["uniform", "zipf", "one_expert", "empty", "neg_some",
                                   "neg_all"])
 @pytest.mark.parametrize("T", [0, 1, 300])
 def test_experts_path_matches_the_reference(dtype, dist, T):
-    x, ids, w, experts = layer_case(dtype, T=T, dist=dist)
-    got = padded_experts(x, ids, w, experts)
-    want = reference_experts(x, ids, w, experts)
-    assert got.shape == want.shape
-    assert rel_err(got, want) < REL_TOL[dtype]
+    check_path_matches_the_reference("cuda_hopper_padded", dtype, dist, T)
 
 
 @needs_hopper
 @pytest.mark.parametrize("activation", ["silu", "gelu"])
 def test_experts_path_activations(activation):
-    x, ids, w, experts = layer_case(torch.bfloat16)
-    got = padded_experts(x, ids, w, experts, activation=activation)
-    assert rel_err(got, reference_experts(x, ids, w, experts, activation)) < 1.5e-2
+    check_path_activation("cuda_hopper_padded", activation)
 
 
 @needs_hopper
@@ -324,33 +316,21 @@ def test_experts_path_every_config(monkeypatch):
         for down in configs.PADDED_CONFIGS:
             monkeypatch.setattr(configs, "choose_padded",
                                 lambda rows, gpu, dtype, c=(gate_up, down): c)
-            got = padded_experts(x, ids, w, experts)
+            got = experts_path("cuda_hopper_padded", x, ids, w, experts)
             assert rel_err(got, want) < REL_TOL[torch.bfloat16], (gate_up, down)
 
 
 @needs_hopper
 def test_experts_path_agrees_with_the_ptr_array_path():
     x, ids, w, experts = layer_case(torch.bfloat16, T=300)
-    got = padded_experts(x, ids, w, experts)
-    other = torch_argon.moe_experts(x, ids, w, experts, path="cuda_hopper_dense")
+    got = experts_path("cuda_hopper_padded", x, ids, w, experts)
+    other = experts_path("cuda_hopper_dense", x, ids, w, experts)
     assert rel_err(got, other) < REL_TOL[torch.bfloat16]
 
 
 @needs_hopper
 def test_cuda_graph_replay_equals_eager():
-    x, ids, w, experts = layer_case(torch.bfloat16, T=256)
-
-    def run():
-        return padded_experts(x, ids, w, experts)
-
-    eager = run()
-    graph, captured = capture(run)
-    x.copy_(x * -1)  # new inputs in the same buffers
-    graph.replay()
-    assert torch.equal(captured, run())
-    x.copy_(x * -1)
-    graph.replay()
-    assert torch.equal(captured, eager)
+    check_graph_replay_equals_eager("cuda_hopper_padded")
 
 
 @needs_hopper
@@ -360,7 +340,7 @@ def test_cuda_graph_replay_follows_a_new_routing():
     x, ids, w, experts = layer_case(torch.bfloat16, T=256, dist="one_expert")
 
     def run():
-        return padded_experts(x, ids, w, experts)
+        return experts_path("cuda_hopper_padded", x, ids, w, experts)
 
     graph, captured = capture(run)
     ids.copy_(make_ids(256, ids.shape[1], 8, "uniform", seed=4).cuda())
@@ -370,13 +350,7 @@ def test_cuda_graph_replay_follows_a_new_routing():
 
 @needs_hopper
 def test_torch_compile_fullgraph_matches_eager():
-    x, ids, w, experts = layer_case(torch.bfloat16, T=128)
-
-    def run(x, ids, w):
-        return padded_experts(x, ids, w, experts)
-
-    compiled = torch.compile(run, fullgraph=True)
-    assert torch.equal(compiled(x, ids, w), run(x, ids, w))
+    check_compile_fullgraph_matches_eager("cuda_hopper_padded")
 
 
 @needs_hopper

@@ -71,13 +71,22 @@ class CudaHopperDense(Experts):
     def apply(self, call, x, xs, plan, workspace):
         w = call.weights
         rows = plan.pos.numel() / max(w.n_experts, 1)  # mean entries per expert, from shapes
-        gate_up, down = hopper.configs.choose(rows, device_name(x.device), dtype_name(x.dtype))
+        gate_up, down = self.choose_configs(rows, device_name(x.device), dtype_name(x.dtype))
         R = xs.shape[0]
         gu = xs.new_empty((R, 2 * w.inter))
-        hopper.grouped_mm(xs, w.gate_up, plan.offsets, plan.counts, gate_up, out=gu)
+        self.gemm(xs, w.gate_up, plan, gate_up, gu)
         h = call.ops.swiglu(gu, activation=call.activation)
         y = xs.new_empty((R, w.hidden))
-        return hopper.grouped_mm(h, w.down, plan.offsets, plan.counts, down, out=y)
+        return self.gemm(h, w.down, plan, down, y)
+
+    def choose_configs(self, rows_per_expert, gpu, dtype):
+        """(gate_up config, down config) for a call of this many mean rows per expert."""
+        return hopper.configs.choose(rows_per_expert, gpu, dtype)
+
+    def gemm(self, a, w, plan, config, out=None):
+        """out [R, N] = the plan's rows of a times their experts' w^T (the path's GEMM; a new
+        tensor where out is None)."""
+        return hopper.grouped_mm(a, w, plan.offsets, plan.counts, config, out=out)
 
 
 def device_name(device: torch.device) -> str:

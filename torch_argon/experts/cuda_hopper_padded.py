@@ -26,7 +26,8 @@ NOT_MEASURED = ("not yet measured on a GPU: the padded Hopper GEMM's tuned table
 
 class CudaHopperPadded(dense.CudaHopperDense):
     """cuda_hopper_dense's requirements (device, dtypes, contiguous stacks, H and I multiples
-    of 8, no autograd), and a plan of tile_m 128; its own GEMM and tuned table."""
+    of 8, no autograd) and stages (apply), and a plan of tile_m 128; its own GEMM (gemm) and
+    tuned table (choose_configs)."""
 
     name = "cuda_hopper_padded"
 
@@ -49,14 +50,9 @@ class CudaHopperPadded(dense.CudaHopperDense):
         """128: the GEMM's M tile, so that every tile holds one expert's rows."""
         return hopper.configs.PADDED_TILE_M
 
-    def apply(self, call, x, xs, plan, workspace):
-        w = call.weights
-        rows = plan.pos.numel() / max(w.n_experts, 1)  # mean entries per expert, from shapes
-        gate_up, down = hopper.configs.choose_padded(rows, dense.device_name(x.device),
-                                                     dense.dtype_name(x.dtype))
-        R = xs.shape[0]
-        gu = xs.new_empty((R, 2 * w.inter))
-        hopper.padded_mm(xs, w.gate_up, plan.tile_expert, plan.meta, gate_up, out=gu)
-        h = call.ops.swiglu(gu, activation=call.activation)
-        y = xs.new_empty((R, w.hidden))
-        return hopper.padded_mm(h, w.down, plan.tile_expert, plan.meta, down, out=y)
+    def choose_configs(self, rows_per_expert, gpu, dtype):
+        return hopper.configs.choose_padded(rows_per_expert, gpu, dtype)
+
+    def gemm(self, a, w, plan, config, out=None):
+        """Every used tile of the plan (padding rows included), its expert from tile_expert."""
+        return hopper.padded_mm(a, w, plan.tile_expert, plan.meta, config, out=out)
