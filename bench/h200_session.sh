@@ -15,7 +15,7 @@
 #   bash bench/h200_session.sh vllm     # vLLM side by side, auto and cuda_hopper_dense
 #   bash bench/h200_session.sh suite    # the whole GPU test suite (h200_tests.sh)
 #   bash bench/h200_session.sh once     # build, tests and both tables in one call (h200_once.sh)
-#   bash bench/h200_session.sh profile  # build, then the limiters: Hopper groups, ncu (h200_profile.sh)
+#   bash bench/h200_session.sh profile  # build, the new kernels' tests and tables, the limiters (h200_profile.sh)
 # Extra arguments go to the step's script. Carry: .whl (nvidia-cutlass wheel), .baselines
 # (bench/baselines/stage_vllm.sh), bench/baselines/ggml_src (bench/baselines/stage_ggml.sh) or
 # the binary bench/baselines/build_ggml_cuda.sh made from it (bench/baselines/ggml_bin).
