@@ -168,12 +168,14 @@ def bench_shape(shape, ts, dtype, args, vllm, records, save):
                             rows=suggested_rows(gemms, E, K, kernel)))
 
 
-def profile_gemms(E=512, time_them=False):
+def profile_gemms(E=512, time_them=False, kernel="grouped"):
     """The Nsight Compute target (bench/h200_hopper.sh): K=10 H=2048 I=512 T=8192 with E
     experts (512: the issue's config; 1: the same rows in one group, so no tile changes group),
     the gate/up and down GEMMs with the configurations the layer would take, launched twice.
     time_them: then each GEMM's graph-replay median and TFLOP/s, for every configuration (the
-    group-change check without a profiler: E=1 against E=512 in one call)."""
+    group-change check without a profiler: E=1 against E=512 in one call). kernel: which
+    kernel the two profiled launches run ("grouped": the ptr-array one; "padded": the padded
+    plan's, over its plan of tile_m 128), each with its configuration rule's choice."""
     K, H, I, T = 10, 2048, 512, 8192
     dtype = torch.bfloat16
     g = torch.Generator().manual_seed(0)
@@ -186,10 +188,16 @@ def profile_gemms(E=512, time_them=False):
     plan = torch_argon.argon_ops.moe_plan(ids.cuda(), make_weights(T, K).cuda(), E, 1)
     xs = torch_argon.argon_ops.moe_gather(x, plan)
     h = torch.randn(xs.shape[0], I, device="cuda").to(dtype)
-    cfg_gu, cfg_down = hopper.configs.choose(T * K / E, torch.cuda.get_device_name(), "bfloat16")
+    impl = dict((k, i) for k, i, _ in kernels())[kernel]
+    if kernel == "padded":
+        plan = torch_argon.argon_ops.moe_plan(ids.cuda(), make_weights(T, K).cuda(), E,
+                                              impl.default_tile_m(None, T * K))
+        xs = torch_argon.argon_ops.moe_gather(x, plan)
+        h = torch.randn(xs.shape[0], I, device="cuda").to(dtype)
+    cfg_gu, cfg_down = impl.choose_configs(T * K / E, torch.cuda.get_device_name(), "bfloat16")
     for _ in range(2):
-        hopper.grouped_mm(xs, gate_up, plan.offsets, plan.counts, cfg_gu)
-        hopper.grouped_mm(h, down, plan.offsets, plan.counts, cfg_down)
+        impl.gemm(xs, gate_up, plan, cfg_gu)
+        impl.gemm(h, down, plan, cfg_down)
     torch.cuda.synchronize()
     print(f"profiled gate_up ({cfg_gu}) and down ({cfg_down})")
     if time_them:
@@ -216,6 +224,8 @@ def main():
                    help="only launch the two GEMMs at E=512 T=8192 twice (ncu's target)")
     p.add_argument("--profile-experts", type=int, default=512,
                    help="E of --profile-gemms' problem (1: one group, the same rows)")
+    p.add_argument("--profile-kernel", choices=("grouped", "padded"), default="grouped",
+                   help="with --profile-gemms: the kernel the two profiled launches run")
     p.add_argument("--profile-time", action="store_true",
                    help="with --profile-gemms: time every configuration's two GEMMs too")
     p.add_argument("--quick", action="store_true", help=f"T = {T_QUICK} only")
@@ -228,7 +238,7 @@ def main():
                    help="bf16 matrix rate for the matrix floor (H200/H100 measured: ~790)")
     args = p.parse_args()
     if args.profile_gemms:
-        return profile_gemms(args.profile_experts, args.profile_time)
+        return profile_gemms(args.profile_experts, args.profile_time, args.profile_kernel)
     if not args.out:
         p.error("--out is required")
     why = hopper.refusal("cuda") if torch.cuda.is_available() else "no CUDA device"

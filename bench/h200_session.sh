@@ -16,6 +16,7 @@
 #   bash bench/h200_session.sh suite    # the whole GPU test suite (h200_tests.sh)
 #   bash bench/h200_session.sh once     # build, tests and both tables in one call (h200_once.sh)
 #   bash bench/h200_session.sh profile  # build, the new kernels' tests and tables, the limiters (h200_profile.sh)
+#   bash bench/h200_session.sh stalls   # build, then ncu's stall reasons of the new kernels (h200_stalls.sh)
 # Extra arguments go to the step's script. Carry: .whl (nvidia-cutlass wheel), .baselines
 # (bench/baselines/stage_vllm.sh), bench/baselines/ggml_src (bench/baselines/stage_ggml.sh) or
 # the binary bench/baselines/build_ggml_cuda.sh made from it (bench/baselines/ggml_bin).
@@ -26,7 +27,7 @@ set -uo pipefail
 here="$(dirname "$0")"
 # NVCC_APPEND_FLAGS= (set, empty) leaves the lab loops out: a shorter build; `once` leaves them
 # out unless the caller sets the flags
-[ "${1:-}" = once ] || [ "${1:-}" = profile ] && NVCC_APPEND_FLAGS="${NVCC_APPEND_FLAGS-}"
+[ "${1:-}" = once ] || [ "${1:-}" = profile ] || [ "${1:-}" = stalls ] && NVCC_APPEND_FLAGS="${NVCC_APPEND_FLAGS-}"
 export NVCC_APPEND_FLAGS="${NVCC_APPEND_FLAGS--DGPUQ_LAB_LOOPS=1}"
 . "$here/gpu_env.sh"  # CUTLASS's headers from .whl/ among the rest, for every step alike
 [ -n "${ARGON_CUTLASS_DIR:-}" ] ||
@@ -43,5 +44,6 @@ case "$step" in
   suite) bash "$here/h200_tests.sh" "$@" ;;
   once) bash "$here/h200_once.sh" "$@" ;;
   profile) bash "$here/h200_profile.sh" "$@" ;;
-  *) echo "usage: bash bench/h200_session.sh build|hopper|quant|loops|vllm|suite|once|profile [args]"; exit 2 ;;
+  stalls) bash "$here/h200_stalls.sh" "$@" ;;
+  *) echo "usage: bash bench/h200_session.sh build|hopper|quant|loops|vllm|suite|once|profile|stalls [args]"; exit 2 ;;
 esac

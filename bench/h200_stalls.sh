@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Why the kernels of issues 43 and 45 wait, in one call (after h200_profile.sh's tables): the
+# build, then Nsight Compute's warp-stall breakdown (every smsp__average_warps_issue_stalled_*
+# reason per issued instruction), speed of light, memory and occupancy of
+#   stalls_tiled.txt    the tile-decode GEMM (Q4_K, E=128 T=8192: gate/up and down)
+#   stalls_padded.txt   the padded Hopper GEMMs at K=10 H=2048 I=512 T=8192, E=512 then E=1
+#   stalls_grouped.txt  the ptr-array grouped GEMMs, the same problem at E=512
+#   stalls_decode.txt   the dequant path's decode kernel (Q4_K, E=128)
+# Run through bench/h200_session.sh stalls. About 130 s of build on a fresh machine, then
+# ~40 s per profile; each capped by DEADLINE_S (default 540).
+set -uo pipefail
+OUT="${OUT:-/tmp/argon_out}"
+mkdir -p "$OUT"
+here="$(dirname "$0")"
+deadline=${DEADLINE_S:-540}
+left() { local r=$((deadline - SECONDS)); [ "$r" -gt "$1" ] && r=$1; echo "$r"; }
+bash "$here/h200_quant.sh" --build-only 2>&1 | tee "$OUT/step_build.txt"
+grep -q "^== BUILD FAILED" "$OUT/step_build.txt" && { ls -la "$OUT"; exit 2; }
+bash "$here/h200_hopper.sh" --build 2>&1 | tail -n 3 | tee -a "$OUT/step_build.txt"
+. "$here/gpu_env.sh"
+export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
+NCU="${NCU:-$(command -v ncu || echo /usr/local/cuda/bin/ncu)}"
+metrics='regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio'
+metrics="$metrics,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
+metrics="$metrics,sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active"
+metrics="$metrics,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct"
+profile() {  # output file, kernel regex, launches to skip, then the program
+  local out=$1 kernel=$2 skip=$3
+  shift 3
+  local r
+  r=$(left 90)
+  [ "$r" -gt 20 ] || { echo "== no time left for $out"; return; }
+  timeout "$r" "$NCU" --section SpeedOfLight --section WarpStateStats --section Occupancy \
+    --section MemoryWorkloadAnalysis --metrics "$metrics" -k "regex:$kernel" \
+    --launch-skip "$skip" --launch-count 2 "$@" >> "$OUT/$out" 2>&1
+  echo "== $out rc=$? at ${SECONDS}s"
+}
+quant=(python3 bench/bench_quant.py --formats Q4_K --configs E128 --T 8192)
+hop=(python3 bench/bench_hopper.py --profile-gemms)
+profile stalls_tiled.txt tiled_qmm_kernel 2 "${quant[@]}" --profile cuda_quantized_tiled
+profile stalls_padded.txt device_kernel 2 "${hop[@]}" --profile-kernel padded --profile-experts 512
+profile stalls_grouped.txt device_kernel 2 "${hop[@]}" --profile-kernel grouped --profile-experts 512
+profile stalls_decode.txt decode_kernel 0 "${quant[@]}" --profile cuda_quantized_dequant
+profile stalls_padded.txt device_kernel 2 "${hop[@]}" --profile-kernel padded --profile-experts 1
+grep -h -E "^  [a-z].*\(|stalled_(long_scoreboard|barrier|mio_throttle|short_scoreboard|math_pipe|wait|lg_throttle|not_selected)|hmma_cycles|Duration|DRAM Throughput" \
+  "$OUT"/stalls_*.txt | cut -c1-140 | head -120
+rm -f "$OUT/build.log" "$OUT/hopper_sass.json"
+ls -la "$OUT"
