@@ -22,7 +22,7 @@ from hopper_cases import (REL_TOL, assert_bits_equal, bench_hopper, capture,
 from routing_cases import garbage_like, make_ids, make_weights
 from triton_cases import rel_err
 from torch_argon import hopper
-from torch_argon.experts import ExpertsCall, registry
+from torch_argon.experts import ExpertsCall, cuda_hopper_dense, registry
 from torch_argon.hopper import configs
 from torch_argon.weights import DenseExperts
 
@@ -82,6 +82,18 @@ def test_auto_declines_as_not_measured_and_the_name_runs_it(on_h200, monkeypatch
 
 def test_its_tuned_table_ships_empty():
     assert configs.PADDED_MEASURED == {}
+
+
+def test_auto_declines_with_no_measured_win_where_a_run_measured_it(on_h200, monkeypatch):
+    """On the H100 the run measured it (PADDED_MEASURED_SLOWER), the reason says so and names
+    the run; the dtype it did not measure there stays "not yet measured"."""
+    monkeypatch.setattr(cuda_hopper_dense, "device_name", lambda device: "NVIDIA H100 80GB HBM3")
+    auto = dict(registry.explain(cuda_call(dense_experts()), "auto"))["cuda_hopper_padded"]
+    assert auto.startswith("no measured win") and "NVIDIA H100 80GB HBM3 bfloat16" in auto
+    assert "h100_hopper.json" in auto and "path='cuda_hopper_padded' runs it" in auto
+    fp16 = cuda_call(dense_experts(dtype=torch.float16), dtype=torch.float16)
+    assert dict(registry.explain(fp16, "auto"))["cuda_hopper_padded"].startswith(
+        "not yet measured on a GPU")
 
 
 @pytest.mark.parametrize("tile_m,ok", [(None, True), (128, True), (64, False), (16, False),

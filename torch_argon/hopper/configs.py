@@ -22,7 +22,10 @@ CONFIGS = (
 MEASURED = {}
 # {(GPU name, dtype name): the run} where the path was measured and lost to triton_dense at
 # every point, so MEASURED has no rows for it on purpose
-MEASURED_SLOWER = {("NVIDIA H200", "bfloat16"): "bench/results/h200_hopper.json (2026-12-06)"}
+MEASURED_SLOWER = {
+    ("NVIDIA H200", "bfloat16"): "bench/results/h200_hopper.json (2026-12-06)",
+    ("NVIDIA H100 80GB HBM3", "bfloat16"): "bench/results/h100_hopper.json (2026-12-06)",
+}
 
 
 def index(name: str) -> int:
@@ -65,9 +68,17 @@ PADDED_CONFIGS = (
     "pingpong_128x128",      # ping-pong warpgroups, tile 128 x 128, cluster 1 x 1
     "cooperative_128x256",   # cooperative warpgroups, tile 128 x 256, cluster 1 x 1
 )
-# The padded GEMM's tuned table, in MEASURED's format. Empty: the kernel has not run on a GPU
-# yet (bench/hopper_gemm_notes.md), so path="auto" declines it everywhere.
+# The padded GEMM's tuned table, in MEASURED's format. Empty: on the one GPU measured (an H100,
+# bf16: PADDED_MEASURED_SLOWER) the path beat triton_dense only at E=128 T >= 8192 (by 2-4 %)
+# and lost everywhere else (up to 1.6x at E=512), so path="auto" declines it everywhere.
 PADDED_MEASURED = {}
+# {(GPU name, dtype name): what the run measured} where the padded path was measured and its
+# table left empty on purpose
+PADDED_MEASURED_SLOWER = {
+    ("NVIDIA H100 80GB HBM3", "bfloat16"): (
+        "bench/results/h100_hopper.json (2026-12-06): 0.96-0.98x triton_dense's time at E=128 "
+        "T=8192/16384, 1.17-1.59x at the other points"),
+}
 
 
 def padded_index(name: str) -> int:
