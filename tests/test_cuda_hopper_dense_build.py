@@ -77,20 +77,25 @@ def test_nvcc_command_targets_sm90a_with_cutlass_includes(clean_env, tmp_path):
     cmds = hopper_build.compile_commands(ROOT, str(tmp_path / "obj"))
     units = sorted(os.path.basename(c[1][-3]) for c in cmds)
     configs = ("cooperative_128x256", "pingpong_128x128", "pingpong_64x128")
-    assert units == ["hopper_entry.cu"] + [f"hopper_gemm_{dtype}_{config}.cu"
-                                          for dtype in ("bf16", "fp16") for config in configs]
+    padded = ("cooperative_128x256", "pingpong_128x128")  # the padded-plan GEMM's
+    assert units == sorted(["hopper_entry.cu", "hopper_padded_entry.cu"] +
+                           [f"hopper_gemm_{dtype}_{config}.cu"
+                            for dtype in ("bf16", "fp16") for config in configs] +
+                           [f"hopper_padded_{dtype}_{config}.cu"
+                            for dtype in ("bf16", "fp16") for config in padded])
     for _, cmd in cmds:
         assert "-gencode=arch=compute_90a,code=sm_90a" in cmd
         assert f"-I{root}/include" in cmd and f"-I{root}/tools/util/include" in cmd
 
 
-def test_the_entry_unit_compiles_with_nvcc(tmp_path):
-    """The C entry points and hopper_gemm.h's struct under nvcc for sm_90a (the CUTLASS units:
-    tools/hopper_unit_check.py)."""
+@pytest.mark.parametrize("entry", ["hopper_entry.cu", "hopper_padded_entry.cu"])
+def test_the_entry_unit_compiles_with_nvcc(tmp_path, entry):
+    """The C entry points and their headers' structs under nvcc for sm_90a, for the grouped and
+    the padded GEMM (the CUTLASS units: tools/hopper_unit_check.py)."""
     nvcc = hopper_build.nvcc() or shutil.which("nvcc")
     if nvcc is None:
         pytest.skip("no nvcc on this machine")
-    src = os.path.join(ROOT, hopper_build.UNIT_DIR, "hopper_entry.cu")
+    src = os.path.join(ROOT, hopper_build.UNIT_DIR, entry)
     flags = list(hopper_build.NVCC_FLAGS)
     subprocess.run([nvcc, *flags, f"-I{os.path.join(ROOT, 'torch_argon', 'csrc')}", "-c", src,
                     "-o", str(tmp_path / "entry.o")], check=True, capture_output=True)

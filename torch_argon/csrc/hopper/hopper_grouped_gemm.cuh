@@ -38,6 +38,7 @@
 #include <cutlass/gemm/kernel/gemm_universal.hpp>
 #include <cutlass/util/packed_stride.hpp>
 
+#include "hopper/hopper_cutlass_launch.cuh"
 #include "hopper/hopper_gemm.h"
 
 namespace argon_hopper {
@@ -185,9 +186,10 @@ __global__ void build_groups(const int32_t* __restrict__ offsets,
       cutlass::make_cute_packed_stride(typename G::StrideD{}, {m, n, 1});
 }
 
+constexpr const char* kKernel = "hopper grouped GEMM";
+
 inline int fail(char* err, int err_len, const char* what, const char* detail) {
-  snprintf(err, static_cast<size_t>(err_len), "hopper grouped GEMM: %s%s", what, detail);
-  return 1;
+  return argon_hopper_launch::fail(err, err_len, kKernel, what, detail);
 }
 
 template <class G>
@@ -206,20 +208,9 @@ int run(const ArgonHopperGemm& p, char* err, int err_len) {
   if (launched != cudaSuccess)
     return fail(err, err_len, "setup kernel: ", cudaGetErrorString(launched));
 
-  typename G::Gemm gemm;
   const auto args = arguments<G>(ws, w, p.n_groups, p.sm_count);
-  cutlass::Status status = gemm.can_implement(args);
-  if (status != cutlass::Status::kSuccess)
-    return fail(err, err_len, "CUTLASS refused the problem: ", cutlassGetStatusString(status));
-  status = gemm.initialize(args, ws + w.cutlass, stream);
-  if (status != cutlass::Status::kSuccess)
-    return fail(err, err_len, "CUTLASS initialize: ", cutlassGetStatusString(status));
-  status = gemm.run(stream);
-  if (status != cutlass::Status::kSuccess)
-    return fail(err, err_len, "CUTLASS launch: ", cutlassGetStatusString(status));
-  launched = cudaGetLastError();
-  if (launched != cudaSuccess) return fail(err, err_len, "launch: ", cudaGetErrorString(launched));
-  return 0;
+  return argon_hopper_launch::launch<typename G::Gemm>(args, ws + w.cutlass, stream, kKernel, err,
+                                                       err_len);
 }
 
 // ConfigAt<i>::type: the configuration of hopper_gemm.h's index i (configs.py's CONFIGS order).

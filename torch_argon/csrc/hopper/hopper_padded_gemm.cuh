@@ -24,7 +24,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdio>
 
 #include <cute/tensor.hpp>
 #include <cutlass/cutlass.h>
@@ -34,6 +33,7 @@
 #include <cutlass/gemm/dispatch_policy.hpp>
 #include <cutlass/gemm/kernel/gemm_universal.hpp>
 
+#include "hopper/hopper_cutlass_launch.cuh"
 #include "hopper/hopper_padded_gemm.h"
 #include "hopper/hopper_padded_scheduler.cuh"
 
@@ -107,10 +107,7 @@ struct PaddedGemm {
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 };
 
-inline int fail(char* err, int err_len, const char* what, const char* detail) {
-  snprintf(err, static_cast<size_t>(err_len), "hopper padded GEMM: %s%s", what, detail);
-  return 1;
-}
+constexpr const char* kKernel = "hopper padded GEMM";
 
 template <class G>
 int run(const ArgonHopperPaddedGemm& p, char* err, int err_len) {
@@ -134,22 +131,11 @@ int run(const ArgonHopperPaddedGemm& p, char* err, int err_len) {
   args.scheduler.tile_expert = p.tile_expert;
   args.scheduler.used_tiles = p.used_tiles;
 
-  typename G::Gemm gemm;
+  // the scheduler and this epilogue keep nothing in global memory
   if (G::Gemm::get_workspace_size(args) != 0)
-    return fail(err, err_len, "CUTLASS asked for a workspace", "");
-  auto* stream = static_cast<cudaStream_t>(p.stream);
-  cutlass::Status status = gemm.can_implement(args);
-  if (status != cutlass::Status::kSuccess)
-    return fail(err, err_len, "CUTLASS refused the problem: ", cutlassGetStatusString(status));
-  status = gemm.initialize(args, nullptr, stream);
-  if (status != cutlass::Status::kSuccess)
-    return fail(err, err_len, "CUTLASS initialize: ", cutlassGetStatusString(status));
-  status = gemm.run(stream);
-  if (status != cutlass::Status::kSuccess)
-    return fail(err, err_len, "CUTLASS launch: ", cutlassGetStatusString(status));
-  const cudaError_t launched = cudaGetLastError();
-  if (launched != cudaSuccess) return fail(err, err_len, "launch: ", cudaGetErrorString(launched));
-  return 0;
+    return argon_hopper_launch::fail(err, err_len, kKernel, "CUTLASS asked for a workspace", "");
+  return argon_hopper_launch::launch<typename G::Gemm>(
+      args, nullptr, static_cast<cudaStream_t>(p.stream), kKernel, err, err_len);
 }
 
 }  // namespace argon_hopper_padded
