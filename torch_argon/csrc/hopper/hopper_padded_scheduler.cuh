@@ -5,13 +5,14 @@
 //
 // Algorithm. The plan (tile_m 128, the kernel's M tile) lays every expert's rows out in whole
 // 128-row tiles; tile_expert[m] is tile m's expert and meta[ARGON_META_N_TILES] the number of
-// tiles in use (the others come after them). The work is the used tiles times the N tiles,
-// numbered n fastest: work w is output tile (m = w / tiles_n, n = w % tiles_n), and its L
-// coordinate (the "batch" CUTLASS indexes B by) is the expert tile_expert[m]. CTA b of a grid of
-// G takes works b, b + G, b + 2G, ... (the kernel's persistent loop; the ping-pong kernel's second
-// consumer warpgroup starts one step ahead and both step by two), so the G CTAs in flight share
-// a few M tiles of one expert: its weight rows stream from L2 to all of them together, and the
-// A rows of one M tile are read by tiles_n CTAs at about the same time.
+// tiles in use (the others come after them). The work is the used tiles times the N tiles, in
+// the order of hopper_padded_order.h (windows of a few M tiles, M fastest inside one): work w
+// is output tile (m, n) = work_tile(w), and its L coordinate (the "batch" CUTLASS indexes B by)
+// is the expert tile_expert[m]. CTA b of a grid of G takes works b, b + G, b + 2G, ... (the
+// kernel's persistent loop; the ping-pong kernel's second consumer warpgroup starts one step
+// ahead and both step by two), so the G CTAs in flight share a few experts: the M tiles that
+// read one B tile are neighbouring works, and the A rows of one M tile are read by tiles_n CTAs
+// at about the same time.
 //
 // Why a scheduler of our own: the work list depends on device data (the used-tile count and each
 // tile's expert), which no CUTLASS scheduler reads; and with one A, one B and one D tensor map
@@ -31,6 +32,8 @@
 #include <cstdint>
 
 #include <cutlass/gemm/kernel/tile_scheduler.hpp>
+
+#include "hopper/hopper_padded_order.h"
 
 namespace argon_hopper_padded {
 
@@ -143,6 +146,7 @@ class PaddedTileScheduler {
     step_ = gridDim.x;
     int32_t used = *params.used_tiles;
     used = used < 0 ? 0 : used > params.max_tiles_m ? params.max_tiles_m : used;
+    used_ = used;
     works_ = uint64_t(used) * uint64_t(params.tiles_n);
 #endif
   }
@@ -197,9 +201,9 @@ class PaddedTileScheduler {
  private:
   CUTLASS_DEVICE WorkTileInfo work_at(uint64_t work) const {
     if (work >= works_) return WorkTileInfo::invalid_work_tile();
-    // m < max_tiles_m and n < tiles_n, both int32 (the glue's checks)
-    const int32_t m = static_cast<int32_t>(work / uint64_t(params_.tiles_n));
-    const int32_t n = static_cast<int32_t>(work % uint64_t(params_.tiles_n));
+    // m < used <= max_tiles_m and n < tiles_n, both int32 (the glue's checks)
+    const TileMN tile = work_tile(work, used_, params_.tiles_n);
+    const int32_t m = tile.m, n = tile.n;
     int32_t expert = params_.tile_expert[m];
     if (expert < 0 || expert >= params_.n_experts) expert = params_.n_experts;  // read as zeros
     return {m, n, expert, true};
@@ -208,6 +212,7 @@ class PaddedTileScheduler {
   Params params_;
   uint64_t next_ = 0;   // this CTA's (or consumer warpgroup's) next work
   uint64_t step_ = 1;   // the grid's CTAs
+  int32_t used_ = 0;    // the plan's used tiles, clipped to [0, max_tiles_m]
   uint64_t works_ = 0;  // used tiles x tiles_n
 };
 
