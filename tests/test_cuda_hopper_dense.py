@@ -41,10 +41,10 @@ def test_on_the_cpu_it_says_cuda():
     x = torch.randn(8, 64, dtype=torch.bfloat16)
     experts = dense_experts()
     why = dict(torch_argon.experts.explain(x, experts))
-    assert why["cuda_hopper_dense"] == "the Hopper grouped GEMM runs on CUDA tensors, not cpu"
+    assert why["cuda_hopper_dense"] == "the Hopper GEMMs run on CUDA tensors, not cpu"
     assert torch_argon.experts.choose(x, experts, n_entries=16).name == "cpu_workspace"
     with pytest.raises(ValueError, match="path='cuda_hopper_dense' cannot run here: "
-                       "cuda_hopper_dense: the Hopper grouped GEMM runs on CUDA tensors"):
+                       "cuda_hopper_dense: the Hopper GEMMs run on CUDA tensors"):
         torch_argon.moe_experts(x, make_ids(8, 2, 4, "uniform"), make_weights(8, 2), experts,
                                 path="cuda_hopper_dense")
 
@@ -57,7 +57,7 @@ def test_a_build_without_the_unit_says_how_to_get_it():
 
 def test_the_op_refuses_cpu_tensors_naming_the_device():
     a = torch.zeros(4, 8, dtype=torch.bfloat16)
-    with pytest.raises(NotImplementedError, match="runs on CUDA tensors, not cpu"):
+    with pytest.raises(NotImplementedError, match="run on CUDA tensors, not cpu"):
         hopper.grouped_mm(a, torch.zeros(1, 8, 8, dtype=torch.bfloat16),
                           torch.zeros(2, dtype=torch.int32), torch.zeros(1, dtype=torch.int32),
                           "pingpong_128x128")

@@ -3,8 +3,8 @@
 kernel over a plan of tile_m 128, one tensor map per operand, our tile scheduler).
 
 On every machine: where the registry puts it and why it declines (on the CPU, a tile_m other
-than 128, and under path="auto" / "triton" until its tuned table has rows: "not yet measured on a
-GPU"), its configurations against the C header's list, the op's fakes. On a GPU of compute
+than 128, and under path="auto" / "triton" until its tuned table has rows: "no measured win"
+where a run measured it, else "not yet measured on a GPU"), its configurations against the C header's list, the op's fakes. On a GPU of compute
 capability 9.0 with the Hopper units built: both GEMMs against float64 for every configuration,
 fp16 and bf16, on every used tile (padding rows included), experts with 0 rows, -1 ids, T = 0,
 garbage-filled outputs (tiles past the used count untouched), tile_expert and meta that no plan
@@ -44,16 +44,16 @@ def test_on_the_cpu_it_says_cuda():
     x = torch.randn(8, 64, dtype=torch.bfloat16)
     experts = dense_experts()
     why = dict(torch_argon.experts.explain(x, experts))
-    assert why["cuda_hopper_padded"] == "the Hopper grouped GEMM runs on CUDA tensors, not cpu"
+    assert why["cuda_hopper_padded"] == "the Hopper GEMMs run on CUDA tensors, not cpu"
     with pytest.raises(ValueError, match="path='cuda_hopper_padded' cannot run here: "
-                       "cuda_hopper_padded: the Hopper grouped GEMM runs on CUDA tensors"):
+                       "cuda_hopper_padded: the Hopper GEMMs run on CUDA tensors"):
         torch_argon.moe_experts(x, make_ids(8, 2, 4, "uniform"), make_weights(8, 2), experts,
                                 path="cuda_hopper_padded")
 
 
 def test_the_op_refuses_cpu_tensors_naming_the_device():
     a = torch.zeros(TILE, 8, dtype=torch.bfloat16)
-    with pytest.raises(NotImplementedError, match="runs on CUDA tensors, not cpu"):
+    with pytest.raises(NotImplementedError, match="run on CUDA tensors, not cpu"):
         hopper.padded_mm(a, torch.zeros(1, 8, 8, dtype=torch.bfloat16),
                          torch.zeros(1, dtype=torch.int32), torch.zeros(4, dtype=torch.int32),
                          "pingpong_128x128")
@@ -139,8 +139,13 @@ def test_configs_are_the_headers_list_in_its_order():
 
 
 def test_config_choice_default_and_table(monkeypatch):
+    # the rule from the H100's GEMM-alone rates: gate/up cooperative above 128 rows per expert
     assert configs.choose_padded(40, "NVIDIA H200", "bfloat16") == ("pingpong_128x128",
                                                                      "pingpong_128x128")
+    assert configs.choose_padded(128, "NVIDIA H200", "bfloat16") == ("pingpong_128x128",
+                                                                      "pingpong_128x128")
+    assert configs.choose_padded(160, "NVIDIA H200", "bfloat16") == ("cooperative_128x256",
+                                                                      "pingpong_128x128")
     monkeypatch.setitem(configs.PADDED_MEASURED, ("NVIDIA H200", "bfloat16"), (
         (100, "cooperative_128x256", "pingpong_128x128"),
         (1e9, "cooperative_128x256", "cooperative_128x256")))
@@ -148,7 +153,7 @@ def test_config_choice_default_and_table(monkeypatch):
                                                                      "pingpong_128x128")
     assert configs.choose_padded(400, "NVIDIA H200", "bfloat16") == ("cooperative_128x256",
                                                                       "cooperative_128x256")
-    assert configs.choose_padded(400, "NVIDIA H100", "bfloat16") == ("pingpong_128x128",
+    assert configs.choose_padded(400, "NVIDIA H100", "bfloat16") == ("cooperative_128x256",
                                                                       "pingpong_128x128")
     with pytest.raises(ValueError, match="config must be one of"):
         configs.padded_index("pingpong_64x128")  # the ptr-array GEMM's, not compiled here

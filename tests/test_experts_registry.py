@@ -115,8 +115,8 @@ def test_ops_dense_and_cpu_workspace_give_the_same_bits():
 
 
 @pytest.mark.parametrize("path,match", [
-    ("triton", r"path='triton' cannot run here: cuda_hopper_padded: the Hopper grouped GEMM "
-               r"runs on CUDA tensors, not cpu; cuda_hopper_dense: the Hopper grouped GEMM runs "
+    ("triton", r"path='triton' cannot run here: cuda_hopper_padded: the Hopper GEMMs run "
+               r"on CUDA tensors, not cpu; cuda_hopper_dense: the Hopper GEMMs run "
                r"on CUDA tensors, not cpu; triton_dense: the Triton kernels run on CUDA"),
     ("triton_quantized", r"triton_quantized: it runs quantized experts, these are dense"),
     ("fast", r"path must be one of \('auto', 'triton', 'ops', 'cuda_hopper_padded', "

@@ -10,10 +10,10 @@ written.
 Why it sits first, and why "auto" still passes it by: it is meant to run the dense experts at
 large T where the Triton kernels (triton_dense, its fallback here and on every other GPU) stay
 far from the tensor cores' rate; the layer's automatic choice takes it only for a GPU and dtype
-whose tuned table (hopper/configs.py MEASURED) has rows, and on the one GPU measured so far (an
-H200, bf16, 2026-12-06) it was slower than triton_dense at every point measured (1.12-1.26x at
-T = 2048 and 8192; bench/hopper_gemm_notes.md), so the table has none and "auto" declines it
-("no measured win"; elsewhere "not yet measured on a GPU").
+whose tuned table (hopper/configs.py MEASURED) has rows, and on the GPUs measured so far (an
+H200 and an H100, bf16, 2026-12-06) it was slower than triton_dense at every point measured
+(1.12-1.26x and 1.03-1.16x; bench/hopper_gemm_notes.md), so the table has none and "auto"
+declines it ("no measured win"; elsewhere "not yet measured on a GPU").
 path="cuda_hopper_dense" runs it wherever it can run.
 """
 import torch
@@ -22,11 +22,11 @@ from .. import hopper, triton_ops
 from .base import Experts, fused_call_refusal
 from .triton_dense import HALF_DTYPES
 
-NOT_MEASURED = ("not yet measured on a GPU: the Hopper GEMM's tuned table "
-                "(torch_argon/hopper/configs.py MEASURED) has no entry for {gpu} {dtype}; "
-                "path='cuda_hopper_dense' runs it")
+NOT_MEASURED = ("not yet measured on a GPU: the {what}'s tuned table "
+                "(torch_argon/hopper/configs.py {table}) has no entry for {gpu} {dtype}; "
+                "path='{name}' runs it")
 NO_WIN = ("no measured win: on {gpu} {dtype} the path measured slower than triton_dense "
-          "({run}; bench/hopper_gemm_notes.md); path='cuda_hopper_dense' runs it")
+          "({run}; bench/hopper_gemm_notes.md); path='{name}' runs it")
 
 
 class CudaHopperDense(Experts):
@@ -51,14 +51,22 @@ class CudaHopperDense(Experts):
                     "TMA rows)")
         return ""
 
+    # The tuned table "auto" needs, and the runs that measured this path slower (the subclass
+    # for the padded GEMM names its own)
+    kernel = "Hopper grouped GEMM"
+    table_name = "MEASURED"
+    table = hopper.configs.MEASURED
+    measured_slower = hopper.configs.MEASURED_SLOWER
+
     def auto_refusal(self, call):
         gpu, dtype = device_name(call.x.device), dtype_name(call.x.dtype)
-        if not hopper.configs.measured_rows(gpu, dtype):
-            run = hopper.configs.MEASURED_SLOWER.get((gpu, dtype))
-            if run:
-                return NO_WIN.format(gpu=gpu, dtype=dtype, run=run)
-            return NOT_MEASURED.format(gpu=gpu, dtype=dtype)
-        return ""
+        if self.table.get((gpu, dtype)):
+            return ""
+        run = self.measured_slower.get((gpu, dtype))
+        if run:
+            return NO_WIN.format(gpu=gpu, dtype=dtype, run=run, name=self.name)
+        return NOT_MEASURED.format(what=self.kernel, table=self.table_name, gpu=gpu,
+                                   dtype=dtype, name=self.name)
 
     def default_tile_m(self, call, n_entries):
         """1: the GEMMs read counts[e] rows per expert whatever the plan's tile, so a larger

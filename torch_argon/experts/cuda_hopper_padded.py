@@ -11,21 +11,16 @@ is read on the device, so CUDA graphs capture the call.
 Why beside cuda_hopper_dense: the ptr-array grouped GEMM that one runs rewrites its tensor maps
 whenever a CTA's next tile belongs to another expert, which on the H200 at E = 512 left it at
 39-45 % of the bf16 peak (bench/hopper_gemm_notes.md); this kernel has nothing per expert to
-rewrite, at the price of the padding rows. Measured on an H100 (bf16, 2026-12-06): correct,
-its GEMMs at 516-667 TFLOP/s on one expert and 466-572 at E=128 T=8192, but at E=512 slower
-than the ptr-array kernel, and the path beat triton_dense only at E=128 T >= 8192 (2-4 %), so
-path="auto" and path="triton" decline it ("no measured win" there, "not yet measured on a GPU"
-elsewhere) until its tuned table (hopper/configs.py PADDED_MEASURED) has rows for the GPU and
-dtype; path="cuda_hopper_padded" runs it wherever it can run.
+rewrite, at the price of the padding rows. Measured on an H100 (bf16, 2026-12-06): correct; its
+GEMMs (best configuration each) at 446-667 TFLOP/s on one expert and 514-572 at E=128 T=8192,
+but at E=512 slower than the ptr-array kernel's; the path, with ping-pong 128 x 128 for both
+GEMMs, beat triton_dense only at E=128 T >= 8192 (2-4 %). So path="auto" and path="triton"
+decline it ("no measured win" there, "not yet measured on a GPU" elsewhere) until its tuned
+table (hopper/configs.py PADDED_MEASURED) has rows for the GPU and dtype;
+path="cuda_hopper_padded" runs it wherever it can run.
 """
 from .. import hopper
 from . import cuda_hopper_dense as dense
-
-NOT_MEASURED = ("not yet measured on a GPU: the padded Hopper GEMM's tuned table "
-                "(torch_argon/hopper/configs.py PADDED_MEASURED) has no entry for {gpu} {dtype}; "
-                "path='cuda_hopper_padded' runs it")
-NO_WIN = ("no measured win: on {gpu} {dtype} the path measured slower than triton_dense at "
-          "most points ({run}; bench/hopper_gemm_notes.md); path='cuda_hopper_padded' runs it")
 
 
 class CudaHopperPadded(dense.CudaHopperDense):
@@ -34,6 +29,10 @@ class CudaHopperPadded(dense.CudaHopperDense):
     tuned table (choose_configs)."""
 
     name = "cuda_hopper_padded"
+    kernel = "padded Hopper GEMM"
+    table_name = "PADDED_MEASURED"
+    table = hopper.configs.PADDED_MEASURED
+    measured_slower = hopper.configs.PADDED_MEASURED_SLOWER
 
     def supports(self, call):
         why = super().supports(call)
@@ -42,15 +41,6 @@ class CudaHopperPadded(dense.CudaHopperDense):
         if call.tile_m is not None and call.tile_m != hopper.configs.PADDED_TILE_M:
             return (f"tile_m={call.tile_m}: the padded Hopper GEMM runs plans of tile_m "
                     f"{hopper.configs.PADDED_TILE_M} (its M tile)")
-        return ""
-
-    def auto_refusal(self, call):
-        gpu, dtype = dense.device_name(call.x.device), dense.dtype_name(call.x.dtype)
-        if not hopper.configs.PADDED_MEASURED.get((gpu, dtype)):
-            run = hopper.configs.PADDED_MEASURED_SLOWER.get((gpu, dtype))
-            if run:
-                return NO_WIN.format(gpu=gpu, dtype=dtype, run=run)
-            return NOT_MEASURED.format(gpu=gpu, dtype=dtype)
         return ""
 
     def default_tile_m(self, call, n_entries):

@@ -50,12 +50,21 @@ def measured_rows(device_name: str, dtype_name: str):
     return MEASURED.get((device_name, dtype_name), ())
 
 
+def _lookup(table, rows_per_expert, device_name, dtype_name):
+    """The (gate_up, down) of the table's first row for this GPU and dtype whose bound holds
+    the call's rows per expert, or None."""
+    for bound, gate_up, down in table.get((device_name, dtype_name), ()):
+        if rows_per_expert <= bound:
+            return gate_up, down
+    return None
+
+
 def choose(rows_per_expert: float, device_name: str, dtype_name: str):
     """(gate_up config, down config) for a call of this many mean rows per expert: the tuned
     table's row for it where the GPU and dtype are measured, else default_config for both."""
-    for bound, gate_up, down in measured_rows(device_name, dtype_name):
-        if rows_per_expert <= bound:
-            return gate_up, down
+    found = _lookup(MEASURED, rows_per_expert, device_name, dtype_name)
+    if found:
+        return found
     rule = default_config(rows_per_expert)
     return rule, rule
 
@@ -69,15 +78,17 @@ PADDED_CONFIGS = (
     "cooperative_128x256",   # cooperative warpgroups, tile 128 x 256, cluster 1 x 1
 )
 # The padded GEMM's tuned table, in MEASURED's format. Empty: on the one GPU measured (an H100,
-# bf16: PADDED_MEASURED_SLOWER) the path beat triton_dense only at E=128 T >= 8192 (by 2-4 %)
-# and lost everywhere else (up to 1.6x at E=512), so path="auto" declines it everywhere.
+# bf16: PADDED_MEASURED_SLOWER) the path, with ping-pong 128 x 128 for both GEMMs, beat
+# triton_dense only at E=128 T >= 8192 (by 2-4 %) and lost everywhere else (up to 1.6x at
+# E=512), so path="auto" declines it everywhere.
 PADDED_MEASURED = {}
 # {(GPU name, dtype name): what the run measured} where the padded path was measured and its
 # table left empty on purpose
 PADDED_MEASURED_SLOWER = {
     ("NVIDIA H100 80GB HBM3", "bfloat16"): (
-        "bench/results/h100_hopper.json (2026-12-06): 0.96-0.98x triton_dense's time at E=128 "
-        "T=8192/16384, 1.17-1.59x at the other points"),
+        "bench/results/h100_hopper.json (2026-12-06, ping-pong 128 x 128 for both GEMMs): "
+        "0.96-0.98x triton_dense's time at E=128 T=8192 / 16384, 1.25-1.59x at the other "
+        "points"),
 }
 
 
@@ -90,9 +101,13 @@ def padded_index(name: str) -> int:
 
 def choose_padded(rows_per_expert: float, device_name: str, dtype_name: str):
     """(gate_up config, down config) of the padded GEMM: PADDED_MEASURED's row where it has
-    one, else 128 x 128 ping-pong for both (the tile the ptr-array kernel led with at 128 rows
-    per expert and above on the H200; the padded kernel is unmeasured)."""
-    for bound, gate_up, down in PADDED_MEASURED.get((device_name, dtype_name), ()):
-        if rows_per_expert <= bound:
-            return gate_up, down
-    return "pingpong_128x128", "pingpong_128x128"
+    one, else the rule from the H100's GEMM-alone rates (bench/results/h100_hopper.json,
+    bf16): gate/up on the cooperative 128 x 256 tile above 128 rows per expert (it led at 160
+    and 512: 1447 against 1497 us, 721 against 884), ping-pong 128 x 128 up to 128 (402
+    against 411 at 128, 952 against 957 at 40); down on ping-pong 128 x 128 (it led at every
+    measured point). The experts-path timings of that run used ping-pong for both GEMMs."""
+    found = _lookup(PADDED_MEASURED, rows_per_expert, device_name, dtype_name)
+    if found:
+        return found
+    gate_up = "cooperative_128x256" if rows_per_expert > 128 else "pingpong_128x128"
+    return gate_up, "pingpong_128x128"

@@ -19,17 +19,17 @@ def has_kernel() -> bool:
 
 
 def refusal(device) -> str:
-    """"" where the Hopper grouped GEMM runs on `device`, else why not."""
+    """"" where the Hopper GEMMs (grouped and padded) run on `device`, else why not."""
     device = torch.device(device)
     if device.type != "cuda":
-        return f"the Hopper grouped GEMM runs on CUDA tensors, not {device.type}"
+        return f"the Hopper GEMMs run on CUDA tensors, not {device.type}"
     if not has_kernel():
         return ("torch_argon was built without the Hopper unit (it needs CUTLASS's headers, "
                 "pip install --no-deps nvidia-cutlass==4.2.0.0, and an sm_90 target: "
                 "build_tools/hopper_build.py)")
     capability = cuda_capability(device)
     if capability != (9, 0):
-        return (f"the Hopper grouped GEMM runs on compute capability 9.0 (sm_90a code), this "
+        return (f"the Hopper GEMMs run on compute capability 9.0 (sm_90a code), this "
                 f"GPU is {capability[0]}.{capability[1]}")
     return ""
 
