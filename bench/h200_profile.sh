@@ -86,6 +86,7 @@ r=$(left 130)
 } > "$OUT/limits.txt" 2>&1
 grep -E "^E=|^== |Duration|DRAM Throughput|Compute \(SM\)" "$OUT/limits.txt" | head -60
 # at most 8 files come back: the build's log only where it failed
-grep -q "BUILD FAILED" "$OUT/step_build.txt" && mv "$OUT/build.log" "$OUT/limits.txt"
+# (a failed Hopper build: its log replaces the quantized table's log, the one least needed then)
+grep -q "BUILD FAILED" "$OUT/step_build.txt" && mv "$OUT/build.log" "$OUT/quant.log"
 rm -f "$OUT/build.log" "$OUT/hopper_sass.json"
 ls -la "$OUT"

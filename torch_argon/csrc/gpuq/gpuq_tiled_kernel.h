@@ -145,8 +145,8 @@ GQ_UNROLL
   }
 
   // The fetched units' raw words (F::load), decoded only after the step's MMAs (F::decode in
-  // (c)): a decode next to its loads would make every warp wait for the weights' latency before
-  // its MMAs, which then hide nothing.
+  // (c)), so that no warp waits for the weights' latency before its MMAs; at no cost in
+  // registers (measured neutral in time: the kernel's stalls are spread, not this one).
   typename F::Raw raw[S::UNITS];
   // (a) of step k: the copies of its activations, the loads of its weight units (chunk k % SUBS
   // of block k / SUBS; a run-time chunk index: unrolling a block's chunks would fold the

@@ -3,13 +3,14 @@
 // then the next expert's) and the N tiles n.
 //
 // Why this order: at E = 512 the GEMMs stream their weights (each expert's B is read by every
-// M tile of that expert), and the N-fastest order (work w -> m = w / tiles_n) put an expert's M
-// tiles tiles_n works apart, so the CTAs reading one B tile ran out of step and DRAM read 3.68 GB
-// for gate/up where the ptr-array kernel read 2.57 (ncu, H100, K=10 H=2048 I=512 T=8192;
-// bench/hopper_gemm_notes.md). Here the works go window by window of kOrderWindow M tiles, M
-// fastest inside a window: the M tiles that share a B tile n are adjacent works, taken by
-// neighbouring CTAs at the same time, and each M tile's A rows are read by its tiles_n works
-// within kOrderWindow * tiles_n consecutive works.
+// M tile of that expert). With the N-fastest order (work w -> m = w / tiles_n) the padded
+// gate/up GEMM read 3.68 GB from DRAM where the ptr-array kernel read 2.57 (ncu, H100, K=10
+// H=2048 I=512 T=8192; bench/hopper_gemm_notes.md); the hypothesis (not yet measured) is that
+// an expert's M tiles, tiles_n works apart, drift out of step over a long K and read B twice.
+// Here the works go window by window of kOrderWindow M tiles, M fastest inside a window: the M
+// tiles that share a B tile n are adjacent works (except an expert whose tiles straddle two
+// windows), taken by neighbouring CTAs at the same time, and each M tile's A rows are read by
+// its tiles_n works within kOrderWindow * tiles_n consecutive works.
 //
 // Limits: work < used * tiles_n, used >= 1, tiles_n >= 1 (the scheduler's checks); the last
 // window holds the used tiles left (fewer than kOrderWindow where used is not a multiple).

@@ -26,7 +26,9 @@
 // and clipped to [0, max_tiles_m] (the rows of a and d, known on the host), so a meta that no
 // plan makes cannot reach past them; a used tile whose tile_expert is outside [0, E) gets L = E,
 // a coordinate past B's last expert, which TMA reads as zeros: that tile of d is written with
-// zeros and no memory outside the operands is touched.
+// zeros and no memory outside the operands is touched. The count is read when the scheduler is
+// made, before any wait on a preceding grid: right because no launch uses programmatic
+// dependent launch (with it, the read would have to follow cudaGridDependencySynchronize).
 #pragma once
 
 #include <cstdint>
