@@ -185,15 +185,11 @@ def profile_gemms(E=512, time_them=False, kernel="grouped"):
     # fewer experts than K: repeated ids in a row (the plan takes them), every row still routed
     ids = (make_ids(T, K, E, "uniform") if E >= K
            else torch.randint(0, E, (T, K), generator=torch.Generator().manual_seed(0)))
-    plan = torch_argon.argon_ops.moe_plan(ids.cuda(), make_weights(T, K).cuda(), E, 1)
+    impl = dict((k, i) for k, i, _ in kernels())[kernel]
+    plan = torch_argon.argon_ops.moe_plan(ids.cuda(), make_weights(T, K).cuda(), E,
+                                          impl.default_tile_m(None, T * K))
     xs = torch_argon.argon_ops.moe_gather(x, plan)
     h = torch.randn(xs.shape[0], I, device="cuda").to(dtype)
-    impl = dict((k, i) for k, i, _ in kernels())[kernel]
-    if kernel == "padded":
-        plan = torch_argon.argon_ops.moe_plan(ids.cuda(), make_weights(T, K).cuda(), E,
-                                              impl.default_tile_m(None, T * K))
-        xs = torch_argon.argon_ops.moe_gather(x, plan)
-        h = torch.randn(xs.shape[0], I, device="cuda").to(dtype)
     cfg_gu, cfg_down = impl.choose_configs(T * K / E, torch.cuda.get_device_name(), "bfloat16")
     for _ in range(2):
         impl.gemm(xs, gate_up, plan, cfg_gu)
