@@ -15,12 +15,8 @@ set -uo pipefail
 OUT="${OUT:-/tmp/argon_out}"
 mkdir -p "$OUT"
 here="$(dirname "$0")"
-deadline=${DEADLINE_S:-590}
-left() {  # seconds to the deadline, at most $1
-  local r=$((deadline - SECONDS))
-  [ "$r" -gt "$1" ] && r=$1
-  echo "$r"
-}
+. "$here/deadline.sh"
+deadline_from 590
 bash "$here/h200_quant.sh" --llamacpp --build-only 2>&1 | tee "$OUT/step_build.txt"
 if grep -q "^== BUILD FAILED" "$OUT/step_build.txt"; then
   ls -la "$OUT"  # build.log says why; nothing below can run without the extension

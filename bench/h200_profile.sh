@@ -20,12 +20,8 @@ set -uo pipefail
 OUT="${OUT:-/tmp/argon_out}"
 mkdir -p "$OUT"
 here="$(dirname "$0")"
-deadline=${DEADLINE_S:-560}
-left() {  # seconds to the deadline, at most $1
-  local r=$((deadline - SECONDS))
-  [ "$r" -gt "$1" ] && r=$1
-  echo "$r"
-}
+. "$here/deadline.sh"
+deadline_from 560
 bash "$here/h200_quant.sh" --build-only 2>&1 | tee "$OUT/step_build.txt"
 grep -q "^== BUILD FAILED" "$OUT/step_build.txt" && { ls -la "$OUT"; exit 2; }
 bash "$here/h200_hopper.sh" --build 2>&1 | tee -a "$OUT/step_build.txt"
