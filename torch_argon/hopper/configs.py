@@ -46,10 +46,6 @@ def default_config(rows_per_expert: float) -> str:
     return "pingpong_128x128"
 
 
-def measured_rows(device_name: str, dtype_name: str):
-    return MEASURED.get((device_name, dtype_name), ())
-
-
 def _lookup(table, rows_per_expert, device_name, dtype_name):
     """The (gate_up, down) of the table's first row for this GPU and dtype whose bound holds
     the call's rows per expert, or None."""
