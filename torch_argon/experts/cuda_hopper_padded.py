@@ -9,9 +9,10 @@ never reads them); tiles past the plan's used count are not. No host sync: the u
 is read on the device, so CUDA graphs capture the call.
 
 Why beside cuda_hopper_dense: the ptr-array grouped GEMM that one runs rewrites its tensor maps
-whenever a CTA's next tile belongs to another expert, which on the H200 at E = 512 left it at
-39-45 % of the bf16 peak (bench/hopper_gemm_notes.md); this kernel has nothing per expert to
-rewrite, at the price of the padding rows. Measured on an H100 (bf16, 2026-12-06): correct; its
+whenever a CTA's next tile belongs to another expert, which was the suspect for its 39-45 % of
+the bf16 peak on the H200 at E = 512 (the H100 run since cleared it: its 128 x 128 tile is as
+slow on one expert; bench/hopper_gemm_notes.md); this kernel has nothing per expert to
+rewrite, at the price of the padding rows, and runs one expert's problem 1.2-1.3x faster. Measured on an H100 (bf16, 2026-12-06): correct; its
 GEMMs (best configuration each) at 446-667 TFLOP/s on one expert and 514-572 at E=128 T=8192,
 but at E=512 slower than the ptr-array kernel's; the path, with ping-pong 128 x 128 for both
 GEMMs, beat triton_dense only at E=128 T >= 8192 (2-4 %). So path="auto" and path="triton"
