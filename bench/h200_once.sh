@@ -15,20 +15,10 @@ set -uo pipefail
 OUT="${OUT:-/tmp/argon_out}"
 mkdir -p "$OUT"
 here="$(dirname "$0")"
-. "$here/deadline.sh"
+. "$here/one_call.sh"
 deadline_from 590
-bash "$here/h200_quant.sh" --llamacpp --build-only 2>&1 | tee "$OUT/step_build.txt"
-if grep -q "^== BUILD FAILED" "$OUT/step_build.txt"; then
-  ls -la "$OUT"  # build.log says why; nothing below can run without the extension
-  exit 2
-fi
-bash "$here/h200_hopper.sh" --build 2>&1 | tee -a "$OUT/step_build.txt"
-echo "== builds done at ${SECONDS}s"
-. "$here/gpu_env.sh"
-export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
-hbm=4.3
-case "$gpu" in *H100*) hbm=3.35 ;; esac
+build_all --llamacpp
+gpu_floor_tbps
 echo "== GPU: $gpu (weight-read floors at $hbm TB/s)"
 
 r=$(left 100)

@@ -20,18 +20,11 @@ set -uo pipefail
 OUT="${OUT:-/tmp/argon_out}"
 mkdir -p "$OUT"
 here="$(dirname "$0")"
-. "$here/deadline.sh"
+. "$here/one_call.sh"
 deadline_from 560
-bash "$here/h200_quant.sh" --build-only 2>&1 | tee "$OUT/step_build.txt"
-grep -q "^== BUILD FAILED" "$OUT/step_build.txt" && { ls -la "$OUT"; exit 2; }
-bash "$here/h200_hopper.sh" --build 2>&1 | tee -a "$OUT/step_build.txt"
-echo "== builds done at ${SECONDS}s"
-. "$here/gpu_env.sh"
-export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
+build_all
+gpu_floor_tbps
 NCU="${NCU:-$(command -v ncu || echo /usr/local/cuda/bin/ncu)}"
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
-hbm=4.3
-case "$gpu" in *H100*) hbm=3.35 ;; esac
 echo "== GPU: $gpu"
 
 r=$(left 90)

@@ -12,13 +12,9 @@ set -uo pipefail
 OUT="${OUT:-/tmp/argon_out}"
 mkdir -p "$OUT"
 here="$(dirname "$0")"
-. "$here/deadline.sh"
+. "$here/one_call.sh"
 deadline_from 540
-bash "$here/h200_quant.sh" --build-only 2>&1 | tee "$OUT/step_build.txt"
-grep -q "^== BUILD FAILED" "$OUT/step_build.txt" && { ls -la "$OUT"; exit 2; }
-bash "$here/h200_hopper.sh" --build 2>&1 | tail -n 3 | tee -a "$OUT/step_build.txt"
-. "$here/gpu_env.sh"
-export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
+build_all
 NCU="${NCU:-$(command -v ncu || echo /usr/local/cuda/bin/ncu)}"
 metrics='regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio'
 metrics="$metrics,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"

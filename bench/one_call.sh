@@ -1,0 +1,32 @@
+# What the one-call device scripts (h200_once.sh, h200_profile.sh, h200_stalls.sh) share,
+# sourced after they set OUT and here:
+#   deadline_from S   each step of a call is capped so that the whole ends before the deadline
+#                     (DEADLINE_S seconds from the script's start, else S); left N gives the
+#                     seconds to it, at most N
+#   build_all [ARGS]  the extension (h200_quant.sh --build-only ARGS) and the Hopper units'
+#                     check, logged to $OUT/step_build.txt; stops the script (exit 2) where the
+#                     extension failed, since nothing after it can run; then the GPU environment
+#   gpu_floor_tbps    sets gpu (the card's name) and hbm (its bandwidth for the weight-read
+#                     floors: 4.3 TB/s, 3.35 on an H100)
+deadline_from() { deadline=${DEADLINE_S:-$1}; }
+left() {
+  local r=$((deadline - SECONDS))
+  [ "$r" -gt "$1" ] && r=$1
+  echo "$r"
+}
+build_all() {
+  bash "$here/h200_quant.sh" --build-only "$@" 2>&1 | tee "$OUT/step_build.txt"
+  if grep -q "^== BUILD FAILED" "$OUT/step_build.txt"; then
+    ls -la "$OUT"  # build.log says why
+    exit 2
+  fi
+  bash "$here/h200_hopper.sh" --build 2>&1 | tee -a "$OUT/step_build.txt"
+  echo "== builds done at ${SECONDS}s"
+  . "$here/gpu_env.sh"
+  export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
+}
+gpu_floor_tbps() {
+  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
+  hbm=4.3
+  case "$gpu" in *H100*) hbm=3.35 ;; esac
+}
