@@ -17,6 +17,8 @@
 #   bash bench/h200_session.sh once     # build, tests and both tables in one call (h200_once.sh)
 #   bash bench/h200_session.sh profile  # build, the new kernels' tests and tables, the limiters (h200_profile.sh)
 #   bash bench/h200_session.sh stalls   # build, then ncu's stall reasons of the new kernels (h200_stalls.sh)
+#   bash bench/h200_session.sh points   # lab build, the padded path's crossover points, the
+#                                       # small-T K loops (h200_points.sh)
 # Extra arguments go to the step's script. Carry: .whl (nvidia-cutlass wheel), .baselines
 # (bench/baselines/stage_vllm.sh), bench/baselines/ggml_src (bench/baselines/stage_ggml.sh) or
 # the binary bench/baselines/build_ggml_cuda.sh made from it (bench/baselines/ggml_bin).
@@ -45,5 +47,6 @@ case "$step" in
   once) bash "$here/h200_once.sh" "$@" ;;
   profile) bash "$here/h200_profile.sh" "$@" ;;
   stalls) bash "$here/h200_stalls.sh" "$@" ;;
-  *) echo "usage: bash bench/h200_session.sh build|hopper|quant|loops|vllm|suite|once|profile|stalls [args]"; exit 2 ;;
+  points) bash "$here/h200_points.sh" "$@" ;;
+  *) echo "usage: bash bench/h200_session.sh build|hopper|quant|loops|vllm|suite|once|profile|stalls|points [args]"; exit 2 ;;
 esac

@@ -96,6 +96,35 @@ def test_auto_declines_with_no_measured_win_where_a_run_measured_it(on_h200, mon
         "not yet measured on a GPU")
 
 
+def test_auto_takes_it_only_above_the_band_measured_slower(on_h200, monkeypatch):
+    """A table row with None configs is a band of rows per expert where the path measured
+    slower: "auto" declines there (naming the rows, the band and the run), takes it above, and
+    declines where the rows are unknown; by name it runs with the default rule in the band."""
+    monkeypatch.setitem(configs.PADDED_MEASURED, ("NVIDIA H200", "bfloat16"), (
+        (400, None, None), (1e9, "cooperative_128x256", "pingpong_128x128")))
+    monkeypatch.setitem(configs.PADDED_MEASURED_SLOWER, ("NVIDIA H200", "bfloat16"), "a run")
+    experts = dense_experts()  # E = 4
+    below = cuda_call(experts, T=800, K=2)  # 400 rows per expert: in the band
+    why = dict(registry.explain(below, "auto"))["cuda_hopper_padded"]
+    assert why == ("no measured win at 400 rows per expert: on NVIDIA H200 bfloat16 the path "
+                   "measured slower than triton_dense up to 400 mean rows per expert (a run; "
+                   "bench/hopper_gemm_notes.md); path='cuda_hopper_padded' runs it")
+    assert registry.choose(below, "auto") is not PADDED
+    assert registry.choose(below, "cuda_hopper_padded") is PADDED
+    above = cuda_call(experts, T=802, K=2)  # 401 rows per expert
+    assert registry.choose(above, "auto") is PADDED
+    unknown = ExpertsCall.of(above.x, experts, ops=torch_argon.argon_ops)
+    assert "at unknown (no n_entries) rows per expert" in dict(
+        registry.explain(unknown, "auto"))["cuda_hopper_padded"]
+    # in the band the configurations come from the rule, above it from the row
+    assert configs.choose_padded(400, "NVIDIA H200", "bfloat16") == ("cooperative_128x256",
+                                                                      "pingpong_128x128")
+    assert configs.choose_padded(100, "NVIDIA H200", "bfloat16") == ("pingpong_128x128",
+                                                                      "pingpong_128x128")
+    assert configs.declined_rows(configs.PADDED_MEASURED, 401, "NVIDIA H200", "bfloat16") is None
+    assert configs.declined_rows(configs.PADDED_MEASURED, 3, "NVIDIA H200", "bfloat16") == 400
+
+
 @pytest.mark.parametrize("tile_m,ok", [(None, True), (128, True), (64, False), (16, False),
                                        (256, False)])
 def test_it_runs_plans_of_tile_m_128_only(on_h200, tile_m, ok):

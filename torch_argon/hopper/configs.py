@@ -6,8 +6,9 @@ M x N (K step 64) and the cluster along M.
 
 MEASURED is the tuned table: per (GPU name, dtype name), rows of (largest mean rows per expert,
 gate/up config, down config), the first row whose bound is >= the call's rows per expert wins.
-It holds only what a benchmark on that GPU measured (bench/bench_hopper.py writes the rows
-for it). It is empty: where the path was measured (MEASURED_SLOWER) it lost to triton_dense.
+A row whose configs are None marks rows per expert where the path measured slower than
+triton_dense: the automatic choice declines it there (declined_rows). It holds only what a
+benchmark on that GPU measured (bench/bench_hopper.py writes the rows for it). It is empty: where the path was measured (MEASURED_SLOWER) it lost to triton_dense.
 The layer's automatic choice takes the Hopper implementation only where MEASURED has the GPU and dtype (experts/cuda_hopper_dense.py); by
 name (path="cuda_hopper_dense") it runs everywhere it can, with default_config's rule where the
 table has no entry.
@@ -48,10 +49,19 @@ def default_config(rows_per_expert: float) -> str:
 
 def _lookup(table, rows_per_expert, device_name, dtype_name):
     """The (gate_up, down) of the table's first row for this GPU and dtype whose bound holds
-    the call's rows per expert, or None."""
+    the call's rows per expert ((None, None) in a band measured slower), or None."""
     for bound, gate_up, down in table.get((device_name, dtype_name), ()):
         if rows_per_expert <= bound:
             return gate_up, down
+    return None
+
+
+def declined_rows(table, rows_per_expert, device_name, dtype_name):
+    """The bound of the table's band measured slower that holds this many rows per expert, or
+    None where the table's row for it has configs (or the table has no row for it)."""
+    for bound, gate_up, down in table.get((device_name, dtype_name), ()):
+        if rows_per_expert <= bound:
+            return bound if gate_up is None else None
     return None
 
 
@@ -59,7 +69,7 @@ def choose(rows_per_expert: float, device_name: str, dtype_name: str):
     """(gate_up config, down config) for a call of this many mean rows per expert: the tuned
     table's row for it where the GPU and dtype are measured, else default_config for both."""
     found = _lookup(MEASURED, rows_per_expert, device_name, dtype_name)
-    if found:
+    if found and found[0] is not None:
         return found
     rule = default_config(rows_per_expert)
     return rule, rule
@@ -103,7 +113,7 @@ def choose_padded(rows_per_expert: float, device_name: str, dtype_name: str):
     against 411 at 128, 952 against 957 at 40); down on ping-pong 128 x 128 (it led at every
     measured point). The experts-path timings of that run used ping-pong for both GEMMs."""
     found = _lookup(PADDED_MEASURED, rows_per_expert, device_name, dtype_name)
-    if found:
+    if found and found[0] is not None:
         return found
     gate_up = "cooperative_128x256" if rows_per_expert > 128 else "pingpong_128x128"
     return gate_up, "pingpong_128x128"

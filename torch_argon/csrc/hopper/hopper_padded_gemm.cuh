@@ -130,6 +130,7 @@ int run(const ArgonHopperPaddedGemm& p, char* err, int err_len) {
   args.epilogue.thread.beta = 0.0f;
   args.scheduler.tile_expert = p.tile_expert;
   args.scheduler.used_tiles = p.used_tiles;
+  args.scheduler.order_window = order_window(p.max_tiles_m, p.n_experts);
 
   // the scheduler and this epilogue keep nothing in global memory
   if (G::Gemm::get_workspace_size(args) != 0)

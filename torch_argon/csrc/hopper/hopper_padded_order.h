@@ -2,18 +2,20 @@
 // its works: output tiles (m, n) of the used 128-row tiles m (consecutive m: one expert's tiles,
 // then the next expert's) and the N tiles n.
 //
-// Why this order: at E = 512 the GEMMs stream their weights (each expert's B is read by every
-// M tile of that expert). With the N-fastest order (work w -> m = w / tiles_n) the padded
-// gate/up GEMM read 3.68 GB from DRAM where the ptr-array kernel read 2.57 (ncu, H100, K=10
-// H=2048 I=512 T=8192; bench/hopper_gemm_notes.md); the hypothesis (not yet measured) is that
-// an expert's M tiles, tiles_n works apart, drift out of step over a long K and read B twice.
-// Here the works go window by window of kOrderWindow M tiles, M fastest inside a window: the M
-// tiles that share a B tile n are adjacent works (except an expert whose tiles straddle two
-// windows), taken by neighbouring CTAs at the same time, and each M tile's A rows are read by
-// its tiles_n works within kOrderWindow * tiles_n consecutive works.
+// The works go window by window of `window` M tiles, M fastest inside a window: the M tiles that
+// share a B tile n are adjacent works (except an expert whose tiles straddle two windows), taken
+// by neighbouring CTAs at the same time, and each M tile's A rows are read by its tiles_n works
+// within window * tiles_n consecutive works. A window of 1 is the N-fastest order (work w ->
+// m = w / tiles_n).
 //
-// Limits: work < used * tiles_n, used >= 1, tiles_n >= 1 (the scheduler's checks); the last
-// window holds the used tiles left (fewer than kOrderWindow where used is not a multiple).
+// Why the window depends on the experts' tiles (order_window): measured on an H100 (bf16, K=8
+// or 10, H=2048; bench/hopper_gemm_notes.md), windows of 4 made the gate/up GEMM faster where
+// every expert has about 4 or more M tiles (E=128 T=8192: ping-pong 884 -> 813 us) and slower
+// where it has 1 or 2 (E=512 T=8192: 1497 -> 1776 us; T=2048: 952 -> 1064 us), since a window
+// then spans several experts, whose weight tiles are all in flight at once.
+//
+// Limits: work < used * tiles_n, used >= 1, tiles_n >= 1, window >= 1 (the scheduler's checks);
+// the last window holds the used tiles left (fewer than window where used is not a multiple).
 #pragma once
 
 #include <cstdint>
@@ -26,19 +28,26 @@
 
 namespace argon_hopper_padded {
 
-constexpr int32_t kOrderWindow = 4;  // M tiles a window
+constexpr int32_t kOrderWindow = 4;  // M tiles a window, where the experts have as many
+
+// The window for a launch: kOrderWindow where the plan's tiles (max_tiles_m, a bound on the
+// used ones known on the host) come to kOrderWindow or more per expert, else 1.
+ARGON_PADDED_HD inline int32_t order_window(int32_t max_tiles_m, int32_t n_experts) {
+  return int64_t(max_tiles_m) >= int64_t(kOrderWindow) * n_experts ? kOrderWindow : 1;
+}
 
 struct TileMN {
   int32_t m;
   int32_t n;
 };
 
-ARGON_PADDED_HD inline TileMN work_tile(uint64_t work, int32_t used, int32_t tiles_n) {
-  const uint64_t per_window = static_cast<uint64_t>(kOrderWindow) * static_cast<uint64_t>(tiles_n);
-  const uint64_t window = work / per_window;
-  const int32_t r = static_cast<int32_t>(work - window * per_window);
-  const int32_t m0 = static_cast<int32_t>(window) * kOrderWindow;
-  const int32_t rows = used - m0 < kOrderWindow ? used - m0 : kOrderWindow;
+ARGON_PADDED_HD inline TileMN work_tile(uint64_t work, int32_t used, int32_t tiles_n,
+                                        int32_t window) {
+  const uint64_t per_window = static_cast<uint64_t>(window) * static_cast<uint64_t>(tiles_n);
+  const uint64_t index = work / per_window;
+  const int32_t r = static_cast<int32_t>(work - index * per_window);
+  const int32_t m0 = static_cast<int32_t>(index) * window;
+  const int32_t rows = used - m0 < window ? used - m0 : window;
   return {m0 + r % rows, r / rows};
 }
 

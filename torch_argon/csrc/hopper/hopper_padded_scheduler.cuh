@@ -6,8 +6,9 @@
 // Algorithm. The plan (tile_m 128, the kernel's M tile) lays every expert's rows out in whole
 // 128-row tiles; tile_expert[m] is tile m's expert and meta[ARGON_META_N_TILES] the number of
 // tiles in use (the others come after them). The work is the used tiles times the N tiles, in
-// the order of hopper_padded_order.h (windows of a few M tiles, M fastest inside one): work w
-// is output tile (m, n) = work_tile(w), and its L coordinate (the "batch" CUTLASS indexes B by)
+// the order of hopper_padded_order.h (windows of a few M tiles, M fastest inside one; the launch
+// picks the window, order_window): work w is output tile (m, n) = work_tile(w), and its L
+// coordinate (the "batch" CUTLASS indexes B by)
 // is the expert tile_expert[m]. CTA b of a grid of G takes works b, b + G, b + 2G, ... (the
 // kernel's persistent loop; the ping-pong kernel's second consumer warpgroup starts one step
 // ahead and both step by two), so the G CTAs in flight share a few experts: the M tiles that
@@ -53,6 +54,7 @@ struct PaddedTileArguments {
       Sm90SchedulerParams::RasterOrderOptions::AlongN;
   const int32_t* tile_expert = nullptr;  // [max_tiles_m], the plan's
   const int32_t* used_tiles = nullptr;   // the plan's meta[ARGON_META_N_TILES], on the device
+  int32_t order_window = 1;              // M tiles a window of the order (hopper_padded_order.h)
 };
 
 struct PaddedTileParams {
@@ -64,6 +66,7 @@ struct PaddedTileParams {
   int32_t max_tiles_m = 0;  // M / 128: the tiles a and d hold
   int32_t tiles_n = 0;      // ceil(N / TileN)
   int32_t n_experts = 0;    // L
+  int32_t order_window = 1;  // M tiles a window of the order, >= 1
 };
 
 class PaddedTileScheduler {
@@ -107,11 +110,12 @@ class PaddedTileScheduler {
     p.tiles_n = static_cast<int32_t>(
         cute::ceil_div(cute::get<1>(problem_shape_mnkl), cute::size<1>(TileShape{})));
     p.n_experts = static_cast<int32_t>(cute::get<3>(problem_shape_mnkl));
+    p.order_window = args.order_window;
     return p;
   }
 
   CUTLASS_HOST_DEVICE static bool can_implement(Arguments const& args) {
-    return args.tile_expert != nullptr && args.used_tiles != nullptr;
+    return args.tile_expert != nullptr && args.used_tiles != nullptr && args.order_window >= 1;
   }
 
   // One CTA per multiprocessor, fewer where the largest possible work list (every tile of a and
@@ -204,7 +208,7 @@ class PaddedTileScheduler {
   CUTLASS_DEVICE WorkTileInfo work_at(uint64_t work) const {
     if (work >= works_) return WorkTileInfo::invalid_work_tile();
     // m < used <= max_tiles_m and n < tiles_n, both int32 (the glue's checks)
-    const TileMN tile = work_tile(work, used_, params_.tiles_n);
+    const TileMN tile = work_tile(work, used_, params_.tiles_n, params_.order_window);
     const int32_t m = tile.m, n = tile.n;
     int32_t expert = params_.tile_expert[m];
     if (expert < 0 || expert >= params_.n_experts) expert = params_.n_experts;  // read as zeros
