@@ -80,18 +80,27 @@ def test_auto_declines_as_not_measured_and_the_name_runs_it(on_h200, monkeypatch
         "not yet measured on a GPU")
 
 
-def test_its_tuned_table_ships_empty():
-    assert configs.PADDED_MEASURED == {}
+def test_its_tuned_table_has_the_h100_measured_rows():
+    """What the H100 run measured (bf16): slower or level up to 320 mean rows per expert, the
+    cooperative gate/up and ping-pong down above; no other GPU or dtype."""
+    assert configs.PADDED_MEASURED == {("NVIDIA H100 80GB HBM3", "bfloat16"): (
+        (320, None, None), (float("inf"), "cooperative_128x256", "pingpong_128x128"))}
+    assert "h100_hopper_run2.json" in configs.PADDED_MEASURED_SLOWER[
+        ("NVIDIA H100 80GB HBM3", "bfloat16")]
 
 
-def test_auto_declines_with_no_measured_win_where_a_run_measured_it(on_h200, monkeypatch):
-    """On the H100 the run measured it (PADDED_MEASURED_SLOWER), the reason says so and names
-    the run; the dtype it did not measure there stays "not yet measured"."""
+def test_on_the_h100_auto_takes_it_above_320_rows_per_expert(on_h200, monkeypatch):
+    """On the H100 in bf16 the band up to 320 rows per expert declines, naming the run; above
+    it "auto" takes the padded path; fp16 there stays "not yet measured"."""
     monkeypatch.setattr(cuda_hopper_dense, "device_name", lambda device: "NVIDIA H100 80GB HBM3")
-    auto = dict(registry.explain(cuda_call(dense_experts()), "auto"))["cuda_hopper_padded"]
-    assert auto.startswith("no measured win") and "NVIDIA H100 80GB HBM3 bfloat16" in auto
-    assert "h100_hopper.json" in auto and "path='cuda_hopper_padded' runs it" in auto
-    fp16 = cuda_call(dense_experts(dtype=torch.float16), dtype=torch.float16)
+    experts = dense_experts()  # E = 4
+    small = cuda_call(experts, T=640, K=2)  # 320 rows per expert
+    auto = dict(registry.explain(small, "auto"))["cuda_hopper_padded"]
+    assert auto.startswith("no measured win at 320 rows per expert")
+    assert "NVIDIA H100 80GB HBM3 bfloat16" in auto and "h100_hopper_run2.json" in auto
+    assert "path='cuda_hopper_padded' runs it" in auto
+    assert registry.choose(cuda_call(experts, T=642, K=2), "auto") is PADDED
+    fp16 = cuda_call(dense_experts(dtype=torch.float16), T=4096, dtype=torch.float16)
     assert dict(registry.explain(fp16, "auto"))["cuda_hopper_padded"].startswith(
         "not yet measured on a GPU")
 

@@ -9,16 +9,15 @@ never reads them); tiles past the plan's used count are not. No host sync: the u
 is read on the device, so CUDA graphs capture the call.
 
 Why beside cuda_hopper_dense: the ptr-array grouped GEMM that one runs rewrites its tensor maps
-whenever a CTA's next tile belongs to another expert, which was the suspect for its 39-45 % of
-the bf16 peak on the H200 at E = 512 (the H100 run since cleared it: its 128 x 128 tile is as
-slow on one expert; bench/hopper_gemm_notes.md); this kernel has nothing per expert to
-rewrite, at the price of the padding rows, and runs one expert's problem 1.2-1.3x faster. Measured on an H100 (bf16, 2026-12-06): correct; its
-GEMMs (best configuration each) at 446-667 TFLOP/s on one expert and 514-572 at E=128 T=8192,
-but at E=512 slower than the ptr-array kernel's; the path, with ping-pong 128 x 128 for both
-GEMMs, beat triton_dense only at E=128 T >= 8192 (2-4 %). So path="auto" and path="triton"
-decline it ("no measured win" there, "not yet measured on a GPU" elsewhere) until its tuned
-table (hopper/configs.py PADDED_MEASURED) has rows for the GPU and dtype;
-path="cuda_hopper_padded" runs it wherever it can run.
+whenever a CTA's next tile belongs to another expert; this kernel has nothing per expert to
+rewrite, at the price of the padding rows (each expert's rows rounded up to 128), and runs one
+expert's problem 1.2-1.3x faster. Where the experts have few rows each the padding costs more
+than it wins (at E=512 K=10 T=8192, 160 rows per expert, it computes 130816 rows for 81920).
+Measured on an H100 (bf16, 2026-12-06; bench/hopper_gemm_notes.md): above 320 mean rows per
+expert the path took 0.81-0.88x triton_dense's time (E=128 T = 6144 / 8192 / 16384), at or
+below it 0.97-1.60x; so path="auto" takes it there and only there (hopper/configs.py
+PADDED_MEASURED: a band of None rows up to 320), and on GPUs or dtypes the table lacks declines
+it ("not yet measured on a GPU"). path="cuda_hopper_padded" runs it wherever it can run.
 """
 from .. import hopper
 from . import cuda_hopper_dense as dense

@@ -83,18 +83,22 @@ PADDED_CONFIGS = (
     "pingpong_128x128",      # ping-pong warpgroups, tile 128 x 128, cluster 1 x 1
     "cooperative_128x256",   # cooperative warpgroups, tile 128 x 256, cluster 1 x 1
 )
-# The padded GEMM's tuned table, in MEASURED's format. Empty: on the one GPU measured (an H100,
-# bf16: PADDED_MEASURED_SLOWER) the path, with ping-pong 128 x 128 for both GEMMs, beat
-# triton_dense only at E=128 T >= 8192 (by 2-4 %) and lost everywhere else (up to 1.6x at
-# E=512), so path="auto" declines it everywhere.
-PADDED_MEASURED = {}
-# {(GPU name, dtype name): what the run measured} where the padded path was measured and its
-# table left empty on purpose
-PADDED_MEASURED_SLOWER = {
+# The padded GEMM's tuned table, in MEASURED's format. The H100 (bf16; bench/results/
+# h100_hopper_run2.json, 2026-12-06, the path with this table's configurations and the order's
+# per-launch window): up to 320 mean rows per expert it was slower than triton_dense or level
+# (1.00-1.60x its time at E=512 T <= 16384 and E=128 T = 2048; at E=128 T = 4096, 256 rows, it
+# was 0.97x, left in the band since E=512's 320 rows were level), above it faster (0.81-0.88x at
+# E=128 T = 6144 / 8192 / 16384). Gate/up on the cooperative 128 x 256 tile (it led at every
+# point above 128 rows), down on ping-pong 128 x 128 (within 1 % of the cooperative tile there).
+PADDED_MEASURED = {
     ("NVIDIA H100 80GB HBM3", "bfloat16"): (
-        "bench/results/h100_hopper.json (2026-12-06, ping-pong 128 x 128 for both GEMMs): "
-        "0.96-0.98x triton_dense's time at E=128 T=8192 / 16384, 1.25-1.59x at the other "
-        "points"),
+        (320, None, None),
+        (float("inf"), "cooperative_128x256", "pingpong_128x128")),
+}
+# {(GPU name, dtype name): the run} that measured the padded path slower than triton_dense at
+# every point (its table left empty on purpose), or in the table's bands of None rows
+PADDED_MEASURED_SLOWER = {
+    ("NVIDIA H100 80GB HBM3", "bfloat16"): "bench/results/h100_hopper_run2.json (2026-12-06)",
 }
 
 
@@ -107,11 +111,12 @@ def padded_index(name: str) -> int:
 
 def choose_padded(rows_per_expert: float, device_name: str, dtype_name: str):
     """(gate_up config, down config) of the padded GEMM: PADDED_MEASURED's row where it has
-    one, else the rule from the H100's GEMM-alone rates (bench/results/h100_hopper.json,
-    bf16): gate/up on the cooperative 128 x 256 tile above 128 rows per expert (it led at 160
-    and 512: 1447 against 1497 us, 721 against 884), ping-pong 128 x 128 up to 128 (402
-    against 411 at 128, 952 against 957 at 40); down on ping-pong 128 x 128 (it led at every
-    measured point). The experts-path timings of that run used ping-pong for both GEMMs."""
+    one with configurations, else (another GPU or dtype, or a band measured slower, which only
+    path="cuda_hopper_padded" runs) the rule from the H100's GEMM-alone rates (bench/results/
+    h100_hopper.json and h100_hopper_run2.json, bf16): gate/up on the cooperative 128 x 256
+    tile above 128 rows per expert (it led at every point from 120 rows: e.g. 705 against 813
+    us at E=128 T=8192), ping-pong 128 x 128 up to 128 (402 against 411 at 128, 952 against
+    957 at 40); down on ping-pong 128 x 128 (level with the cooperative tile or ahead)."""
     found = _lookup(PADDED_MEASURED, rows_per_expert, device_name, dtype_name)
     if found and found[0] is not None:
         return found
