@@ -21,8 +21,8 @@ Configs: E=512 K=10 H=2048 I=512 and E=128 K=8 H=2048 I=768 (Qwen3-30B-A3B); T =
   cuda_quantized_dequant  the experts decoded to bf16 once per call, then the dense GEMMs
   triton_quantized        the Triton GEMMs dequantizing tiles in registers
 and the layer's choice is what torch_argon.experts.choose picks for the call (its time is its
-implementation's row). bf16: triton_dense on dense bf16 stacks of the same shapes. Each output
-is compared with the dense path on the bf16-dequantized weights (rel_err, a check on the device).
+implementation's row). bf16: the layer's choice (bf16_path: triton_dense, or cuda_hopper_padded
+where its tuned table takes it) on dense bf16 stacks of the same shapes. Each output is compared with the dense path on the bf16-dequantized weights (rel_err, a check on the device).
 Floors: the format's weight bytes over the copy bandwidth measured in the run (read + write),
 and the FLOPs over BF16_TFLOPS; the larger is the floor.
 
@@ -163,6 +163,18 @@ def experts_call(impl, mode, x, ids, w, experts):
     return lambda: run_implementation(impl, x, ids, w, experts, activation_quant=mode)
 
 
+def bf16_path(x, ids, dense):
+    """The implementation the layer chooses for the dense bf16 experts of this call (triton_dense,
+    or cuda_hopper_padded where its tuned table takes it): the bf16 time users get. triton_dense
+    off CUDA (--tiny runs it through Triton's interpreter)."""
+    import torch_argon
+    from torch_argon.experts import ExpertsCall, registry
+    if x.device.type != "cuda":
+        return "triton_dense"
+    call = ExpertsCall.of(x, dense, ops=torch_argon.argon_ops, n_entries=ids.numel())
+    return registry.choose(call, "auto").name
+
+
 # ---- compile in worker processes ---------------------------------------------------------------
 
 def task_compile(settings, cfg_name, name, Ts):
@@ -237,8 +249,9 @@ class Layer:
         for T, (x, ids, w) in self.calls.items():
             if Run.device == "cuda":
                 heat()
-            self.bf16_us[T] = timed_us(experts_call("triton_dense", "none", x, ids, w, dense))
-            print(f"{cfg_name} T={T:6d} bf16 {self.bf16_us[T]:9.1f} us", flush=True)
+            path = bf16_path(x, ids, dense)
+            self.bf16_us[T] = timed_us(experts_call(path, "none", x, ids, w, dense))
+            print(f"{cfg_name} T={T:6d} bf16 {self.bf16_us[T]:9.1f} us ({path})", flush=True)
 
 
 def bench_format(layer, name, impls, bw, records):

@@ -19,6 +19,8 @@
 #   bash bench/h200_session.sh stalls   # build, then ncu's stall reasons of the new kernels (h200_stalls.sh)
 #   bash bench/h200_session.sh points   # lab build, the padded path's crossover points, the
 #                                       # small-T K loops (h200_points.sh)
+#   bash bench/h200_session.sh dequant  # build, the dequant path on the padded GEMMs: tests, the
+#                                       # quick table with llama.cpp's column (h200_dequant.sh)
 # Extra arguments go to the step's script. Carry: .whl (nvidia-cutlass wheel), .baselines
 # (bench/baselines/stage_vllm.sh), bench/baselines/ggml_src (bench/baselines/stage_ggml.sh) or
 # the binary bench/baselines/build_ggml_cuda.sh made from it (bench/baselines/ggml_bin).
@@ -29,7 +31,8 @@ set -uo pipefail
 here="$(dirname "$0")"
 # NVCC_APPEND_FLAGS= (set, empty) leaves the lab loops out: a shorter build; `once` leaves them
 # out unless the caller sets the flags
-[ "${1:-}" = once ] || [ "${1:-}" = profile ] || [ "${1:-}" = stalls ] && NVCC_APPEND_FLAGS="${NVCC_APPEND_FLAGS-}"
+[ "${1:-}" = once ] || [ "${1:-}" = profile ] || [ "${1:-}" = stalls ] ||
+  [ "${1:-}" = dequant ] && NVCC_APPEND_FLAGS="${NVCC_APPEND_FLAGS-}"
 export NVCC_APPEND_FLAGS="${NVCC_APPEND_FLAGS--DGPUQ_LAB_LOOPS=1}"
 . "$here/gpu_env.sh"  # CUTLASS's headers from .whl/ among the rest, for every step alike
 [ -n "${ARGON_CUTLASS_DIR:-}" ] ||
@@ -48,5 +51,6 @@ case "$step" in
   profile) bash "$here/h200_profile.sh" "$@" ;;
   stalls) bash "$here/h200_stalls.sh" "$@" ;;
   points) bash "$here/h200_points.sh" "$@" ;;
-  *) echo "usage: bash bench/h200_session.sh build|hopper|quant|loops|vllm|suite|once|profile|stalls|points [args]"; exit 2 ;;
+  dequant) bash "$here/h200_dequant.sh" "$@" ;;
+  *) echo "usage: bash bench/h200_session.sh build|hopper|quant|loops|vllm|suite|once|profile|stalls|points|dequant [args]"; exit 2 ;;
 esac

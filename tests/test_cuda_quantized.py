@@ -5,6 +5,7 @@ routing, -1 ids, T = 0, tiles of 1 to 32 rows) and on CUDA; cuda_quantized_dequa
 decoded once per call into a workspace, then the dense Triton GEMMs): its workspace, and on
 CUDA (its numbers on the CPU run through the Triton interpreter: tests/quant_triton_cases.py,
 dequant_path_*); and how the layer chooses among them by rows per expert."""
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
@@ -134,6 +135,30 @@ def test_dequant_path_declines(on_cuda):
     call = ExpertsCall.of(torch.randn(8, 256, dtype=torch.float16), quantized_experts(),
                           ops=torch_argon.argon_ops, activation_quant="q8", n_entries=1 << 20)
     assert "activation_quant='q8'" in registry.refusal(DEQUANT, call)
+
+
+@pytest.fixture
+def hopper_named(monkeypatch):
+    """The padded Hopper path past its device checks, on a GPU with that path's tuned rows
+    (the H100 in bf16: above 320 rows per expert)."""
+    from torch_argon.experts import cuda_hopper_dense
+    monkeypatch.setattr(cuda_hopper_dense.hopper, "refusal", lambda device: "")
+    monkeypatch.setattr(cuda_hopper_dense, "device_name", lambda device: "NVIDIA H100 80GB HBM3")
+
+
+def test_dequant_path_runs_the_padded_gemms_where_auto_takes_them(on_cuda, hopper_named):
+    """The decoded experts run on cuda_hopper_padded (a plan of tile_m 128) where its automatic
+    choice takes dense weights of the call's shape, else on triton_dense."""
+    experts = quantized_experts("Q4_K", E=4)
+    above = call_of(experts, T=644, K=2, dtype=torch.bfloat16, cuda=True)  # 322 rows per expert
+    assert cuda_quantized_dequant.dense_gemms(above).name == "cuda_hopper_padded"
+    assert DEQUANT.tile_m(above, 644 * 2) == 128
+    for call in (call_of(experts, T=640, K=2, dtype=torch.bfloat16, cuda=True),  # 320 rows
+                 call_of(experts, T=644, K=2, dtype=torch.float16, cuda=True),   # fp16
+                 call_of(experts, T=644, K=2, dtype=torch.bfloat16, cuda=True, n_entries=None),
+                 dataclasses.replace(above, tile_m=64)):
+        assert cuda_quantized_dequant.dense_gemms(call).name == "triton_dense"
+    assert DEQUANT.tile_m(dataclasses.replace(above, tile_m=64), 644 * 2) == 64
 
 
 def test_explain_on_the_cpu_says_cuda():
@@ -282,3 +307,26 @@ def test_dequant_path_cuda(dtype, name, split, down):
         got = torch_argon.experts.run_implementation(
             "cuda_quantized_dequant", x.cuda(), ids.cuda(), w.cuda(), experts)
         assert rel_err(got.cpu(), want) < QREL_TOL[dtype]
+
+
+@needs_cuda
+def test_dequant_path_cuda_on_the_padded_gemms(monkeypatch):
+    """Above the padded path's band (the H100's table, named here on any Hopper GPU) the decoded
+    experts run on the padded Hopper GEMMs: the same tolerance against the float64 layer."""
+    from hopper_cases import hopper_refusal
+    if hopper_refusal():
+        pytest.skip(hopper_refusal())
+    from quant_triton_cases import QREL_TOL
+    from triton_cases import rel_err
+    from torch_argon.experts import cuda_hopper_dense
+    monkeypatch.setattr(cuda_hopper_dense, "device_name", lambda device: "NVIDIA H100 80GB HBM3")
+    experts = quantized_experts("Q4_K", E=4).to("cuda")
+    T, K = 700, 2  # 350 rows per expert
+    x = (torch.randn(T, experts.hidden) * 0.5).to(torch.bfloat16)
+    ids, w = make_ids(T, K, 4, "neg_some", seed=2), make_weights(T, K, seed=2)
+    want = reference.moe_layer(x, None, experts.to("cpu"), K, topk_ids=ids, topk_weights=w)
+    call = ExpertsCall.of(x.cuda(), experts, ops=torch_argon.argon_ops, n_entries=T * K)
+    assert cuda_quantized_dequant.dense_gemms(call).name == "cuda_hopper_padded"
+    got = torch_argon.experts.run_implementation(
+        "cuda_quantized_dequant", x.cuda(), ids.cuda(), w.cuda(), experts)
+    assert rel_err(got.cpu(), want) < QREL_TOL[torch.bfloat16]

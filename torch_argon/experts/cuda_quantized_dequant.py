@@ -1,7 +1,10 @@
 """Quantized experts on CUDA at large T: each layer call decodes the experts' GGUF blocks to the
 activations' dtype once (the gpuq decode, csrc/gpuq/gpuq_decode.h: 16-byte stores, bit for bit
-dequantize_reference rounded once) into a workspace kept across calls, then runs the dense
-Triton grouped GEMMs of triton_dense on it (the gather and the activation fused into gate/up).
+dequantize_reference rounded once) into a workspace kept across calls, then runs dense GEMMs on
+it: cuda_hopper_padded's where the layer's automatic choice takes that path for dense weights of
+the call's shape (its tuned table: on the H100 in bf16 above 320 rows per expert, where it
+measured 0.81-0.88x triton_dense's time), else triton_dense's (the gather and the activation
+fused into gate/up).
 
 Why: gpuq's GEMMs (cuda_quantized) and the Triton quantized GEMM decode every weight once per
 32 rows of a tile, so from a few dozen rows per expert the decoding outweighs the GEMMs; here
@@ -29,19 +32,30 @@ import threading
 import torch
 
 from .. import gpuq
+from ..weights import DenseExperts
 from .base import Experts
+from .cuda_hopper_padded import CudaHopperPadded
 from .ops_quantized import float_parts
 from .quantized_crossover import dequant_from_rows
 from .triton_dense import HALF_DTYPES, TritonDense, triton_refusal
 
-_DENSE = TritonDense()
+_TRITON = TritonDense()
+_PADDED = CudaHopperPadded()
 
 
-@dataclasses.dataclass(frozen=True)
-class DecodedExperts:
-    """The decoded stacks as triton_dense reads them: gate_up [E, 2I, H], down [E, H, I]."""
-    gate_up: torch.Tensor
-    down: torch.Tensor
+def dense_gemms(call) -> Experts:
+    """The dense implementation that runs the decoded experts of `call`: cuda_hopper_padded
+    where it supports dense weights of the call's shape and dtype and its automatic choice takes
+    them (hopper/configs.py PADDED_MEASURED), else triton_dense. Decided from shapes only
+    (stand-in stacks on the meta device), so default_tile_m and apply agree."""
+    w = call.weights
+    E, H, I = w.n_experts, w.hidden, w.inter
+    stand_in = DenseExperts(torch.empty((E, 2 * I, H), device="meta", dtype=call.x.dtype),
+                            torch.empty((E, H, I), device="meta", dtype=call.x.dtype))
+    dense_call = dataclasses.replace(call, weights=stand_in)
+    if not _PADDED.supports(dense_call) and not _PADDED.auto_refusal(dense_call):
+        return _PADDED
+    return _TRITON
 
 
 class _Workspace:
@@ -105,7 +119,7 @@ class CudaQuantizedDequant(Experts):
         return ""
 
     def default_tile_m(self, call, n_entries):
-        return _DENSE.default_tile_m(call, n_entries)
+        return dense_gemms(call).default_tile_m(call, n_entries)
 
     def workspace(self, call, rows):
         w, dtype, device = call.weights, call.x.dtype, call.x.device
@@ -128,5 +142,9 @@ class CudaQuantizedDequant(Experts):
             decode(w.gate, gate_up[:, :w.inter])
             decode(w.up, gate_up[:, w.inter:])
         decode(w.down, down)
-        dense_call = dataclasses.replace(call, weights=DecodedExperts(gate_up, down))
-        return _DENSE.apply(dense_call, x, None, plan, {})
+        dense = dense_gemms(call)
+        dense_call = dataclasses.replace(call, weights=DenseExperts(gate_up, down))
+        # this class gathers nothing before apply (fuses_gather: triton_dense's GEMMs read the
+        # rows of x); the padded GEMM reads gathered rows
+        xs = None if dense.fuses_gather else call.ops.moe_gather(x, plan)
+        return dense.apply(dense_call, x, xs, plan, {})
