@@ -7,9 +7,11 @@
 #      tests/test_cuda_quantized.py (the padded GEMMs under it included)
 #   3. the quick quantized table, Q4_K and IQ4_XS at T = 2048 / 8192 / 16384, llama.cpp's column
 #      where its binary is carried (bench/baselines/ggml_bin), the bf16 column the layer's choice
-#   4. bench_hopper.py at T = 8192: the padded GEMMs at E=512 with the order's window of 1
+#   4. issue 43, small T: bench/lab/gpuq_tile_m.py (gpuq's GEMMs at tile_m 8 / 16 / 32, T = 128 /
+#      256 / 512: the layer's tile_m rule against the others)
+#   5. bench_hopper.py at T = 8192: the padded GEMMs at E=512 with the order's window of 1
 # Run through bench/h200_session.sh dequant. Writes under $OUT: step_build.txt, tests.log,
-# quant.json, quant.log, hopper.json, hopper_bench.log.
+# quant.json, quant.log, gpuq_tile_m.json, gpuq_tile_m.log, hopper.json, hopper_bench.log.
 set -uo pipefail
 OUT="${OUT:-/tmp/argon_out}"
 mkdir -p "$OUT"
@@ -29,12 +31,18 @@ r=$(left 90)
 ggml=bench/baselines/ggml_bin/test-backend-ops-cuda
 llama=()
 [ -x "$ggml" ] && llama=(--llamacpp "$ggml")
-r=$(left 300)
+r=$(left 240)
 [ "$r" -gt 40 ] && {
   timeout "$r" python3 bench/bench_quant.py --quick --json "$OUT/quant.json" \
     --formats Q4_K,IQ4_XS --T 2048,8192,16384 --budget-s $((r - 30)) ${llama[@]+"${llama[@]}"} \
     2>&1 | tee "$OUT/quant.log" | grep -v "^  compiled"
   echo "== bench_quant at ${SECONDS}s"
+}
+r=$(left 120)
+[ "$r" -gt 30 ] && {
+  timeout "$r" python3 bench/lab/gpuq_tile_m.py --json "$OUT/gpuq_tile_m.json" 2>&1 |
+    tee "$OUT/gpuq_tile_m.log"
+  echo "== gpuq_tile_m at ${SECONDS}s"
 }
 r=$(left 90)
 [ "$r" -gt 30 ] && {

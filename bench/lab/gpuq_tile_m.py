@@ -1,0 +1,146 @@
+"""gpuq's GEMMs at each plan tile_m on a CUDA GPU (issue 43, small T): is the layer's rule
+(gpuq.layer_tile_m: the mean rows per expert rounded up to 8, 16 or 32) the fastest choice?
+
+    python bench/lab/gpuq_tile_m.py --json $OUT/gpuq_tile_m.json
+    python bench/lab/gpuq_tile_m.py --formats Q4_K --configs E128 --T 128
+    TRITON_INTERPRET=1 python bench/lab/gpuq_tile_m.py --device cpu --tiny
+                                  # the logic at toy sizes on the CPU (the gpuq emulation)
+
+The question (bench/quant_gpuq_notes.md): at E=128 T=128 (8 rows per expert on the mean) the
+rule takes tile_m 8, so every expert with 9-16 rows gets two tiles and its weights are decoded
+twice; tile_m 16 decodes each once, but its 16-token warps take the scaled path (each weight
+rounded to bf16, the Triton kernels' tolerance) and half of their MMA columns are padding.
+
+What is timed: the gate/up GEMM (gathered, SiLU epilogue) + the down GEMM of the layer's call
+(plain K loop, activation_quant "none"), one plan per tile_m, the CUDA graphs replayed in turns
+(testing/timing.py's interleaved_graphs_us); the floor: the format's weight bytes over the copy
+bandwidth measured in the run. Each tile_m's output is checked against tile_m 8's on the routed
+rows (relative error, the scaled path's tolerance 1.5e-2).
+
+Records (JSON list): {"op": "gpuq_tile_m", "config", "E", "K", "H", "I", "T", "quant",
+"rule_tile_m", "us": {tile_m: us}, "best_tile_m", "floor_us", "rel_err": {tile_m: err},
+"device"}, {"op": "copy_bw", ...}, {"op": "gpuq_tile_m_error", "config", "T", "quant",
+"error"}.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpuq_loops import (CONFIGS, ROOT, TINY_CONFIGS, copy_bandwidth, gpuq_gemms,  # noqa: E402
+                        random_quantized_on)
+
+sys.path.insert(0, ROOT)
+TILE_MS = (8, 16, 32)
+FORMATS = ("Q4_K", "IQ4_XS", "Q8_0", "IQ2_XS")
+T_LIST = (128, 256, 512)
+REL_TOL = 1.5e-2  # the scaled path's (tests/test_gpuq.py)
+
+
+def routed_rel_err(got, want, plan_got, plan_want):
+    """Relative error of got against want over the routed entries (each plan's rows of them)."""
+    a = got[plan_got.pos.flatten().clamp(min=0)].float()
+    b = want[plan_want.pos.flatten().clamp(min=0)].float()
+    ok = (plan_want.pos.flatten() >= 0)
+    return ((a[ok] - b[ok]).norm() / b[ok].norm().clamp(min=1e-30)).item()
+
+
+def bench_config(device, cfg_name, cfg, names, Ts, bw, records, save):
+    from torch_argon import reference
+    from torch_argon.gpuq import ops as gpuq
+    from torch_argon.testing.routing import routing
+    from torch_argon.testing.timing import interleaved_graphs_us
+    E, K, H, I = cfg["E"], cfg["K"], cfg["H"], cfg["I"]
+    g = torch.Generator(device=device).manual_seed(1)
+    x_all = (torch.randn(max(Ts), H, device=device, generator=g) * 0.5).to(torch.bfloat16)
+    calls = {T: (x_all[:T], *routing(T, E, K, seed=T, device=device)) for T in Ts}
+    for name in names:
+        wq = (random_quantized_on(device, name, E, 2 * I, H, seed=11),
+              random_quantized_on(device, name, E, H, I, seed=12))
+        qbytes = wq[0].numel() + wq[1].numel()
+        for T, (x, ids, w) in calls.items():
+            try:
+                plans = {tm: reference.moe_plan(ids, w, E, tm) for tm in TILE_MS}
+                fns = {tm: gpuq_gemms("plain", name, cfg, x, plans[tm], tm, wq)
+                       for tm in TILE_MS}
+                outs = {tm: fn() for tm, fn in fns.items()}
+                errs = {tm: routed_rel_err(outs[tm], outs[8], plans[tm], plans[8])
+                        for tm in TILE_MS}
+                del outs
+                us = interleaved_graphs_us(fns, device)
+            except Exception as e:  # noqa: BLE001 (one failing case keeps the other rows)
+                traceback.print_exc()
+                records.append(dict(op="gpuq_tile_m_error", config=cfg_name, T=T, quant=name,
+                                    error=f"{type(e).__name__}: {str(e)[:500]}"))
+                continue
+            floor = qbytes / bw / 1e6
+            best = min(us, key=us.get)
+            rec = dict(op="gpuq_tile_m", config=cfg_name, E=E, K=K, H=H, I=I, T=T, quant=name,
+                       rule_tile_m=gpuq.layer_tile_m(T * K, E),
+                       us={str(tm): round(v, 2) for tm, v in us.items()}, best_tile_m=best,
+                       floor_us=round(floor, 2),
+                       rel_err={str(tm): round(v, 5) for tm, v in errs.items()},
+                       device=torch.cuda.get_device_name() if device == "cuda" else device)
+            records.append(rec)
+            print(f"{cfg_name} {name:7s} T={T:5d} rule tm={rec['rule_tile_m']:2d} | "
+                  + " | ".join(f"tm={tm:2d} {us[tm]:8.1f} ({us[tm] / floor:.2f}x floor, "
+                               f"err {errs[tm]:.1e})" for tm in TILE_MS)
+                  + f" | best tm={best}", flush=True)
+        save()
+        del wq
+        if device == "cuda":
+            torch.cuda.empty_cache()
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", default=os.path.join(os.environ.get("OUT", "/tmp"),
+                                                   "gpuq_tile_m.json"))
+    ap.add_argument("--formats", default=",".join(FORMATS))
+    ap.add_argument("--configs", default=",".join(CONFIGS))
+    ap.add_argument("--T", default=",".join(map(str, T_LIST)))
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--tiny", action="store_true", help="toy sizes (the logic, not the speed)")
+    args = ap.parse_args(argv)
+    start = time.time()
+    device = args.device
+    if device == "cuda" and not torch.cuda.is_available():
+        sys.exit("gpuq_tile_m.py: no CUDA device")
+    if device == "cpu":
+        import torch_argon.testing.backends  # noqa: F401 (the gpuq emulation: a test build)
+    configs = TINY_CONFIGS if args.tiny else CONFIGS
+    Ts = tuple(int(t) for t in args.T.split(",")) if not args.tiny else (8, 24)
+    records = []
+
+    def save():
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(records, f, indent=1)
+
+    try:
+        bw = copy_bandwidth(device)
+        records.append(dict(op="copy_bw", tb_per_s=round(bw, 3), device=device))
+        print(f"copy bandwidth {bw:.3f} TB/s (read + write)", flush=True)
+        for cfg_name in args.configs.split(","):
+            bench_config(device, cfg_name, configs[cfg_name], args.formats.split(","), Ts, bw,
+                         records, save)
+    except Exception:  # noqa: BLE001 (keep what was measured)
+        traceback.print_exc()
+        records.append(dict(op="gpuq_tile_m_error", config="-", T=0, quant="-",
+                            error=traceback.format_exc()[-500:]))
+    finally:
+        save()
+        print(f"{len(records)} records written to {args.json}; total {time.time() - start:.0f} s")
+    bad = any(r["op"] == "gpuq_tile_m_error" or
+              (r["op"] == "gpuq_tile_m" and max(r["rel_err"].values()) > REL_TOL)
+              for r in records)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
