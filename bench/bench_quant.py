@@ -171,7 +171,9 @@ def bf16_path(x, ids, dense):
     from torch_argon.experts import ExpertsCall, registry
     if x.device.type != "cuda":
         return "triton_dense"
-    call = ExpertsCall.of(x, dense, ops=torch_argon.argon_ops, n_entries=ids.numel())
+    from torch_argon.weights import DenseExperts
+    call = ExpertsCall.of(x, DenseExperts(*dense), ops=torch_argon.argon_ops,
+                          n_entries=ids.numel())
     return registry.choose(call, "auto").name
 
 
