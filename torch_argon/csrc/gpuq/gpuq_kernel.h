@@ -67,7 +67,11 @@
 // default 4 keeps them at 128 registers, trading a few spilled bytes for occupancy at small
 // T); GPUQ_MIN_BLOCKS_NT1_PIPELINED the same for the pipelined loop (default 3: 168
 // registers, no spills; at 4 its ring spills, tools/gpuq_sass_check.py --small-t);
-// GPUQ_PIPELINE_DEPTH the chunks in flight (default 2); GPUQ_LAB_LOOPS=1 builds both loops.
+// GPUQ_PIPELINE_DEPTH the chunks in flight (default 2); GPUQ_LAB_LOOPS=1 builds both loops;
+// GPUQ_MIN_BLOCKS_WIDE=n asks for n resident blocks of the 16- and 32-token kernels (default 1:
+// ptxas's choice, up to 190 registers, so 2 blocks per SM for the K-quants at 32 tokens, where
+// Nsight Compute found them bound by L1 traffic at 12.5 % occupancy; 3 keeps every format but
+// Q3_K (12 spilled bytes) at <= 168 registers without spills, 3 blocks per SM; not yet timed).
 //
 // Limits: n_in a multiple of the format's block; activations bf16 or fp16 with 8-byte aligned
 // rows (q8 codes: 4-byte); tensors aligned to the format's ALIGN; rows_per_warp <= 8 * NT and a divisor of
@@ -88,10 +92,15 @@
 #ifndef GPUQ_PIPELINE_DEPTH
 #define GPUQ_PIPELINE_DEPTH 2
 #endif
+#ifndef GPUQ_MIN_BLOCKS_WIDE
+#define GPUQ_MIN_BLOCKS_WIDE 1
+#endif
 #if defined(__CUDACC__)
 #define GQ_KERNEL(NT, PIPELINED)                                                             \
   __global__ void __launch_bounds__(                                                         \
-      128, (NT) != 1 ? 1 : (PIPELINED) ? GPUQ_MIN_BLOCKS_NT1_PIPELINED : GPUQ_MIN_BLOCKS_NT1)
+      128, (NT) != 1   ? GPUQ_MIN_BLOCKS_WIDE                                               \
+           : (PIPELINED) ? GPUQ_MIN_BLOCKS_NT1_PIPELINED                                     \
+                         : GPUQ_MIN_BLOCKS_NT1)
 #else
 #define GQ_KERNEL(NT, PIPELINED) inline void
 #endif
