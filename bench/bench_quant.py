@@ -22,7 +22,8 @@ Configs: E=512 K=10 H=2048 I=512 and E=128 K=8 H=2048 I=768 (Qwen3-30B-A3B); T =
   triton_quantized        the Triton GEMMs dequantizing tiles in registers
 and the layer's choice is what torch_argon.experts.choose picks for the call (its time is its
 implementation's row). bf16: the layer's choice (bf16_path: triton_dense, or cuda_hopper_padded
-where its tuned table takes it) on dense bf16 stacks of the same shapes. Each output is compared with the dense path on the bf16-dequantized weights (rel_err, a check on the device).
+where its tuned table takes it) on dense bf16 stacks of the same shapes. Each output is
+compared with the dense path on the bf16-dequantized weights (rel_err, a check on the device).
 Floors: the format's weight bytes over the copy bandwidth measured in the run (read + write),
 and the FLOPs over BF16_TFLOPS; the larger is the floor.
 

@@ -3,8 +3,10 @@
 kernel over a plan of tile_m 128, one tensor map per operand, our tile scheduler).
 
 On every machine: where the registry puts it and why it declines (on the CPU, a tile_m other
-than 128, and under path="auto" / "triton" until its tuned table has rows: "no measured win"
-where a run measured it, else "not yet measured on a GPU"), its configurations against the C header's list, the op's fakes. On a GPU of compute
+than 128, and under path="auto" / "triton" where its tuned table has no row with configurations
+for the call: "no measured win at N rows per expert" in a band measured slower or past the
+table's last row, "not yet measured on a GPU" for a GPU and dtype without rows), its
+configurations against the C header's list, the op's fakes. On a GPU of compute
 capability 9.0 with the Hopper units built: both GEMMs against float64 for every configuration,
 fp16 and bf16, on every used tile (padding rows included), experts with 0 rows, -1 ids, T = 0,
 garbage-filled outputs (tiles past the used count untouched), tile_expert and meta that no plan
@@ -115,8 +117,8 @@ def test_auto_takes_it_only_above_the_band_measured_slower(on_h200, monkeypatch)
     experts = dense_experts()  # E = 4
     below = cuda_call(experts, T=800, K=2)  # 400 rows per expert: in the band
     why = dict(registry.explain(below, "auto"))["cuda_hopper_padded"]
-    assert why == ("no measured win at 400 rows per expert: on NVIDIA H200 bfloat16 the path "
-                   "measured slower than triton_dense up to 400 mean rows per expert (a run; "
+    assert why == ("no measured win at 400 rows per expert: on NVIDIA H200 bfloat16 it measured "
+                   "slower than triton_dense or level with it up to 400 rows per expert (a run; "
                    "bench/hopper_gemm_notes.md); path='cuda_hopper_padded' runs it")
     assert registry.choose(below, "auto") is not PADDED
     assert registry.choose(below, "cuda_hopper_padded") is PADDED
@@ -130,8 +132,23 @@ def test_auto_takes_it_only_above_the_band_measured_slower(on_h200, monkeypatch)
                                                                       "pingpong_128x128")
     assert configs.choose_padded(100, "NVIDIA H200", "bfloat16") == ("pingpong_128x128",
                                                                       "pingpong_128x128")
-    assert configs.declined_rows(configs.PADDED_MEASURED, 401, "NVIDIA H200", "bfloat16") is None
-    assert configs.declined_rows(configs.PADDED_MEASURED, 3, "NVIDIA H200", "bfloat16") == 400
+    assert configs.auto_decline(configs.PADDED_MEASURED, 401, "NVIDIA H200", "bfloat16") == ""
+    assert "up to 400 rows" in configs.auto_decline(configs.PADDED_MEASURED, 3, "NVIDIA H200",
+                                                    "bfloat16")
+
+
+def test_auto_declines_past_the_tables_last_row(on_h200, monkeypatch):
+    """A table whose last row ends below the call's rows per expert covers nothing there: "auto"
+    declines rather than guess; a table without bands takes calls of unknown rows."""
+    monkeypatch.setitem(configs.PADDED_MEASURED, ("NVIDIA H200", "bfloat16"), (
+        (1000, "cooperative_128x256", "pingpong_128x128"),))
+    experts = dense_experts()  # E = 4
+    past = cuda_call(experts, T=2002, K=2)  # 1001 rows per expert
+    assert "its tuned table ends at 1000 rows per expert" in dict(
+        registry.explain(past, "auto"))["cuda_hopper_padded"]
+    assert registry.choose(cuda_call(experts, T=2000, K=2), "auto") is PADDED
+    unknown = ExpertsCall.of(past.x, experts, ops=torch_argon.argon_ops)
+    assert registry.choose(unknown, "auto") is PADDED
 
 
 @pytest.mark.parametrize("tile_m,ok", [(None, True), (128, True), (64, False), (16, False),

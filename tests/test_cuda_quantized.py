@@ -2,9 +2,11 @@
 GEMMs on the GGUF bytes) against the float64 layer through the host emulation on the CPU (every
 format, both activation modes, SiLU / GELU, fp16 / bf16 / fp32, formats mixed, adversarial
 routing, -1 ids, T = 0, tiles of 1 to 32 rows) and on CUDA; cuda_quantized_dequant (the experts
-decoded once per call into a workspace, then the dense Triton GEMMs): its workspace, and on
-CUDA (its numbers on the CPU run through the Triton interpreter: tests/quant_triton_cases.py,
-dequant_path_*); and how the layer chooses among them by rows per expert."""
+decoded once per call into a workspace, then the dense GEMMs: the padded Hopper ones where the
+dense layer would take them, else the Triton ones): its workspace, its choice of dense GEMMs, and
+on CUDA (its numbers on the CPU run through the Triton interpreter: tests/quant_triton_cases.py,
+dequant_path_*); gpuq's tile_m rule; and how the layer chooses among them by rows per
+expert."""
 import dataclasses
 from types import SimpleNamespace
 
@@ -257,7 +259,7 @@ def direct_case(name, device, dtype=torch.bfloat16, *, T=12, E=3, K=2, tm=None,
     """cuda_quantized's layer_error and its tolerance: (relative error, tolerance)."""
     err = layer_error("cuda_quantized", name, device, dtype, T=T, E=E, K=K, tm=tm,
                       activation_quant=activation_quant, **kwargs)
-    scaled = dtype == torch.bfloat16 and activation_quant == "none"
+    scaled = torch_argon.gpuq.scaled_tiles(dtype, activation_quant)
     rows = min(tm or torch_argon.gpuq.layer_tile_m(T * K, E, scaled=scaled), 32)  # a warp's
     if activation_quant == "q8":
         tol = 2e-2  # the activations' 8-bit rounding (the issue's bound, 1e-2 per GEMM)
@@ -274,8 +276,9 @@ DIRECT_DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
 
 @pytest.mark.parametrize("device", DIRECT_DEVICES)
 @pytest.mark.parametrize("name", NAMES)
-def test_direct_path_every_format(device, name):
-    err, tol = direct_case(name, device, seed=NAMES.index(name))
+@pytest.mark.parametrize("tm", [None, 8])  # the layer's rule (bf16: 16 here), the 8-token tile
+def test_direct_path_every_format(device, name, tm):
+    err, tol = direct_case(name, device, seed=NAMES.index(name), tm=tm)
     assert err < tol
 
 
@@ -329,24 +332,56 @@ def test_dequant_path_cuda(dtype, name, split, down):
         assert rel_err(got.cpu(), want) < QREL_TOL[dtype]
 
 
-@needs_cuda
-def test_dequant_path_cuda_on_the_padded_gemms(monkeypatch):
-    """Above the padded path's band (the H100's table, named here on any Hopper GPU) the decoded
-    experts run on the padded Hopper GEMMs: the same tolerance against the float64 layer."""
+@pytest.fixture
+def on_padded_gemms(monkeypatch):
+    """A Hopper GPU named as the one the padded path's table has rows for (the H100), and a
+    Q4_K call of 350 rows per expert (above its band): the decoded experts run on the padded
+    GEMMs. Yields (x, ids, w, experts) on the GPU."""
     from hopper_cases import hopper_refusal
     if hopper_refusal():
         pytest.skip(hopper_refusal())
-    from quant_triton_cases import QREL_TOL
-    from triton_cases import rel_err
     from torch_argon.experts import cuda_hopper_dense
     monkeypatch.setattr(cuda_hopper_dense, "device_name", lambda device: "NVIDIA H100 80GB HBM3")
     experts = quantized_experts("Q4_K", E=4).to("cuda")
-    T, K = 700, 2  # 350 rows per expert
-    x = (torch.randn(T, experts.hidden) * 0.5).to(torch.bfloat16)
-    ids, w = make_ids(T, K, 4, "neg_some", seed=2), make_weights(T, K, seed=2)
-    want = reference.moe_layer(x, None, experts.to("cpu"), K, topk_ids=ids, topk_weights=w)
-    call = ExpertsCall.of(x.cuda(), experts, ops=torch_argon.argon_ops, n_entries=T * K)
+    T, K = 700, 2
+    x = (torch.randn(T, experts.hidden) * 0.5).to(torch.bfloat16).cuda()
+    ids, w = make_ids(T, K, 4, "neg_some", seed=2).cuda(), make_weights(T, K, seed=2).cuda()
+    call = ExpertsCall.of(x, experts, ops=torch_argon.argon_ops, n_entries=T * K)
     assert cuda_quantized_dequant.dense_gemms(call).name == "cuda_hopper_padded"
-    got = torch_argon.experts.run_implementation(
-        "cuda_quantized_dequant", x.cuda(), ids.cuda(), w.cuda(), experts)
+    assert registry.choose(call, "auto") is DEQUANT
+    return x, ids, w, experts
+
+
+@needs_cuda
+def test_dequant_path_cuda_on_the_padded_gemms(on_padded_gemms):
+    """The same tolerance against the float64 layer as on triton_dense's GEMMs."""
+    from quant_triton_cases import QREL_TOL
+    from triton_cases import rel_err
+    x, ids, w, experts = on_padded_gemms
+    want = reference.moe_layer(x.cpu(), None, experts.to("cpu"), 2, topk_ids=ids.cpu(),
+                               topk_weights=w.cpu())
+    got = torch_argon.moe_experts(x, ids, w, experts)
     assert rel_err(got.cpu(), want) < QREL_TOL[torch.bfloat16]
+
+
+@needs_cuda
+def test_dequant_path_on_the_padded_gemms_graph_and_compile(on_padded_gemms):
+    """CUDA graph replay with new inputs in the captured buffers, and torch.compile (fullgraph),
+    give the eager call's bits."""
+    from hopper_cases import capture
+    x, ids, w, experts = on_padded_gemms
+
+    def run():
+        return torch_argon.moe_experts(x, ids, w, experts)
+
+    eager = run()
+    graph, captured = capture(run)
+    x.copy_(x * -1)
+    graph.replay()
+    assert torch.equal(captured, run())
+    x.copy_(x * -1)
+    graph.replay()
+    assert torch.equal(captured, eager)
+    compiled = torch.compile(lambda x, ids, w: torch_argon.moe_experts(x, ids, w, experts),
+                             fullgraph=True)
+    assert torch.equal(compiled(x, ids, w), eager)

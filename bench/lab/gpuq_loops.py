@@ -129,7 +129,7 @@ def bench_config(device, cfg_name, cfg, names, Ts, bw, records, save):
         qbytes = wq[0].numel() + wq[1].numel()
         for T, (x, ids, w) in calls.items():
             try:
-                tm = gpuq.layer_tile_m(T * K, E)
+                tm = gpuq.layer_tile_m(T * K, E, scaled=True)  # the layer's, bf16 "none"
                 plan = reference.moe_plan(ids, w, E, tm)
                 fns = {loop: gpuq_gemms(loop, name, cfg, x, plan, tm, wq) for loop in LOOPS}
                 outs = {loop: fn() for loop, fn in fns.items()}

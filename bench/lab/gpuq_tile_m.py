@@ -1,15 +1,16 @@
 """gpuq's GEMMs at each plan tile_m on a CUDA GPU (issue 43, small T): is the layer's rule
-(gpuq.layer_tile_m: the mean rows per expert rounded up to 8, 16 or 32) the fastest choice?
+(gpuq.layer_tile_m with scaled=True, as the layer calls it for bf16 in mode "none": 1.5x the mean
+rows per expert rounded up to 8, 16 or 32) the fastest choice?
 
     python bench/lab/gpuq_tile_m.py --json $OUT/gpuq_tile_m.json
     python bench/lab/gpuq_tile_m.py --formats Q4_K --configs E128 --T 128
     TRITON_INTERPRET=1 python bench/lab/gpuq_tile_m.py --device cpu --tiny
                                   # the logic at toy sizes on the CPU (the gpuq emulation)
 
-The question (bench/quant_gpuq_notes.md): at E=128 T=128 (8 rows per expert on the mean) the
-rule takes tile_m 8, so every expert with 9-16 rows gets two tiles and its weights are decoded
-twice; tile_m 16 decodes each once, but its 16-token warps take the scaled path (each weight
-rounded to bf16, the Triton kernels' tolerance) and half of their MMA columns are padding.
+The question (bench/quant_gpuq_notes.md): an expert with more rows than tile_m takes two tiles
+and has its weights decoded twice; a larger tile decodes them once, but its 16-token warps take
+the scaled path (each weight rounded to bf16, the Triton kernels' tolerance) and part of their
+MMA columns are padding. "rule_tile_m" in the records is the layer's choice.
 
 What is timed: the gate/up GEMM (gathered, SiLU epilogue) + the down GEMM of the layer's call
 (plain K loop, activation_quant "none"), one plan per tile_m, the CUDA graphs replayed in turns
@@ -81,7 +82,7 @@ def bench_config(device, cfg_name, cfg, names, Ts, bw, records, save):
             floor = qbytes / bw / 1e6
             best = min(us, key=us.get)
             rec = dict(op="gpuq_tile_m", config=cfg_name, E=E, K=K, H=H, I=I, T=T, quant=name,
-                       rule_tile_m=gpuq.layer_tile_m(T * K, E),
+                       rule_tile_m=gpuq.layer_tile_m(T * K, E, scaled=True),
                        us={str(tm): round(v, 2) for tm, v in us.items()}, best_tile_m=best,
                        floor_us=round(floor, 2),
                        rel_err={str(tm): round(v, 5) for tm, v in errs.items()},

@@ -27,8 +27,7 @@ NOT_MEASURED = ("not yet measured on a GPU: the {what}'s tuned table "
                 "path='{name}' runs it")
 NO_WIN = ("no measured win: on {gpu} {dtype} the path measured slower than triton_dense "
           "({run}; bench/hopper_gemm_notes.md); path='{name}' runs it")
-NO_WIN_HERE = ("no measured win at {rows} rows per expert: on {gpu} {dtype} the path measured "
-               "slower than triton_dense up to {bound} mean rows per expert ({run}; "
+NO_WIN_HERE = ("no measured win at {rows} rows per expert: on {gpu} {dtype} {why} ({run}; "
                "bench/hopper_gemm_notes.md); path='{name}' runs it")
 
 
@@ -63,21 +62,14 @@ class CudaHopperDense(Experts):
 
     def auto_refusal(self, call):
         gpu, dtype = device_name(call.x.device), dtype_name(call.x.dtype)
-        rows_table = self.table.get((gpu, dtype))
         run = self.measured_slower.get((gpu, dtype))
-        if rows_table:
-            # the table's bands measured slower (rows with None configs) decline by the call's
-            # mean rows per expert; where they are unknown (no n_entries), as the widest band
+        if self.table.get((gpu, dtype)):
             rows = call.rows_per_expert()
-            bands = [bound for bound, gate_up, _ in rows_table if gate_up is None]
-            if rows is None:
-                bound = max(bands) if bands else None
-            else:
-                bound = hopper.configs.declined_rows(self.table, rows, gpu, dtype)
-            if bound is None:
+            why = hopper.configs.auto_decline(self.table, rows, gpu, dtype)
+            if not why:
                 return ""
             shown = "unknown (no n_entries)" if rows is None else f"{rows:g}"
-            return NO_WIN_HERE.format(rows=shown, gpu=gpu, dtype=dtype, bound=f"{bound:g}",
+            return NO_WIN_HERE.format(rows=shown, gpu=gpu, dtype=dtype, why=why,
                                       run=run or self.table_name, name=self.name)
         if run:
             return NO_WIN.format(gpu=gpu, dtype=dtype, run=run, name=self.name)

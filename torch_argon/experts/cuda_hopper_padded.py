@@ -15,9 +15,10 @@ expert's problem 1.2-1.3x faster. Where the experts have few rows each the paddi
 than it wins (at E=512 K=10 T=8192, 160 rows per expert, it computes 130816 rows for 81920).
 Measured on an H100 (bf16, 2026-12-06; bench/hopper_gemm_notes.md): above 320 mean rows per
 expert the path took 0.81-0.88x triton_dense's time (E=128 T = 6144 / 8192 / 16384), at or
-below it 0.97-1.60x; so path="auto" takes it there and only there (hopper/configs.py
-PADDED_MEASURED: a band of None rows up to 320), and on GPUs or dtypes the table lacks declines
-it ("not yet measured on a GPU"). path="cuda_hopper_padded" runs it wherever it can run.
+below it 0.97-1.47x (up to 1.60x with the tile order's windows of 4 before the per-launch
+window); so path="auto" takes it there and only there (hopper/configs.py PADDED_MEASURED: a
+band of None rows up to 320), and on GPUs or dtypes the table lacks declines it ("not yet
+measured on a GPU"). path="cuda_hopper_padded" runs it wherever it can run.
 """
 from .. import hopper
 from . import cuda_hopper_dense as dense

@@ -16,8 +16,6 @@ it beats the bf16 GEMMs on most formats at T = 128 (0.64-0.97x bf16 at E=512 on 
 the Triton quantized path on all. From the rows per expert of experts/quantized_crossover.py
 ("none" only) it declines for cuda_quantized_dequant, which is faster there.
 """
-import torch
-
 from .. import gpuq
 from .base import Experts, fused_call_refusal
 from .cuda_quantized_dequant import CudaQuantizedDequant
@@ -62,8 +60,7 @@ class CudaQuantized(Experts):
         return ""
 
     def default_tile_m(self, call, n_entries):
-        scaled = (call.x.dtype == torch.bfloat16
-                  and self.resolved_activation_quant(call) == "none")
+        scaled = gpuq.scaled_tiles(call.x.dtype, self.resolved_activation_quant(call))
         return gpuq.layer_tile_m(n_entries, call.weights.n_experts, scaled=scaled)
 
     def apply(self, call, x, xs, plan, workspace):

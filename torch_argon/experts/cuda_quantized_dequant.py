@@ -24,7 +24,9 @@ per (device, dtype, CUDA stream), shared by every layer of a model (each call ov
 until clear_cuda_dequant_workspace(). Calls whose decoded weights must outlive the call get
 fresh tensors instead: torch.compile tracing (a traced graph allocates its own), CUDA graph
 capture (the graph's pool owns them) and calls autograd records (the GEMMs' backward may keep
-the weights).
+the weights). On the padded GEMMs the call also gathers its rows, [R, H] in x's dtype with R the
+plan's rows (padded to whole 128-row tiles), allocated per call as cuda_hopper_padded's own
+gather is.
 """
 import dataclasses
 import threading

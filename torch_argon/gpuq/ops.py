@@ -110,15 +110,22 @@ def moe_qmm_out(xs, w_q, qtype, n_in, tile_expert, tile_m, activation_quant, out
 # the experts' rows spread around the mean, and an expert with more rows than tile_m takes two
 # tiles and has its weights decoded twice; sizing the tile for 1.5x the mean chose the fastest
 # tile_m at 21 of the 24 points (E=128/512, T=128/256/512, Q4_K IQ4_XS Q8_0 IQ2_XS), e.g. E=128
-# T=128 (8 rows on the mean): 16 in place of 8, 0.78-0.90x the time; the misses within 9 %.
+# T=128 (8 rows on the mean): 16 in place of 8, 0.78-0.90x the time; the misses within 10 %.
 SCALED_TILE_MARGIN = 1.5
+
+
+def scaled_tiles(dtype: torch.dtype, activation_quant: str) -> bool:
+    """Whether the GEMMs' tiles of more than 8 tokens per warp take the scaled path (each weight
+    rounded to the activations' bf16 once; csrc/gpuq/gpuq_kernel.h SCALED) for activations of
+    this dtype in this mode: bf16 and "none"."""
+    return dtype == torch.bfloat16 and activation_quant == "none"
 
 
 def layer_tile_m(n_entries: int, n_expert: int, *, scaled: bool = False) -> int:
     """The plan's tile_m for the gpuq GEMMs (a warp then takes a whole tile: one decode of each
     weight per 8-32 tokens): the mean rows per expert rounded up to 8, 16 or 32; with `scaled`
-    (bf16 activations and mode "none", where the 16- and 32-token tiles take the scaled path) the
-    mean times SCALED_TILE_MARGIN, measured faster there. Elsewhere (fp16, q8) the larger tiles
+    (scaled_tiles: the 16- and 32-token tiles take the scaled path) the mean times
+    SCALED_TILE_MARGIN, measured faster there. Elsewhere (fp16, q8) the larger tiles
     run the exact path's per-group epilogue, not measured against the 8-token tile: the mean."""
     rows = n_entries / max(n_expert, 1) * (SCALED_TILE_MARGIN if scaled else 1.0)
     return 8 if rows <= 8 else 16 if rows <= 16 else 32

@@ -6,12 +6,14 @@ M x N (K step 64) and the cluster along M.
 
 MEASURED is the tuned table: per (GPU name, dtype name), rows of (largest mean rows per expert,
 gate/up config, down config), the first row whose bound is >= the call's rows per expert wins.
-A row whose configs are None marks rows per expert where the path measured slower than
-triton_dense: the automatic choice declines it there (declined_rows). It holds only what a
-benchmark on that GPU measured (bench/bench_hopper.py writes the rows for it). It is empty: where the path was measured (MEASURED_SLOWER) it lost to triton_dense.
-The layer's automatic choice takes the Hopper implementation only where MEASURED has the GPU and dtype (experts/cuda_hopper_dense.py); by
-name (path="cuda_hopper_dense") it runs everywhere it can, with default_config's rule where the
-table has no entry.
+A row whose configs are None is a band of rows per expert where the path measured slower than
+triton_dense or level with it. It holds only what a benchmark on that GPU measured
+(bench/bench_hopper.py writes the rows for it). It is empty: where the path was measured
+(MEASURED_SLOWER) it lost to triton_dense. The layer's automatic choice takes a Hopper
+implementation only where its table has a row with configurations for the call's GPU, dtype and
+rows per expert (auto_decline; experts/cuda_hopper_dense.py); by name
+(path="cuda_hopper_dense") it runs everywhere it can, with default_config's rule where the table
+has no row with configurations.
 """
 CONFIGS = (
     "pingpong_64x128",       # ping-pong warpgroups, tile 64 x 128, cluster 1 x 1
@@ -56,13 +58,19 @@ def _lookup(table, rows_per_expert, device_name, dtype_name):
     return None
 
 
-def declined_rows(table, rows_per_expert, device_name, dtype_name):
-    """The bound of the table's band measured slower that holds this many rows per expert, or
-    None where the table's row for it has configs (or the table has no row for it)."""
-    for bound, gate_up, down in table.get((device_name, dtype_name), ()):
+def auto_decline(table, rows_per_expert, device_name, dtype_name) -> str:
+    """Why the automatic choice passes by a path on a GPU and dtype its table has rows for (the
+    end of a sentence), or "" where a row with configurations holds the call's mean rows per
+    expert. rows_per_expert None (unknown before routing) declines where the table has a band."""
+    rows = table.get((device_name, dtype_name), ())
+    bands = [bound for bound, gate_up, _ in rows if gate_up is None]
+    slower = "it measured slower than triton_dense or level with it up to {:g} rows per expert"
+    if rows_per_expert is None:
+        return slower.format(max(bands)) if bands else ""
+    for bound, gate_up, _ in rows:
         if rows_per_expert <= bound:
-            return bound if gate_up is None else None
-    return None
+            return slower.format(bound) if gate_up is None else ""
+    return f"its tuned table ends at {rows[-1][0]:g} rows per expert" if rows else ""
 
 
 def choose(rows_per_expert: float, device_name: str, dtype_name: str):
@@ -84,12 +92,13 @@ PADDED_CONFIGS = (
     "cooperative_128x256",   # cooperative warpgroups, tile 128 x 256, cluster 1 x 1
 )
 # The padded GEMM's tuned table, in MEASURED's format. The H100 (bf16; bench/results/
-# h100_hopper_run2.json, 2026-12-06, the path with this table's configurations and the order's
-# per-launch window): up to 320 mean rows per expert it was slower than triton_dense or level
-# (1.00-1.60x its time at E=512 T <= 16384 and E=128 T = 2048; at E=128 T = 4096, 256 rows, it
-# was 0.97x, left in the band since E=512's 320 rows were level), above it faster (0.81-0.88x at
-# E=128 T = 6144 / 8192 / 16384). Gate/up on the cooperative 128 x 256 tile (it led at every
-# point above 128 rows), down on ping-pong 128 x 128 (within 1 % of the cooperative tile there).
+# h100_hopper_run2.json and h100_hopper_run3.json, 2026-12-06, the path with this table's
+# configurations): up to 320 mean rows per expert it was slower than triton_dense or level
+# (with the tile order's per-launch window 1.00-1.47x its time at E=512 T = 4096-16384; with
+# windows of 4, the order before, 1.49x / 1.60x at E=512 T = 2048 / 8192 and 1.29x at E=128
+# T=2048; at E=128 T=4096, 256 rows, 0.97x, left in the band since E=512's 320 rows were level),
+# above it faster (0.81-0.88x at E=128 T = 6144 / 8192 / 16384). Gate/up on the cooperative 128 x 256 tile (it led at every point above
+# 128 rows), down on ping-pong 128 x 128 (within 1 % of the cooperative tile there).
 PADDED_MEASURED = {
     ("NVIDIA H100 80GB HBM3", "bfloat16"): (
         (320, None, None),
@@ -114,9 +123,11 @@ def choose_padded(rows_per_expert: float, device_name: str, dtype_name: str):
     one with configurations, else (another GPU or dtype, or a band measured slower, which only
     path="cuda_hopper_padded" runs) the rule from the H100's GEMM-alone rates (bench/results/
     h100_hopper.json and h100_hopper_run2.json, bf16): gate/up on the cooperative 128 x 256
-    tile above 128 rows per expert (it led at every point from 120 rows: e.g. 705 against 813
-    us at E=128 T=8192), ping-pong 128 x 128 up to 128 (402 against 411 at 128, 952 against
-    957 at 40); down on ping-pong 128 x 128 (level with the cooperative tile or ahead)."""
+    tile above 128 rows per expert (it led at every measured point above 128: e.g. 705 against
+    813 us at E=128 T=8192), ping-pong 128 x 128 up to 128 (the runs disagree there: 402 against
+    411 us at 128 rows in the first, 402 against 399 in the second; at 40 rows 952 against 957,
+    then 1064 against 1017 with windows of 4); down on ping-pong 128 x 128 (level with the
+    cooperative tile or ahead)."""
     found = _lookup(PADDED_MEASURED, rows_per_expert, device_name, dtype_name)
     if found and found[0] is not None:
         return found

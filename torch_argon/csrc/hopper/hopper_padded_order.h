@@ -10,9 +10,10 @@
 //
 // Why the window depends on the experts' tiles (order_window): measured on an H100 (bf16, K=8
 // or 10, H=2048; bench/hopper_gemm_notes.md), windows of 4 made the gate/up GEMM faster where
-// every expert has about 4 or more M tiles (E=128 T=8192: ping-pong 884 -> 813 us) and slower
-// where it has 1 or 2 (E=512 T=8192: 1497 -> 1776 us; T=2048: 952 -> 1064 us), since a window
-// then spans several experts, whose weight tiles are all in flight at once.
+// the experts have 4-5 M tiles each (E=128 T=8192: ping-pong 884 -> 813 us), level at 1-2 tiles
+// with E=128 (T=2048), and slower at 1-2 tiles with E=512 (T=8192: 1497 -> 1776 us; T=2048:
+// 952 -> 1064 us), where a window spans several experts whose weight tiles are then all in
+// flight at once. Windows of 1 there, with 1-2 tiles per expert, lose nothing measured.
 //
 // Limits: work < used * tiles_n, used >= 1, tiles_n >= 1, window >= 1 (the scheduler's checks);
 // the last window holds the used tiles left (fewer than window where used is not a multiple).
@@ -31,7 +32,8 @@ namespace argon_hopper_padded {
 constexpr int32_t kOrderWindow = 4;  // M tiles a window, where the experts have as many
 
 // The window for a launch: kOrderWindow where the plan's tiles (max_tiles_m, a bound on the
-// used ones known on the host) come to kOrderWindow or more per expert, else 1.
+// used ones known on the host, which counts up to one padding tile per expert) come to
+// kOrderWindow or more per expert on the mean, else 1.
 ARGON_PADDED_HD inline int32_t order_window(int32_t max_tiles_m, int32_t n_experts) {
   return int64_t(max_tiles_m) >= int64_t(kOrderWindow) * n_experts ? kOrderWindow : 1;
 }

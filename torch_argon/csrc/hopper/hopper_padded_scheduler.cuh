@@ -8,12 +8,11 @@
 // tiles in use (the others come after them). The work is the used tiles times the N tiles, in
 // the order of hopper_padded_order.h (windows of a few M tiles, M fastest inside one; the launch
 // picks the window, order_window): work w is output tile (m, n) = work_tile(w), and its L
-// coordinate (the "batch" CUTLASS indexes B by)
-// is the expert tile_expert[m]. CTA b of a grid of G takes works b, b + G, b + 2G, ... (the
-// kernel's persistent loop; the ping-pong kernel's second consumer warpgroup starts one step
-// ahead and both step by two), so the G CTAs in flight share a few experts: the M tiles that
-// read one B tile are neighbouring works, and the A rows of one M tile are read by tiles_n CTAs
-// at about the same time.
+// coordinate (the "batch" CUTLASS indexes B by) is the expert tile_expert[m]. CTA b of a grid
+// of G takes works b, b + G, b + 2G, ... (the kernel's persistent loop; the ping-pong kernel's
+// second consumer warpgroup starts one step ahead and both step by two), so the G CTAs in
+// flight share a few experts: the M tiles that read one B tile are neighbouring works, and the A
+// rows of one M tile are read by tiles_n CTAs at about the same time.
 //
 // Why a scheduler of our own: the work list depends on device data (the used-tile count and each
 // tile's expert), which no CUTLASS scheduler reads; and with one A, one B and one D tensor map
