@@ -8,6 +8,7 @@
 #include <exception>
 #include <memory>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace gpuq::host {
@@ -16,11 +17,17 @@ namespace {
 constexpr size_t kStackBytes = 256 * 1024;
 constexpr size_t kMaxExchange = 64;
 
+struct AsyncCopy {
+  void* dst;
+  const void* src;  // null: zeros
+};
+
 struct Lane {
   ucontext_t ctx;
   std::unique_ptr<char[]> stack;
   int flat = 0;
   bool done = false;
+  std::vector<AsyncCopy> copies;  // issued, not yet waited for
 };
 
 struct WarpState {
@@ -55,6 +62,10 @@ void lane_entry() {
   } catch (const std::exception& e) {
     if (g_block->error.empty()) g_block->error = e.what();
   }
+  if (!me->copies.empty() && g_block->error.empty()) {
+    g_block->error = "gpuq host: thread " + std::to_string(me->flat) + " returned with " +
+                     std::to_string(me->copies.size()) + " cp.async copies never waited for";
+  }
   me->done = true;
   ++g_block->events;
   // returns to uc_link (the scheduler)
@@ -67,6 +78,19 @@ int thread_id() { return g_lane->flat; }
 int warp_id() { return g_lane->flat / 32; }
 int block_x() { return g_block->bx; }
 int block_y() { return g_block->by; }
+
+void issue_async_copy(void* dst, const void* src) { g_lane->copies.push_back({dst, src}); }
+
+void complete_async_copies() {
+  for (const AsyncCopy& c : g_lane->copies) {
+    if (c.src) {
+      std::memcpy(c.dst, c.src, 16);
+    } else {
+      std::memset(c.dst, 0, 16);
+    }
+  }
+  g_lane->copies.clear();
+}
 
 // Every one of `count` lanes arrives here before any leaves: the last to arrive opens the next
 // generation; the others yield to the scheduler until it has.
@@ -119,6 +143,7 @@ std::string launch(int grid_x, int grid_y, int threads, const std::function<void
       block.barrier.arrived = 0;
       for (auto& lane : block.lanes) {
         lane.done = false;
+        lane.copies.clear();  // a block that failed may have left some
         getcontext(&lane.ctx);
         lane.ctx.uc_stack.ss_sp = lane.stack.get();
         lane.ctx.uc_stack.ss_size = kStackBytes;

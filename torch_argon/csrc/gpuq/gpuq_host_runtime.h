@@ -25,6 +25,12 @@ void warp_exchange(const void* mine, size_t bytes, void* all);
 // others wait here leaves them waiting: the launch fails with an error (a divergent barrier).
 void block_barrier();
 
+// cp.async in the emulation: a 16-byte copy this lane has issued (src null: 16 zero bytes),
+// carried out by complete_async_copies (cp.async.wait_all). A lane that returns with copies it
+// never waited for makes the launch fail with an error.
+void issue_async_copy(void* dst, const void* src);
+void complete_async_copies();
+
 // Runs grid_x * grid_y blocks of `threads` lanes (a multiple of 32) of `kernel`. Returns "" or
 // the error (a divergent exchange, an exception thrown by a lane).
 std::string launch(int grid_x, int grid_y, int threads, const std::function<void()>& kernel);

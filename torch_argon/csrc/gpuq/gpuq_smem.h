@@ -14,7 +14,9 @@
 // cp.async.cg.shared.global, 16 bytes: the copy of a global 16-byte chunk into shared memory
 // without a register round trip, or 16 zero bytes (its src-size 0 form); issued copies are
 // complete after cp_async_wait_all (cp.async.wait_all: the issuing thread's copies; a block
-// barrier after it makes them every thread's). The emulation copies at once; the wait is empty.
+// barrier after it makes them every thread's). The emulation queues each thread's copies and
+// carries them out at its wait (gpuq_host_runtime.h), so a kernel that reads a buffer before
+// waiting for its copies reads stale bytes there too, and its tests fail.
 #pragma once
 #include "gpuq_prims.h"
 
@@ -47,11 +49,7 @@ GQ_DEV void cp_async_16(void* dst, const void* src, bool valid) {
                "r"(valid ? 16 : 0));
 #else
   uint8_t* d = const_cast<uint8_t*>(checked<16>(static_cast<const uint8_t*>(dst)));
-  if (valid) {
-    std::memcpy(d, checked<16>(static_cast<const uint8_t*>(src)), 16);
-  } else {
-    std::memset(d, 0, 16);
-  }
+  host::issue_async_copy(d, valid ? checked<16>(static_cast<const uint8_t*>(src)) : nullptr);
 #endif
 }
 
@@ -66,6 +64,8 @@ GQ_DEV void cp_async_commit() {
 GQ_DEV void cp_async_wait_all() {
 #if defined(__CUDACC__)
   asm volatile("cp.async.wait_all;" ::: "memory");
+#else
+  host::complete_async_copies();
 #endif
 }
 
