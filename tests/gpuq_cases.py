@@ -129,25 +129,26 @@ def _exact_mm(a64, w_q, name, n_in, tile_expert, tm):
     return out
 
 
-def run_unused_kept_case(device, name="Q4_K", dtype=torch.bfloat16):
+def run_unused_kept_case(device, name="Q4_K", dtype=torch.bfloat16, tm=8):
     """zero_unused=False leaves the rows of unused tiles (here: every tile unused, expert -1, or
-    past meta's n_tiles) as they were."""
+    past meta's n_tiles) as they were, at tile_m tm."""
     x, wgu, _, _, _ = problem(name, 8, 2, 1, "uniform", dtype, 5)
     H = x.shape[1]
     d = torch.device(device)
     tile_expert = torch.tensor([-1, 1, 0], dtype=torch.int32, device=d)
-    meta = torch.tensor([16, 1, 0, 0], dtype=torch.int32, device=d)  # n_tiles = 1
-    row_token = torch.zeros(24, dtype=torch.int32, device=d)
-    out = torch.full((24, wgu.shape[1] // 2), 7.0, dtype=dtype, device=d)
-    gpuq.qmm(x.to(d), wgu.to(d), name, H, tile_expert, 8, meta=meta, row_token=row_token,
+    meta = torch.tensor([2 * tm, 1, 0, 0], dtype=torch.int32, device=d)  # n_tiles = 1
+    row_token = torch.zeros(3 * tm, dtype=torch.int32, device=d)
+    out = torch.full((3 * tm, wgu.shape[1] // 2), 7.0, dtype=dtype, device=d)
+    gpuq.qmm(x.to(d), wgu.to(d), name, H, tile_expert, tm, meta=meta, row_token=row_token,
              swiglu=True, zero_unused=False, out=out)
     return [] if (out.cpu() == 7.0).all() else ["unused tiles' rows were written"]
 
 
-def run_loops_case(name, device, dtype, blocks, activation_quant, tm, T=13, E=3, K=2):
+def run_loops_case(name, device, dtype, blocks, activation_quant, tm, T=13, E=3, K=2,
+                   loop="pipelined"):
     """The gate/up GEMM (gathered, activation epilogue) over rows of blocks[0] blocks and the
-    down GEMM over rows of blocks[1] blocks, into NaN-prefilled outs, with each K loop
-    (ARGON_GPUQ_LOOP): the pipelined loop's outputs bit for bit the plain loop's, and within
+    down GEMM over rows of blocks[1] blocks, into NaN-prefilled outs, with the plain K loop and
+    `loop` (ARGON_GPUQ_LOOP): the outputs of `loop` bit for bit the plain loop's, and within
     the tolerance of the float64 reference."""
     import os
     from torch_argon.quant import dequantize_reference
@@ -163,12 +164,12 @@ def run_loops_case(name, device, dtype, blocks, activation_quant, tm, T=13, E=3,
     h_in = (torch.randn(R, I, generator=g) * 0.5).to(dtype)
     d = torch.device(device)
     dev_plan = plan.to(d)
-    tag = f"{name} {str(dtype)[6:]} {activation_quant} tm={tm} blocks={blocks}"
+    tag = f"{name} {str(dtype)[6:]} {activation_quant} tm={tm} blocks={blocks} {loop}"
     outs = {}
     previous = os.environ.get("ARGON_GPUQ_LOOP")
     try:
-        for loop in ("plain", "pipelined"):
-            os.environ["ARGON_GPUQ_LOOP"] = loop
+        for run in ("plain", loop):
+            os.environ["ARGON_GPUQ_LOOP"] = run
             gu = torch.full((R, 24), float("nan"), dtype=dtype, device=d)
             gpuq.qmm(x.to(d), wgu.to(d), name, H, dev_plan.tile_expert, tm, meta=dev_plan.meta,
                      row_token=dev_plan.sorted_token, swiglu=True,
@@ -176,19 +177,19 @@ def run_loops_case(name, device, dtype, blocks, activation_quant, tm, T=13, E=3,
             dn = torch.full((R, 40), float("nan"), dtype=dtype, device=d)
             gpuq.qmm(h_in.to(d), wd.to(d), name, I, dev_plan.tile_expert, tm,
                      activation_quant=activation_quant, out=dn)
-            outs[loop] = (gu.cpu(), dn.cpu())
+            outs[run] = (gu.cpu(), dn.cpu())
     finally:
         if previous is None:
             os.environ.pop("ARGON_GPUQ_LOOP", None)
         else:
             os.environ["ARGON_GPUQ_LOOP"] = previous
     failures = []
-    for what, plain, piped in zip(("gate_up", "down"), outs["plain"], outs["pipelined"]):
-        if not torch.equal(plain.view(torch.int16), piped.view(torch.int16)):
-            bad = (plain.view(torch.int16) != piped.view(torch.int16)).nonzero()
-            failures.append(f"{tag} {what}: pipelined differs from plain at {bad.numel() // 2} "
+    for what, plain, other in zip(("gate_up", "down"), outs["plain"], outs[loop]):
+        if not torch.equal(plain.view(torch.int16), other.view(torch.int16)):
+            bad = (plain.view(torch.int16) != other.view(torch.int16)).nonzero()
+            failures.append(f"{tag} {what}: {loop} differs from plain at {bad.numel() // 2} "
                             f"values, first {bad[0].tolist()}")
-    # the reference for the pipelined outputs
+    # the reference for the outputs of `loop`
     xs = reference.moe_gather(x, plan.sorted_token)
     a = q8_activations(xs.float()) if activation_quant == "q8" else xs.double()
     gu64 = _exact_mm(a, wgu, name, H, plan.tile_expert, tm)
@@ -196,6 +197,6 @@ def run_loops_case(name, device, dtype, blocks, activation_quant, tm, T=13, E=3,
     want_dn = _exact_mm(q8_activations(h_in.float()) if activation_quant == "q8"
                         else h_in.double(), wd, name, I, plan.tile_expert, tm)
     tol = SCALED_TOL if scaled_path(dtype, activation_quant, tm) else REL_TOL[dtype]
-    failures += close_failures(f"{tag} gate_up", outs["pipelined"][0], want_gu, tol)
-    failures += close_failures(f"{tag} down", outs["pipelined"][1], want_dn, tol)
+    failures += close_failures(f"{tag} gate_up", outs[loop][0], want_gu, tol)
+    failures += close_failures(f"{tag} down", outs[loop][1], want_dn, tol)
     return failures

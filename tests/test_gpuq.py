@@ -4,9 +4,9 @@ outputs, tile sizes from 1 to 64 rows, against the float64 references (tests/gpu
 decode bit for bit against dequantize_reference rounded to bf16 / fp16. On the CPU the kernels
 run through the host emulation (each lane a fiber, each mma.sync a warp exchange computed from
 the PTX fragment layouts), built into torch_argon._C_test, so CI checks their logic without a
-GPU; on a CUDA device, the kernels themselves. The GEMM cases run both K loops (gpuq_kernel.h:
-the plain one and the pipelined one, chosen by ARGON_GPUQ_LOOP; on CUDA the pipelined one needs a
-lab build, GPUQ_LAB_LOOPS=1)."""
+GPU; on a CUDA device, the kernels themselves. The GEMM cases run every K loop (gpuq_kernel.h:
+the plain one, the pipelined one and smem_act, chosen by ARGON_GPUQ_LOOP; on CUDA the last two
+need a lab build, GPUQ_LAB_LOOPS=1)."""
 import pytest
 import torch
 
@@ -29,7 +29,7 @@ def assert_ok(failures):
     assert not failures, "\n".join(failures)
 
 
-LOOPS = ["plain", "pipelined"]
+LOOPS = ["plain", "pipelined", "smem_act"]
 
 
 @pytest.fixture(params=LOOPS)
@@ -83,8 +83,9 @@ def test_adversarial_routing(device, dist, loop):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_unused_tiles_left_alone(device, loop):
-    assert_ok(run_unused_kept_case(device))
+@pytest.mark.parametrize("tm", [8, 32])
+def test_unused_tiles_left_alone(device, loop, tm):
+    assert_ok(run_unused_kept_case(device, tm=tm))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -104,12 +105,37 @@ def test_pipelined_loop_is_the_plain_loop_bit_for_bit(device, name):
     assert_ok(failures)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", NAMES)
+def test_smem_act_loop_is_the_plain_loop_bit_for_bit(device, name):
+    """The smem_act K loop (the block's activations staged in shared memory, 256 values a
+    stage, double buffered) on 16- and 32-token tiles (NT = 2, 4; tile_m 64: two row groups a
+    tile), gate/up (gathered through sorted_token, -1 ids, partial tiles) and down forms: bf16
+    (the scaled path at 16 and 32 rows), fp16 (the exact path) and q8 at both widths: bit for
+    bit the plain loop, and within the reference's tolerance. Rows of one stage, of several with a short last one (the 32-value
+    formats: 3, 9 and 19 blocks of 8 per stage), and of one block."""
+    be = FORMATS[name].block_elems
+    shapes = ((3, 19), (9, 1)) if be == 32 else ((1, 3), (2, 5))
+    failures = []
+    for blocks in shapes:
+        for dtype, activation_quant, tm in ((torch.bfloat16, "none", 16),
+                                            (torch.bfloat16, "none", 32),
+                                            (torch.float16, "none", 16),
+                                            (torch.float16, "none", 64),
+                                            (torch.bfloat16, "q8", 16),
+                                            (torch.bfloat16, "q8", 32)):
+            failures += run_loops_case(name, device, dtype, blocks, activation_quant, tm,
+                                       loop="smem_act")
+    assert_ok(failures)
+
+
 def test_loop_knob_errors(monkeypatch):
     """A K loop that is neither: a ValueError naming the variable, before anything is written."""
     x, wgu, _, plan, qtype = _small_problem()
     out = torch.full((plan.tile_expert.shape[0] * 8, wgu.shape[1] // 2), 7.0, dtype=x.dtype)
     monkeypatch.setenv("ARGON_GPUQ_LOOP", "unrolled")
-    with pytest.raises(ValueError, match='ARGON_GPUQ_LOOP must be "plain" or "pipelined"'):
+    with pytest.raises(ValueError, match='ARGON_GPUQ_LOOP must be "plain", "pipelined" or '
+                       '"smem_act"'):
         gpuq.qmm(x, wgu, qtype, x.shape[1], plan.tile_expert, 8, meta=plan.meta,
                  row_token=plan.sorted_token, swiglu=True, out=out)
     assert (out == 7.0).all()

@@ -76,10 +76,10 @@ def test_units_compile_for_sm80_and_sm90(units):
             assert ".entry" in ptx and "tiled_qmm_kernel" in ptx and "ldmatrix" in ptx, name
 
 
-def test_lab_build_compiles_both_loops(units):
-    """The lab build (GPUQ_LAB_LOOPS=1: the plain and the pipelined K loop, ARGON_GPUQ_LOOP
-    picks) of a 256-value format and a 32-value one, for sm_80 and sm_90 through ptxas, warnings
-    as errors: both loops' kernels are in the object."""
+def test_lab_build_compiles_every_loop(units):
+    """The lab build (GPUQ_LAB_LOOPS=1: the plain, the pipelined and the smem_act K loop,
+    ARGON_GPUQ_LOOP picks) of a 256-value format and a 32-value one, for sm_80 and sm_90
+    through ptxas, warnings as errors: every loop's kernels are in the object."""
     out, paths = units
     jobs = [(fmt, a, ["-I", str(out), "-DGPUQ_LAB_LOOPS=1", "-Xptxas", "-v",
                       f"-gencode=arch=compute_{a},code=sm_{a}", "-c", paths[f"fmt_{fmt}"],
@@ -90,8 +90,9 @@ def test_lab_build_compiles_both_loops(units):
     failed = [f"{fmt} sm_{a}:\n{log[-3000:]}" for fmt, a, rc, log in results if rc]
     assert not failed, "\n".join(failed)
     for fmt, a, _, log in results:  # ptxas -v names every kernel it compiled
-        # the last template argument of qmm_kernel: PIPELINED (Lb0E plain, Lb1E pipelined)
-        assert "Lb0ELb0EEEvNS_" in log and "Lb0ELb1EEEvNS_" in log, (fmt, a)
+        # the last template argument of qmm_kernel: the KLoop (Li0E plain, Li1E pipelined,
+        # Li2E smem_act)
+        assert all(f"Lb0ELi{loop}EEEvNS_" in log for loop in range(3)), (fmt, a)
 
 
 def test_cuda_glue_compiles(tmp_path):

@@ -30,13 +30,14 @@ ARGON_QUANT_FORMATS(GPUQ_CHECK_BLOCK)
 
 constexpr int64_t kMaxGridY = 65535;
 
-// The pipelined K loop is built where it can be tested or measured: always in the emulation,
-// in the GPU build only with GPUQ_LAB_LOOPS=1 (until a device run measures it, the plain loop
-// is the only one a user's build compiles: one instantiation per variant, not two).
+// The lab K loops (pipelined, smem_act) are built where they can be tested or measured: always
+// in the emulation, in the GPU build only with GPUQ_LAB_LOOPS=1 (until a device run measures
+// one faster, the plain loop is the only one a user's build compiles: one instantiation per
+// variant, not three).
 #if !defined(__CUDACC__) || (defined(GPUQ_LAB_LOOPS) && GPUQ_LAB_LOOPS)
-constexpr bool kHasPipelinedLoop = true;
+constexpr bool kHasLabLoops = true;
 #else
-constexpr bool kHasPipelinedLoop = false;
+constexpr bool kHasLabLoops = false;
 #endif
 
 int report(char* err, int err_len, const char* what) {
@@ -51,7 +52,7 @@ int check_launch(char* err, int err_len) {
 }
 #endif
 
-template <bool BF16, int NT, bool SWIGLU, bool Q8, bool PIPELINED>
+template <bool BF16, int NT, bool SWIGLU, bool Q8, int LOOP>
 int run(const GemmParams& p, void* stream, char* err, int err_len) {
   constexpr int WN = SWIGLU ? 1 : 2;
   const int cols_per_block = kWarps * 16 * WN;
@@ -64,13 +65,13 @@ int run(const GemmParams& p, void* stream, char* err, int err_len) {
     part.row_group0 = static_cast<int32_t>(first);
     const int gy = static_cast<int>(groups - first < kMaxGridY ? groups - first : kMaxGridY);
 #if defined(__CUDACC__)
-    qmm_kernel<Format, BF16, NT, SWIGLU, Q8, PIPELINED>
+    qmm_kernel<Format, BF16, NT, SWIGLU, Q8, LOOP>
         <<<dim3(gx, gy), kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(part);
     if (check_launch(err, err_len)) return 1;
 #else
     (void)stream;
     const std::string e = host::launch(gx, gy, kWarps * 32, [&part] {
-      qmm_kernel<Format, BF16, NT, SWIGLU, Q8, PIPELINED>(part);
+      qmm_kernel<Format, BF16, NT, SWIGLU, Q8, LOOP>(part);
     });
     if (!e.empty()) return report(err, err_len, e.c_str());
 #endif
@@ -78,24 +79,33 @@ int run(const GemmParams& p, void* stream, char* err, int err_len) {
   return 0;
 }
 
-template <bool BF16, bool SWIGLU, bool Q8, bool PIPELINED>
+template <bool BF16, bool SWIGLU, bool Q8, int LOOP>
 int run_nt(const GemmParams& p, int nt, void* stream, char* err, int err_len) {
+  // the 8-token kernels stage nothing in shared memory: smem_act runs the plain loop there
+  constexpr int LOOP1 = LOOP == kLoopSmemAct ? kLoopPlain : LOOP;
   switch (nt) {
-    case 1: return run<BF16, 1, SWIGLU, Q8, PIPELINED>(p, stream, err, err_len);
-    case 2: return run<BF16, 2, SWIGLU, Q8, PIPELINED>(p, stream, err, err_len);
-    case 4: return run<BF16, 4, SWIGLU, Q8, PIPELINED>(p, stream, err, err_len);
+    case 1: return run<BF16, 1, SWIGLU, Q8, LOOP1>(p, stream, err, err_len);
+    case 2: return run<BF16, 2, SWIGLU, Q8, LOOP>(p, stream, err, err_len);
+    case 4: return run<BF16, 4, SWIGLU, Q8, LOOP>(p, stream, err, err_len);
     default: return report(err, err_len, "gpuq: token blocks per warp must be 1, 2 or 4");
   }
 }
 
 template <bool BF16, bool SWIGLU, bool Q8>
 int run_loop(const GemmParams& p, const GemmVariant& v, void* stream, char* err, int err_len) {
-  if (!v.pipelined) return run_nt<BF16, SWIGLU, Q8, false>(p, v.token_blocks, stream, err, err_len);
-  if constexpr (kHasPipelinedLoop) {
-    return run_nt<BF16, SWIGLU, Q8, true>(p, v.token_blocks, stream, err, err_len);
+  if (v.loop == kLoopPlain) {
+    return run_nt<BF16, SWIGLU, Q8, kLoopPlain>(p, v.token_blocks, stream, err, err_len);
+  }
+  if constexpr (kHasLabLoops) {
+    return v.loop == kLoopPipelined
+               ? run_nt<BF16, SWIGLU, Q8, kLoopPipelined>(p, v.token_blocks, stream, err, err_len)
+               : run_nt<BF16, SWIGLU, Q8, kLoopSmemAct>(p, v.token_blocks, stream, err, err_len);
   } else {
-    return report(err, err_len, "gpuq: this build has no pipelined K loop (a lab build has it: "
-                  "NVCC_APPEND_FLAGS=-DGPUQ_LAB_LOOPS=1)");
+    return report(err, err_len, v.loop == kLoopPipelined
+                  ? "gpuq: this build has no pipelined K loop (a lab build has it: "
+                    "NVCC_APPEND_FLAGS=-DGPUQ_LAB_LOOPS=1)"
+                  : "gpuq: this build has no smem_act K loop (a lab build has it: "
+                    "NVCC_APPEND_FLAGS=-DGPUQ_LAB_LOOPS=1)");
   }
 }
 

@@ -36,17 +36,26 @@
 // (4-byte loads where the format's alignment allows; a block's header bytes through the words
 // that hold them, one load a word for all its chunks) and its activations (one 8-byte load per
 // token and 16 values). Each warp is independent; the block shares only the format's lookup
-// table (IQ2_XS, IQ3_S), copied into shared memory at the start (one block barrier).
+// table (IQ2_XS, IQ3_S), copied into shared memory at the start (one block barrier), and in
+// the smem_act loop the staged activations (below).
 //
-// K loops (template argument PIPELINED; WarpK below). The plain loop loads and decodes each
-// chunk in turn: inside a block the compiler issues the block's loads early, but at each block
+// K loops (template argument LOOP; WarpK below). The plain loop loads and decodes each chunk
+// in turn: inside a block the compiler issues the block's loads early, but at each block
 // boundary the warp waits for the next block's bytes. The pipelined loop keeps a ring of the
 // next GPUQ_PIPELINE_DEPTH chunks' raw words in registers (each format's `load`; its `decode`
 // runs on the chunk DEPTH behind), so those loads are in flight while the current chunk is
-// decoded and multiplied. Both give the same bits (the same products in the same order). The
-// pipelined loop is built only in a lab build (GPUQ_LAB_LOOPS=1; the emulation always) and
-// chosen per call by ARGON_GPUQ_LOOP=pipelined (gpuq_ops.cpp): it becomes the default once a
-// device run measures it faster (bench/lab/gpuq_loops.py; bench/quant_gpuq_notes.md).
+// decoded and multiplied. The smem_act loop (16- and 32-token tiles; 8-token calls run the
+// plain loop) stages the block's token rows in shared memory, 256 values at a time, by 16-byte
+// cp.async copies of all 128 threads, double buffered with one block barrier per stage, and
+// each warp reads its B words there: the plain loop has every warp of a block load the same
+// tile's activations itself (4x the load instructions and L1 wavefronts; Nsight Compute found
+// the 32-token kernel bound by L1 at 80 % of its throughput). Shared memory: 2 x 8 NT rows of
+// 544 bytes (bf16 / fp16; 34 KB at NT = 4) or 272 (q8), plus 8 NT row pointers. All three give
+// the same bits (the same products in the same order: only where a B word comes from changes).
+// The pipelined and smem_act loops are built only in a lab build (GPUQ_LAB_LOOPS=1; the
+// emulation always) and chosen per call by ARGON_GPUQ_LOOP=pipelined / smem_act
+// (gpuq_ops.cpp): either becomes the default once a device run measures it faster
+// (bench/lab/gpuq_loops.py; bench/quant_gpuq_notes.md).
 //
 // Launch shape at small T (the issue's configs at T = 128, testing.routing's uniform top-K,
 // tile_m 8: one 8-token block per warp; 528 resident blocks on an H100 at 4 per SM):
@@ -67,18 +76,22 @@
 // default 4 keeps them at 128 registers, trading a few spilled bytes for occupancy at small
 // T); GPUQ_MIN_BLOCKS_NT1_PIPELINED the same for the pipelined loop (default 3: 168
 // registers, no spills; at 4 its ring spills, tools/gpuq_sass_check.py --small-t);
-// GPUQ_PIPELINE_DEPTH the chunks in flight (default 2); GPUQ_LAB_LOOPS=1 builds both loops;
+// GPUQ_PIPELINE_DEPTH the chunks in flight (default 2); GPUQ_LAB_LOOPS=1 builds all three loops;
 // GPUQ_MIN_BLOCKS_WIDE=n asks for n resident blocks of the 16- and 32-token kernels (default 1:
 // ptxas's choice, up to 190 registers, so 2 blocks per SM for the K-quants at 32 tokens, where
 // Nsight Compute found them bound by L1 traffic at 12.5 % occupancy; 3 keeps every format but
-// Q3_K (12 spilled bytes) at <= 168 registers without spills, 3 blocks per SM; not yet timed).
+// Q3_K (12 spilled bytes) at <= 168 registers without spills, 3 blocks per SM; not yet timed);
+// GPUQ_MIN_BLOCKS_SMEM_ACT the same for the smem_act loop's kernels (default: WIDE's).
 //
 // Limits: n_in a multiple of the format's block; activations bf16 or fp16 with 8-byte aligned
-// rows (q8 codes: 4-byte); tensors aligned to the format's ALIGN; rows_per_warp <= 8 * NT and a divisor of
-// tile_m or tile_m itself; |codes| * 32 * 127 < 2^22 (true of every format).
+// rows, q8 codes 4-byte (the smem_act loop: both 16-byte); tensors aligned to the format's
+// ALIGN; rows_per_warp <= 8 * NT and a divisor of tile_m or tile_m itself;
+// |codes| * 32 * 127 < 2^22 (true of every format).
 #pragma once
+#include "gpuq/gpuq_launch.h"
 #include "gpuq_formats.h"
 #include "gpuq_params.h"
+#include "gpuq_smem.h"
 
 #ifndef GPUQ_PREFETCH
 #define GPUQ_PREFETCH 0
@@ -95,14 +108,18 @@
 #ifndef GPUQ_MIN_BLOCKS_WIDE
 #define GPUQ_MIN_BLOCKS_WIDE 1
 #endif
+#ifndef GPUQ_MIN_BLOCKS_SMEM_ACT
+#define GPUQ_MIN_BLOCKS_SMEM_ACT GPUQ_MIN_BLOCKS_WIDE
+#endif
 #if defined(__CUDACC__)
-#define GQ_KERNEL(NT, PIPELINED)                                                             \
+#define GQ_KERNEL(NT, LOOP)                                                                   \
   __global__ void __launch_bounds__(                                                         \
-      128, (NT) != 1   ? GPUQ_MIN_BLOCKS_WIDE                                               \
-           : (PIPELINED) ? GPUQ_MIN_BLOCKS_NT1_PIPELINED                                     \
-                         : GPUQ_MIN_BLOCKS_NT1)
+      128, (LOOP) == kLoopSmemAct       ? GPUQ_MIN_BLOCKS_SMEM_ACT                           \
+           : (NT) != 1                  ? GPUQ_MIN_BLOCKS_WIDE                               \
+           : (LOOP) == kLoopPipelined ? GPUQ_MIN_BLOCKS_NT1_PIPELINED                       \
+                                        : GPUQ_MIN_BLOCKS_NT1)
 #else
-#define GQ_KERNEL(NT, PIPELINED) inline void
+#define GQ_KERNEL(NT, LOOP) inline void
 #endif
 
 namespace gpuq {
@@ -147,6 +164,15 @@ GQ_DEV float apply_activation(int which, float g) {
     return 0.5f * g * (1.0f + tanhf(inner));
   }
   return g / (1.0f + expf(-g));
+}
+
+// The x row that token slot `slot` of a warp's rows (from plan row row0) reads, sorted_token
+// applied, or -1 where it is masked (past rows_per_warp, a -1 id, out of range): every loop
+// reads zeros there.
+GQ_DEV int64_t x_row_of_slot(const GemmParams& p, int64_t row0, int slot) {
+  int64_t r = slot < p.rows_per_warp ? row0 + slot : -1;
+  if (r >= 0 && p.row_token) r = p.row_token[r];
+  return r >= 0 && r < p.n_a_rows ? r : -1;
 }
 
 GQ_DEV void store_value(const GemmParams& p, int64_t row, int col, float v) {
@@ -197,24 +223,37 @@ GQ_UNROLL
     load_x(r, blk, ch);
   }
 
+  static constexpr int XB = Q8 ? 1 : 2;  // bytes per activation value
+
   GQ_DEV void load_x(Raw& r, int blk, int ch) const {
     const int k0 = blk * F::BE + 32 * ch;  // the chunk's first value along the row
 GQ_UNROLL
-    for (int nt = 0; nt < NT; ++nt) {
-      if (Q8) {
-        const uint8_t* q = xrow[nt] + k0;
-        r.x[nt][0][0] = xok[nt] ? load_u32(q + 4 * t) : 0u;
-        r.x[nt][1][0] = xok[nt] ? load_u32(q + 16 + 4 * t) : 0u;
+    for (int nt = 0; nt < NT; ++nt) x_words(r, nt, xrow[nt] + XB * k0, xok[nt]);
+    load_scales(r, k0);
+  }
+
+  // Token block nt's B words of a chunk from `chunk`, the lane's token's row at the chunk's
+  // first value (global or shared memory); zeros where !ok.
+  GQ_DEV void x_words(Raw& r, int nt, const uint8_t* chunk, bool ok) const {
+    if (Q8) {
+      r.x[nt][0][0] = ok ? load_u32(chunk + 4 * t) : 0u;
+      r.x[nt][1][0] = ok ? load_u32(chunk + 16 + 4 * t) : 0u;
+    } else {
+GQ_UNROLL
+      for (int w = 0; w < 2; ++w) {
+        r.x[nt][w][0] = r.x[nt][w][1] = 0u;  // values 16w + 4t .. + 3: one 64-bit load
+        if (ok) load_2u32(chunk + 2 * (16 * w + 4 * t), r.x[nt][w][0], r.x[nt][w][1]);
+      }
+    }
+  }
+
+  // q8: the scales of the lane's two accumulator tokens for the 32 values from k0 on.
+  GQ_DEV void load_scales(Raw& r, int k0) const {
+    if constexpr (Q8) {
+GQ_UNROLL
+      for (int nt = 0; nt < NT; ++nt)
 GQ_UNROLL
         for (int j = 0; j < 2; ++j) r.da[nt][j] = drow[nt][j] ? drow[nt][j][k0 / 32] : 0.f;
-      } else {
-        const uint8_t* xv = xrow[nt] + 2 * k0;
-GQ_UNROLL
-        for (int w = 0; w < 2; ++w) {
-          r.x[nt][w][0] = r.x[nt][w][1] = 0u;  // values 16w + 4t .. + 3: one 64-bit load
-          if (xok[nt]) load_2u32(xv + 2 * (16 * w + 4 * t), r.x[nt][w][0], r.x[nt][w][1]);
-        }
-      }
     }
   }
 
@@ -445,10 +484,88 @@ GQ_UNROLL
     for (; b0 + REACH <= last; b0 += BLOCKS) pipelined_iteration<false>(ring, b0, last, acc, table);
     for (; b0 <= last; b0 += BLOCKS) pipelined_iteration<true>(ring, b0, last, acc, table);
   }
+
+  // The smem_act loop (NT >= 2): the block's 8 * NT token rows staged in shared memory once
+  // per stage of STAGE_VALUES values (cp.async, 16 bytes a copy, every thread of the block),
+  // double buffered: stage s + 1's copies are in flight while the warps multiply stage s, one
+  // block barrier per stage. Each warp then reads its B words from shared memory exactly as
+  // the plain loop reads them from global memory (x_words), so its steps are the plain loop's.
+  // A stage is 256 values (one block of the 256-value formats, 8 of the 32-value ones): 16 KB
+  // a buffer at NT = 4 in bf16, and 8 chunks of MMAs between barriers to cover the copies'
+  // latency. The rows are padded by PAD bytes so that the reads are free of bank conflicts:
+  // 64-bit reads (bf16 / fp16) go by half-warps, token rows g = 0..3 at 32 * g mod 128 bytes
+  // (a row of 544 bytes) cover the 32 banks; q8's 32-bit reads, rows g = 0..7 at 16 * g mod 128
+  // (a row of 272). `active`: false for a warp past n_out, which stages and waits with the
+  // block but multiplies nothing.
+  static constexpr int STAGE_VALUES = 256;
+  static_assert(STAGE_VALUES % F::BE == 0, "a stage holds whole blocks of the format");
+  static constexpr int STAGE_BLOCKS = STAGE_VALUES / F::BE;
+  static constexpr int SPAN = STAGE_VALUES * XB;  // bytes of a token row per stage
+  static constexpr int PAD = Q8 ? 16 : 32;
+  static constexpr int STRIDE = SPAN + PAD;        // bytes between staged token rows
+  static constexpr int ROWS = 8 * NT;              // token rows staged
+  static constexpr int PIECES = SPAN / 16;         // 16-byte copies per row and stage
+  static constexpr int COPIES = ROWS * PIECES / (kWarps * 32);  // per thread and stage
+  static_assert(COPIES * kWarps * 32 == ROWS * PIECES, "every thread copies as many pieces");
+
+  GQ_DEV void smem_loop(const GemmParams& p, int64_t row0, bool active, float (&acc)[G][NT][4],
+                        const uint32_t* table) const {
+    static_assert(NT >= 2, "the 8-token kernels keep the plain loop");
+    alignas(16) GQ_SHARED uint8_t staged[2][ROWS * STRIDE];
+    GQ_SHARED const uint8_t* source[ROWS];  // each token row's x row, or null where masked
+    const int tid = thread_in_block(), g = lane_id() >> 2;
+    if (tid < ROWS) {
+      const int64_t xr = x_row_of_slot(p, row0, tid);
+      source[tid] = xr >= 0 ? static_cast<const uint8_t*>(p.x) + xr * p.x_stride : nullptr;
+    }
+    block_sync();
+
+    const int64_t row_bytes = static_cast<int64_t>(p.n_in) * XB;
+    // Stage s's copies into buffer s % 2: the pieces inside the row (a last stage may be
+    // short), zero-filled for a masked token row as the plain loop reads it.
+    auto copy_stage = [&](int s) {
+      const int64_t first = static_cast<int64_t>(s) * SPAN;
+      uint8_t* buffer = staged[s & 1];
+GQ_UNROLL
+      for (int i = 0; i < COPIES; ++i) {
+        const int c = tid + i * kWarps * 32, row = c / PIECES, at = 16 * (c % PIECES);
+        const uint8_t* src = source[row];
+        if (first + at < row_bytes)
+          cp_async_16(buffer + row * STRIDE + at,
+                      src ? src + first + at : static_cast<const uint8_t*>(p.x), src != nullptr);
+      }
+      cp_async_commit();
+    };
+
+    const int stages = (p.n_blocks + STAGE_BLOCKS - 1) / STAGE_BLOCKS;
+    if (stages > 0) copy_stage(0);
+    for (int s = 0; s < stages; ++s) {
+      cp_async_wait_all();
+      // stage s has landed for every thread, and every warp is done with stage s - 1's buffer,
+      // which stage s + 1's copies overwrite
+      block_sync();
+      if (s + 1 < stages) copy_stage(s + 1);
+      if (!active) continue;
+      const uint8_t* rows = staged[s & 1] + g * STRIDE;
+      const int b0 = s * STAGE_BLOCKS;
+      const int nb = p.n_blocks - b0 < STAGE_BLOCKS ? p.n_blocks - b0 : STAGE_BLOCKS;
+      for (int b = 0; b < nb; ++b) {
+GQ_UNROLL
+        for (int ch = 0; ch < SUBS; ++ch) {
+          Raw r;
+          const int k = b * F::BE + 32 * ch;  // the chunk's first value in the stage
+GQ_UNROLL
+          for (int nt = 0; nt < NT; ++nt) x_words(r, nt, rows + nt * 8 * STRIDE + XB * k, true);
+          load_scales(r, b0 * F::BE + k);
+          step<false>(r, b0 + b, ch, acc, table);
+        }
+      }
+    }
+  }
 };
 
-template <class F, bool BF16, int NT, bool SWIGLU, bool Q8, bool PIPELINED>
-GQ_KERNEL(NT, PIPELINED) qmm_kernel(const GemmParams p) {
+template <class F, bool BF16, int NT, bool SWIGLU, bool Q8, int LOOP>
+GQ_KERNEL(NT, LOOP) qmm_kernel(const GemmParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   __trap();  // bf16 and int8 mma.sync need sm_80 (the ops refuse older devices before a launch)
 #else
@@ -469,7 +586,9 @@ GQ_KERNEL(NT, PIPELINED) qmm_kernel(const GemmParams p) {
   const int64_t row0 = (static_cast<int64_t>(block_y()) + p.row_group0) * p.rows_per_warp;
   const int tile = static_cast<int>(row0 / p.tile_m);
   const int col0 = (block_x() * kWarps + warp_id()) * 16 * WN;
-  if (col0 >= p.n_out) return;  // warp-uniform: the whole warp leaves
+  // a warp past n_out leaves (warp-uniform), but for the smem_act loop's block barriers
+  const bool active = col0 < p.n_out;
+  if (!active && LOOP != kLoopSmemAct) return;
   const int expert = p.tile_expert[tile];
   const int n_tiles = p.meta ? p.meta[p.meta_n_tiles_index] : p.n_tiles_all;
 
@@ -496,25 +615,21 @@ GQ_UNROLL
     // The lane's B column: token slot nt * 8 + g; its x row (0 and masked when out of range).
 GQ_UNROLL
     for (int nt = 0; nt < NT; ++nt) {
-      const int slot = nt * 8 + g;
-      int64_t xr = slot < p.rows_per_warp ? row0 + slot : -1;
-      if (xr >= 0 && p.row_token) xr = p.row_token[xr];
-      k.xok[nt] = xr >= 0 && xr < p.n_a_rows;
+      const int64_t xr = x_row_of_slot(p, row0, nt * 8 + g);
+      k.xok[nt] = xr >= 0;
       k.xrow[nt] = static_cast<const uint8_t*>(p.x) + (k.xok[nt] ? xr : 0) * p.x_stride;
 GQ_UNROLL
       for (int j = 0; j < 2; ++j) {
-        k.drow[nt][j] = nullptr;
-        if (!Q8) continue;
-        const int s2 = nt * 8 + 2 * t + j;
-        int64_t r = s2 < p.rows_per_warp ? row0 + s2 : -1;
-        if (r >= 0 && p.row_token) r = p.row_token[r];
-        if (r >= 0 && r < p.n_a_rows) k.drow[nt][j] = p.x_scale + r * p.x_scale_stride;
+        const int64_t r = Q8 ? x_row_of_slot(p, row0, nt * 8 + 2 * t + j) : -1;
+        k.drow[nt][j] = r >= 0 ? p.x_scale + r * p.x_scale_stride : nullptr;
       }
     }
-    if (PIPELINED) k.pipelined_loop(p, acc, table);
+    if constexpr (LOOP == kLoopSmemAct) k.smem_loop(p, row0, active, acc, table);
+    else if constexpr (LOOP == kLoopPipelined) k.pipelined_loop(p, acc, table);
     else k.plain_loop(p, acc, table);
+    if (!active) return;
   } else if (!p.zero_unused) {
-    return;  // an unused tile's rows stay as they are
+    return;  // an unused tile's rows stay as they are (the whole block: no barrier waits)
   }
 
   // Epilogue: the lane holds columns col0 + 16 wn + g (+ 8) for tokens nt * 8 + 2t (+ 1).

@@ -23,18 +23,23 @@
 namespace gpuq {
 inline namespace GPUQ_TARGET {
 
+// The K loops of the GEMM (gpuq_kernel.h): the plain one (a user's build has only it), the
+// pipelined one (the weights' loads of the next chunks in flight) and smem_act (the block's
+// activations staged once in shared memory, for tiles of 16 or 32 tokens; 8-token calls run the
+// plain loop). The GPU build has the last two only where it was built with GPUQ_LAB_LOOPS=1
+// (the emulation always: CI runs all three); the launcher refuses them elsewhere.
+enum KLoop : int32_t { kLoopPlain = 0, kLoopPipelined = 1, kLoopSmemAct = 2 };
+
 // Which instantiation of the GEMM runs: 8-token blocks per warp (1, 2, 4), the gate/up form
 // (act(gate) * up of a [E, 2 n_out, row_bytes] tensor), int8 activations (q8), the
 // activations' type (bf16, else fp16; q8: the int8 codes, whatever the output's type), and the
-// K loop (gpuq_kernel.h): the plain one, or the pipelined one, which the GPU build has only
-// where it was built with GPUQ_LAB_LOOPS=1 (the emulation always: CI runs both); the launcher
-// refuses it elsewhere.
+// K loop.
 struct GemmVariant {
   int token_blocks;
   bool swiglu;
   bool q8;
   bool bf16;
-  bool pipelined;
+  KLoop loop;
 };
 
 #define GPUQ_DECLARE_LAUNCHERS(lower, UPPER, id, elems, bytes)                                \

@@ -253,17 +253,18 @@ void check_qmm_out(const Tensor& out, const Tensor& a, const Tensor& w_q,
                     {"row_token", row_token ? &*row_token : &none}});
 }
 
-// The K loop of the GEMMs (gpuq_launch.h): ARGON_GPUQ_LOOP=pipelined runs the pipelined loop
-// of a lab build (GPUQ_LAB_LOOPS=1) or the emulation, so that a benchmark or a test compares the
-// two loops in one process (bench/lab/gpuq_loops.py); unset or "plain": the plain loop, the only
-// one a user's build has. Read at each call (the host's side of a launch; a CUDA graph keeps the
-// kernel it captured).
-bool pipelined_loop() {
+// The K loop of the GEMMs (gpuq_launch.h): ARGON_GPUQ_LOOP=pipelined or smem_act runs that
+// loop of a lab build (GPUQ_LAB_LOOPS=1) or the emulation, so that a benchmark or a test
+// compares the loops in one process (bench/lab/gpuq_loops.py); unset or "plain": the plain
+// loop, the only one a user's build has. Read at each call (the host's side of a launch; a CUDA
+// graph keeps the kernel it captured).
+gpuq::KLoop k_loop() {
   const char* loop = std::getenv("ARGON_GPUQ_LOOP");
-  if (loop == nullptr || *loop == 0 || std::string(loop) == "plain") return false;
-  TORCH_CHECK_VALUE(std::string(loop) == "pipelined", "ARGON_GPUQ_LOOP must be \"plain\" or "
-                    "\"pipelined\", got \"", loop, "\"");
-  return true;
+  if (loop == nullptr || *loop == 0 || std::string(loop) == "plain") return gpuq::kLoopPlain;
+  if (std::string(loop) == "pipelined") return gpuq::kLoopPipelined;
+  TORCH_CHECK_VALUE(std::string(loop) == "smem_act", "ARGON_GPUQ_LOOP must be \"plain\", "
+                    "\"pipelined\" or \"smem_act\", got \"", loop, "\"");
+  return gpuq::kLoopSmemAct;
 }
 
 // The 8-token blocks a warp multiplies: its rows (the tile, at most 32) in blocks of 8.
@@ -317,22 +318,28 @@ void qmm_out(const Tensor& a_in, const Tensor& w_q_in, int64_t qtype, int64_t n_
 #endif
   const FormatLaunchers& fmt = launchers(*s.fmt);
   const Tensor w_q = readable(w_q_in, fmt.weight_align());
+  const gpuq::KLoop loop = k_loop();
+  const int rows_per_warp = static_cast<int>(std::min<int64_t>(tile_m, kMaxRowsPerWarp));
+  const int nt = token_blocks(rows_per_warp);
+  // the smem_act loop stages rows by 16-byte copies (its 8-token calls run the plain loop)
+  const bool copies_16 = loop == gpuq::kLoopSmemAct && nt >= 2;
   Tensor x, x_scale;
   if (q8) {
     x = at::empty(a_in.sizes(), a_in.options().dtype(at::kChar));
     x_scale = at::empty({a_in.size(0), n_in / 32}, a_in.options().dtype(at::kFloat));
     quantize_into(readable(a_in, a_in.element_size()), x, x_scale);
   } else {
-    x = readable(a_in, 8);  // one 64-bit load per 4 values
+    // one 64-bit load per 4 values; the smem_act loop's copies: 16 bytes
+    x = readable(a_in, copies_16 ? 16 : 8);
   }
-  const int rows_per_warp = static_cast<int>(std::min<int64_t>(tile_m, kMaxRowsPerWarp));
+  // q8's codes are a fresh dense tensor (rows of n_in bytes, n_in a multiple of 32)
+  TORCH_INTERNAL_ASSERT(!copies_16 || aligned(x, 16), "gpuq_qmm: activations not 16-byte aligned");
   gpuq::GemmParams p = gemm_params(x, w_q, s, n_in, tile_expert, tile_m, meta, row_token, act,
                                    zero_unused, out);
   p.x_scale = q8 ? x_scale.data_ptr<float>() : nullptr;
   p.x_scale_stride = q8 ? x_scale.stride(0) : 0;
   p.rows_per_warp = rows_per_warp;
-  const gpuq::GemmVariant v{token_blocks(rows_per_warp), swiglu, q8,
-                            a_in.scalar_type() == at::kBFloat16, pipelined_loop()};
+  const gpuq::GemmVariant v{nt, swiglu, q8, a_in.scalar_type() == at::kBFloat16, loop};
   char err[512] = "";
   raise_launch_error("gpuq_qmm", fmt.gemm(p, v, stream_of(a_in), err, sizeof err), err);
 }
