@@ -2,8 +2,8 @@
 # The second call of a device session (issues 45 and 43), after h200_profile.sh's: the points
 # the automatic choice of the padded Hopper path is set from, and the small-T K loops, in ONE
 # call, each step capped so that the whole ends before DEADLINE_S (default 560 s):
-#   1. the lab build (NVCC_APPEND_FLAGS=-DGPUQ_LAB_LOOPS=1: gpuq's plain and pipelined K loops
-#      both compiled; the Hopper units as in every build)
+#   1. the lab build (NVCC_APPEND_FLAGS=-DGPUQ_LAB_LOOPS=1: gpuq's three K loops, plain,
+#      pipelined and smem_act, compiled; the Hopper units as in every build)
 #   2. issue 45: tests/test_cuda_hopper_padded.py under CUDA_LAUNCH_BLOCKING (the order's window
 #      is chosen per launch now)
 #   3. issue 45: bench_hopper.py at T = POINTS_T (default 4096,6144,16384): the four paths and

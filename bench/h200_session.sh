@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One environment for every call of a device session that measures this wave's unmeasured GPU
 # code, so the extension is built once per machine: the lab loops compiled in
-# (NVCC_APPEND_FLAGS=-DGPUQ_LAB_LOOPS=1: the pipelined K loop beside the shipped one; the layer
-# never picks it) and the Hopper unit (CUTLASS's headers from the carried wheel in .whl/).
+# (NVCC_APPEND_FLAGS=-DGPUQ_LAB_LOOPS=1: the pipelined and smem_act K loops beside the shipped
+# one; the layer never picks them) and the Hopper unit (CUTLASS's headers from the carried wheel in .whl/).
 # Every step's own script builds first; setup.py rebuilds by file times only (a changed flag or
 # CUTLASS found or not goes unnoticed), so every call of a session goes through this script.
 #
@@ -11,7 +11,7 @@
 #   bash bench/h200_session.sh hopper   # issue 45: tests, bench vs triton_dense and vLLM, ncu
 #   bash bench/h200_session.sh quant    # issue 43: CUDA tests of the quantized kernels, then the
 #                                       # quick table (tiled GEMM included) with llama.cpp's column
-#   bash bench/h200_session.sh loops    # issue 43, small T: plain vs pipelined K loop
+#   bash bench/h200_session.sh loops    # issue 43, small T: plain vs pipelined vs smem_act K loop
 #   bash bench/h200_session.sh vllm     # vLLM side by side, auto and cuda_hopper_dense
 #   bash bench/h200_session.sh suite    # the whole GPU test suite (h200_tests.sh)
 #   bash bench/h200_session.sh once     # build, tests and both tables in one call (h200_once.sh)

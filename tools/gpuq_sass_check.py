@@ -5,10 +5,15 @@ its nvcc flags and -Xptxas -v, and the cuobjdump that Triton's package carries.
     python tools/gpuq_sass_check.py                   # every format
     python tools/gpuq_sass_check.py Q4_K IQ4_XS       # some
     python tools/gpuq_sass_check.py --small-t Q4_K    # the small-T kernels only, both K loops
+    python tools/gpuq_sass_check.py --wide Q4_K       # the 16-/32-token kernels, plain vs smem_act
+    python tools/gpuq_sass_check.py --wide -DGPUQ_MIN_BLOCKS_SMEM_ACT=3 Q4_K   # with a knob
 
 --small-t compiles only the 8-token kernels (bf16, exact path; gate/up and down) with the plain
 and the pipelined K loop (gpuq_kernel.h), a few seconds a format instead of a unit's minutes, and
 prints a markdown table: registers and spills of each, the gate/up loop's instructions per value.
+--wide does the same for the 16- and 32-token kernels (NT = 2 and 4; bf16, the scaled path;
+gate/up and down) with the plain and the smem_act K loop: registers, spilled bytes and static
+shared memory per block. -D arguments go to nvcc (the kernels' compile-time knobs).
 
 For each format it prints every kernel's registers and spill bytes, the instructions of the decode
 kernel per value (straight-line code: one thread, one 32-value chunk), and for the exact-path
@@ -38,9 +43,10 @@ from build_tools import gpuq_codegen  # noqa: E402
 
 # Formats whose bf16 exact path needs no activation sums (signed codes, no min: csrc/gpuq).
 NO_SUMS = {"Q8_0", "IQ4_NL", "IQ4_XS"}
-# <F, BF16=true, NT=1, SWIGLU=true, Q8=false, PIPELINED=false>: the small-T kernel users run
-SMALL_T_KERNEL = "Lb1ELi1ELb1ELb0ELb0E"
-LOOPS = {"plain": "Lb0E", "pipelined": "Lb1E"}
+# <F, BF16=true, NT=1, SWIGLU=true, Q8=false, LOOP=plain>: the small-T kernel users run
+SMALL_T_KERNEL = "Lb1ELi1ELb1ELb0ELi0E"
+LOOPS = {"plain": "Li0E", "pipelined": "Li1E"}  # qmm_kernel's last template argument (KLoop)
+WIDE_LOOPS = {"plain": "Li0", "smem_act": "Li2"}
 DECODE_KERNEL = "Lb1ELb1E"  # decode_kernel<F, BF16=true, VEC=true>
 TILED_KERNEL = "Lb1ELb1ELi128E"  # tiled_qmm_kernel<F, BF16=true, SWIGLU=true, BM=128>
 TILED_HMMA_PER_STEP, TILED_VALUES_PER_THREAD, TILED_BM = 32, 16, 128  # per 32-value step
@@ -95,17 +101,19 @@ def compile_unit(name, source, work, flags=()):
 
 
 def kernel_registers(ptxas_log, entry=QMM_ENTRY):
-    """[[template arguments, registers, spill bytes]] of the kernels whose ptxas -v entry line
-    matches `entry` (gpuq's GEMMs by default)."""
+    """[[template arguments, registers, spill bytes, static shared bytes]] of the kernels whose
+    ptxas -v entry line matches `entry` (gpuq's GEMMs by default)."""
     kernels, current = [], None
     for line in ptxas_log.splitlines():  # ptxas -v: name, then spills, then registers
         m = re.search(entry, line)
         if m:
-            current = [m.group(1), 0, 0]
+            current = [m.group(1), 0, 0, 0]
         elif current and "spill stores" in line:
             current[2] = int(re.search(r"(\d+) bytes spill stores", line).group(1))
         elif current and "Used" in line:
             current[1] = int(re.search(r"Used (\d+) registers", line).group(1))
+            smem = re.search(r"(\d+) bytes smem", line)
+            current[3] = int(smem.group(1)) if smem else 0
             kernels.append(current)
             current = None
     return kernels
@@ -121,7 +129,7 @@ def loop_cost(name, body):
 
 
 def registers_line(kernels):
-    return ", ".join(f"{k}: {r}" + (f" (spills {sp} B)" if sp else "") for k, r, sp in kernels)
+    return ", ".join(f"{k}: {r}" + (f" (spills {sp} B)" if sp else "") for k, r, sp, _ in kernels)
 
 
 def sass_functions(obj):
@@ -129,8 +137,8 @@ def sass_functions(obj):
     return re.split(r"\n\s*Function : ", sass)
 
 
-def check(name, units, work):
-    built = compile_unit(name, units[name], work)
+def check(name, units, work, flags=()):
+    built = compile_unit(name, units[name], work, flags)
     if built is None:
         return False
     obj, log = built
@@ -173,16 +181,32 @@ def check_tiled(name, units, work):
 SMALL_T_UNIT = """#include "gpuq/gpuq_kernel.h"
 namespace gpuq {{
 inline namespace GPUQ_TARGET {{
-template __global__ void qmm_kernel<Fmt{name}, true, 1, true, false, false>(const GemmParams);
-template __global__ void qmm_kernel<Fmt{name}, true, 1, true, false, true>(const GemmParams);
-template __global__ void qmm_kernel<Fmt{name}, true, 1, false, false, false>(const GemmParams);
-template __global__ void qmm_kernel<Fmt{name}, true, 1, false, false, true>(const GemmParams);
+template __global__ void qmm_kernel<Fmt{name}, true, 1, true, false, kLoopPlain>(const GemmParams);
+template __global__ void qmm_kernel<Fmt{name}, true, 1, true, false, kLoopPipelined>(
+    const GemmParams);
+template __global__ void qmm_kernel<Fmt{name}, true, 1, false, false, kLoopPlain>(const GemmParams);
+template __global__ void qmm_kernel<Fmt{name}, true, 1, false, false, kLoopPipelined>(
+    const GemmParams);
+}}
+}}
+"""
+
+# The 16- and 32-token kernels (bf16: the scaled path), gate/up and down, plain and smem_act.
+WIDE_UNIT = """#include "gpuq/gpuq_kernel.h"
+namespace gpuq {{
+inline namespace GPUQ_TARGET {{
+#define GQ_WIDE(NT, SWIGLU, LOOP) \\
+  template __global__ void qmm_kernel<Fmt{name}, true, NT, SWIGLU, false, LOOP>(const GemmParams);
+GQ_WIDE(2, true, kLoopPlain) GQ_WIDE(2, true, kLoopSmemAct)
+GQ_WIDE(2, false, kLoopPlain) GQ_WIDE(2, false, kLoopSmemAct)
+GQ_WIDE(4, true, kLoopPlain) GQ_WIDE(4, true, kLoopSmemAct)
+GQ_WIDE(4, false, kLoopPlain) GQ_WIDE(4, false, kLoopSmemAct)
 }}
 }}
 """
 
 
-def small_t(names, work):
+def small_t(names, work, flags=()):
     """The small-T kernels of `names`, both K loops: one markdown row per format and loop."""
     gpuq_codegen.generate(work, targets=())  # gpuq_tables.inc
     print("| format | loop | gate/up regs (spill B) | down regs (spill B) | loop instr | "
@@ -193,12 +217,12 @@ def small_t(names, work):
         source = os.path.join(work, f"small_t_{name}.cu")
         with open(source, "w") as f:
             f.write(SMALL_T_UNIT.format(name=name))
-        built = compile_unit(f"small_t_{name}", source, work)
+        built = compile_unit(f"small_t_{name}", source, work, flags)
         if built is None:
             ok = False
             continue
         obj, log = built
-        regs = {args: (r, sp) for args, r, sp in kernel_registers(log)}
+        regs = {args: (r, sp) for args, r, sp, _ in kernel_registers(log)}
         sass = subprocess.run([cuobjdump(), "-sass", obj], capture_output=True, text=True).stdout
         func = re.split(r"\n\s*Function : ", sass)
         for loop, tag in LOOPS.items():
@@ -216,13 +240,42 @@ def small_t(names, work):
     return ok
 
 
+def wide(names, work, flags):
+    """The 16- and 32-token kernels of `names`: one markdown row per format, NT and loop."""
+    gpuq_codegen.generate(work, targets=())  # gpuq_tables.inc
+    print("| format | NT | loop | gate/up regs (spill B) | down regs (spill B) | smem B |")
+    print("|---|---:|---|---:|---:|---:|")
+    ok = True
+    for name in names:
+        source = os.path.join(work, f"wide_{name}.cu")
+        with open(source, "w") as f:
+            f.write(WIDE_UNIT.format(name=name))
+        built = compile_unit(f"wide_{name}", source, work, flags)
+        if built is None:
+            ok = False
+            continue
+        regs = {args: (r, sp, sm) for args, r, sp, sm in kernel_registers(built[1])}
+        for nt in (2, 4):
+            for loop, tag in WIDE_LOOPS.items():
+                def kernel(swiglu):
+                    return regs[next(k for k in regs
+                                     if k.endswith(f"Li{nt}ELb{swiglu}ELb0E{tag}"))]
+                gu, dn = kernel(1), kernel(0)
+                print(f"| {name} | {nt} | {loop} | {gu[0]} ({gu[1]}) | {dn[0]} ({dn[1]}) | "
+                      f"{gu[2]} |")
+    return ok
+
+
 def main(argv):
-    quick = "--small-t" in argv
-    argv = [a for a in argv if a != "--small-t"]
+    quick, wide_only = "--small-t" in argv, "--wide" in argv
+    flags = [a for a in argv if a.startswith("-D")]
+    argv = [a for a in argv if a not in ("--small-t", "--wide") and not a.startswith("-D")]
     names = argv or gpuq_codegen.formats()
     with tempfile.TemporaryDirectory() as work:
+        if wide_only:
+            return 0 if wide(names, work, flags) else 1
         if quick:
-            return 0 if small_t(names, work) else 1
+            return 0 if small_t(names, work, flags) else 1
         units = {}
         for p in gpuq_codegen.generate(work, targets=("cuda",)):
             base = os.path.basename(p)[:-len(".cu")]
@@ -230,7 +283,7 @@ def main(argv):
                 units[base[len("fmt_"):]] = p
             elif base.startswith("tiled_"):
                 units[base] = p
-        ok = all([check(n, units, work) for n in names])
+        ok = all([check(n, units, work, flags) for n in names])
     return 0 if ok else 1
 
 

@@ -1,8 +1,11 @@
-"""gpuq's two K loops side by side on a CUDA GPU (issue 43, small T): the plain loop and the
-pipelined one (csrc/gpuq/gpuq_kernel.h), against the bf16 GEMMs, in one run of a lab build.
+"""gpuq's K loops side by side on a CUDA GPU (issue 43, small T): the plain loop, the pipelined
+one and smem_act (csrc/gpuq/gpuq_kernel.h; smem_act stages the activations of 16- and 32-token
+tiles in shared memory, its 8-token calls are the plain loop's), against the bf16 GEMMs, in one
+run of a lab build. A lab loop that the build lacks is left out of the run (its columns empty).
 
-    NVCC_APPEND_FLAGS=-DGPUQ_LAB_LOOPS=1 python setup.py build_ext --inplace   # both loops
+    NVCC_APPEND_FLAGS=-DGPUQ_LAB_LOOPS=1 python setup.py build_ext --inplace   # every loop
     python bench/lab/gpuq_loops.py --json $OUT/gpuq_loops.json
+    python bench/lab/gpuq_loops.py --T 256,512 --formats Q4_K,IQ4_XS   # smem_act's points
     python bench/lab/gpuq_loops.py --formats Q4_K --configs E128 --T 128
     TRITON_INTERPRET=1 python bench/lab/gpuq_loops.py --device cpu --tiny
                                   # the logic at toy sizes on the CPU (the gpuq emulation of a
@@ -12,18 +15,20 @@ What is timed: the gate/up GEMM (gathered, SiLU epilogue) + the down GEMM of the
 activation_quant "none", each loop chosen by ARGON_GPUQ_LOOP when its CUDA graph is captured;
 bf16: the Triton bf16 GEMMs (moe_gate_up_swiglu_triton + moe_mm_triton) on dense stacks of the
 same shapes. The plan and the combine are the same on every path and not in these times. The
-three are captured once each and replayed in turns (testing/timing.py's interleaved_graphs_us),
+loops and bf16 are captured once each and replayed in turns (testing/timing.py's interleaved_graphs_us),
 so clock drift reaches all of them alike. Floors: the format's weight bytes over the copy
 bandwidth measured in the run, or the FLOPs over BF16_TFLOPS, whichever is larger.
 
-Each call's outputs are compared: the pipelined loop's must equal the plain loop's bit for bit
-on the used tiles' rows (the same products in the same order); a difference is recorded and
-fails the run.
+Each call's outputs are compared: every lab loop's must equal the plain loop's bit for bit on
+the used tiles' rows (the same products in the same order); a difference is recorded and fails
+the run.
 
-Records (JSON list):
+Records (JSON list; per lab loop L in the build: L_us, L_speedup (plain / L), L_to_bf16,
+L_to_floor, L_bit_equal; "speedup" is pipelined's, "bit_equal" all loops'):
   {"op": "gpuq_loops", "config", "E", "K", "H", "I", "T", "quant", "tile_m", "plain_us",
-   "pipelined_us", "speedup", "bf16_us", "plain_to_bf16", "pipelined_to_bf16", "floor_us",
-   "plain_to_floor", "pipelined_to_floor", "weight_bytes", "bit_equal", "grid", "device"}
+   "pipelined_us", "speedup", "smem_act_us", "smem_act_speedup", "bf16_us", "plain_to_bf16",
+   "pipelined_to_bf16", "smem_act_to_bf16", "floor_us", "plain_to_floor", "pipelined_to_floor",
+   "smem_act_to_floor", "weight_bytes", "bit_equal", "grid", "device"}
   {"op": "copy_bw", "tb_per_s", "device"}
   {"op": "gpuq_loops_error", "config", "T", "quant", "error"}
 """
@@ -47,7 +52,8 @@ TINY_CONFIGS = {"E512": dict(E=4, K=2, H=512, I=256), "E128": dict(E=2, K=1, H=5
 FORMATS = ("Q4_K", "Q8_0", "IQ4_XS", "Q6_K", "IQ2_XS", "Q2_K")
 T_LIST = (128, 512)
 BF16_TFLOPS = 790.0  # the bf16 rate on random data (bench/README.md's GEMM tables)
-LOOPS = ("plain", "pipelined")
+LOOPS = ("plain", "pipelined", "smem_act")
+LAB_LOOPS = LOOPS[1:]
 WARPS, COLS_PER_WARP = 4, 16  # csrc/gpuq/gpuq_kernel.h: kWarps, 16 columns per row group
 
 
@@ -131,12 +137,22 @@ def bench_config(device, cfg_name, cfg, names, Ts, bw, records, save):
             try:
                 tm = gpuq.layer_tile_m(T * K, E, scaled=True)  # the layer's, bf16 "none"
                 plan = reference.moe_plan(ids, w, E, tm)
-                fns = {loop: gpuq_gemms(loop, name, cfg, x, plan, tm, wq) for loop in LOOPS}
-                outs = {loop: fn() for loop, fn in fns.items()}
+                fns, outs = {}, {}
+                for loop in LOOPS:
+                    fn = gpuq_gemms(loop, name, cfg, x, plan, tm, wq)
+                    try:
+                        outs[loop] = fn()
+                    except RuntimeError as e:  # a build without this lab loop
+                        if loop == "plain" or "this build has no" not in str(e):
+                            raise
+                        continue
+                    fns[loop] = fn
                 # the rows of used tiles (the others are left unwritten: zero_unused=False)
                 used = (plan.tile_expert >= 0).repeat_interleave(tm)
-                bit_equal = torch.equal(outs["plain"][used].view(torch.int16),
-                                        outs["pipelined"][used].view(torch.int16))
+                equal = {loop: torch.equal(outs["plain"][used].view(torch.int16),
+                                           outs[loop][used].view(torch.int16))
+                         for loop in outs if loop != "plain"}
+                bit_equal = all(equal.values())
                 del outs
                 fns["bf16"] = bf16_gemms(device, cfg, x, ids, w, dense)
                 us = interleaved_graphs_us(fns, device)
@@ -148,23 +164,28 @@ def bench_config(device, cfg_name, cfg, names, Ts, bw, records, save):
             floor = max(qbytes / bw / 1e6, 2.0 * T * K * 3 * H * I / BF16_TFLOPS / 1e6)
             n_tiles = plan.tile_expert.shape[0]
             rec = dict(op="gpuq_loops", config=cfg_name, E=E, K=K, H=H, I=I, T=T, quant=name,
-                       tile_m=tm, plain_us=round(us["plain"], 2),
-                       pipelined_us=round(us["pipelined"], 2),
-                       speedup=round(us["plain"] / us["pipelined"], 3),
-                       bf16_us=round(us["bf16"], 2),
+                       tile_m=tm, plain_us=round(us["plain"], 2), bf16_us=round(us["bf16"], 2),
                        plain_to_bf16=round(us["plain"] / us["bf16"], 3),
-                       pipelined_to_bf16=round(us["pipelined"] / us["bf16"], 3),
                        floor_us=round(floor, 2), plain_to_floor=round(us["plain"] / floor, 3),
-                       pipelined_to_floor=round(us["pipelined"] / floor, 3),
                        weight_bytes=qbytes, bit_equal=bit_equal,
                        grid=dict(gate_up=grid(I, True, n_tiles, tm),
                                  down=grid(H, False, n_tiles, tm)),
                        device=torch.cuda.get_device_name() if device == "cuda" else device)
+            line = f"{cfg_name} {name:7s} T={T:5d} tm={tm:2d} plain {us['plain']:8.1f}"
+            for loop in LAB_LOOPS:
+                if loop not in us:
+                    continue
+                rec[f"{loop}_us"] = round(us[loop], 2)
+                rec[f"{loop}_speedup"] = round(us["plain"] / us[loop], 3)
+                rec[f"{loop}_to_bf16"] = round(us[loop] / us["bf16"], 3)
+                rec[f"{loop}_to_floor"] = round(us[loop] / floor, 3)
+                rec[f"{loop}_bit_equal"] = equal[loop]
+                line += (f" {loop} {us[loop]:8.1f} ({rec[f'{loop}_speedup']:.2f}x"
+                         f"{'' if equal[loop] else ', NOT BIT-EQUAL'})")
+            if "pipelined_speedup" in rec:
+                rec["speedup"] = rec["pipelined_speedup"]
             records.append(rec)
-            print(f"{cfg_name} {name:7s} T={T:5d} tm={tm:2d} plain {us['plain']:8.1f} "
-                  f"pipelined {us['pipelined']:8.1f} ({rec['speedup']:.2f}x) bf16 "
-                  f"{us['bf16']:8.1f} floor {floor:7.1f}{'' if bit_equal else ' NOT BIT-EQUAL'}",
-                  flush=True)
+            print(f"{line} bf16 {us['bf16']:8.1f} floor {floor:7.1f}", flush=True)
         save()
         del wq
         if device == "cuda":
@@ -173,15 +194,21 @@ def bench_config(device, cfg_name, cfg, names, Ts, bw, records, save):
 
 def table(records):
     rows = [r for r in records if r["op"] == "gpuq_loops"]
-    print("\n| config | format | T | bf16 | floor | plain (x bf16, x floor) | "
-          "pipelined (x bf16, x floor) | speedup | bit-equal |")
-    print("|---|---|---:|---:|---:|---|---|---:|---|")
+    lab = [loop for loop in LAB_LOOPS if any(f"{loop}_us" in r for r in rows)]
+
+    def cell(r, loop):
+        if f"{loop}_us" not in r:
+            return "- | -"
+        return (f"{r[f'{loop}_us']:.0f} ({r[f'{loop}_to_bf16']:.2f}, "
+                f"{r[f'{loop}_to_floor']:.2f}) | {r[f'{loop}_speedup']:.2f}x")
+    print("\n| config | format | T | tile_m | bf16 | floor | plain (x bf16, x floor) | " +
+          "".join(f"{loop} (x bf16, x floor) | speedup | " for loop in lab) + "bit-equal |")
+    print("|---|---|---:|---:|---:|---:|---|" + "---|---:|" * len(lab) + "---|")
     for r in rows:
-        print(f"| {r['config']} | {r['quant']} | {r['T']} | {r['bf16_us']:.0f} | "
+        print(f"| {r['config']} | {r['quant']} | {r['T']} | {r['tile_m']} | {r['bf16_us']:.0f} | "
               f"{r['floor_us']:.0f} | {r['plain_us']:.0f} ({r['plain_to_bf16']:.2f}, "
-              f"{r['plain_to_floor']:.2f}) | {r['pipelined_us']:.0f} "
-              f"({r['pipelined_to_bf16']:.2f}, {r['pipelined_to_floor']:.2f}) | "
-              f"{r['speedup']:.2f}x | {'yes' if r['bit_equal'] else 'NO'} |")
+              f"{r['plain_to_floor']:.2f}) | " + "".join(f"{cell(r, loop)} | " for loop in lab) +
+              f"{'yes' if r['bit_equal'] else 'NO'} |")
     for r in records:
         if r["op"] == "gpuq_loops_error":
             print(f"ERROR {r['config']} {r['quant']} T={r['T']}: {r['error'][:300]}")

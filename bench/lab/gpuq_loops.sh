@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# gpuq's plain and pipelined K loops on the lent GPU, in one call (issue 43, small T):
+# gpuq's K loops (plain, pipelined, smem_act) on the lent GPU, in one call (issue 43, small T):
 #   bash bench/lab/gpuq_loops.sh            # build, the gpuq CUDA tests, the loops' table
 #   bash bench/lab/gpuq_loops.sh --build-only               # the build alone (a first call)
 #   bash bench/lab/gpuq_loops.sh --formats Q4_K --T 128    # other arguments: gpuq_loops.py's
 # On a fresh machine the lab build may take most of a call: build in one call (--build-only; a
 # call cut short leaves ninja's finished objects, the next call goes on from them), then run the
 # rest in a second, where the build is a no-op.
-# 1. the lab build (NVCC_APPEND_FLAGS=-DGPUQ_LAB_LOOPS=1: both K loops compiled; setup.py
+# 1. the lab build (NVCC_APPEND_FLAGS=-DGPUQ_LAB_LOOPS=1: every K loop compiled; setup.py
 #    rebuilds by file times only, so a machine already built without the flag must be cleaned
 #    first: bench/h200_session.sh keeps one environment for a session), sm_90, not in the
 #    minutes below;
-# 2. `pytest --gpu-run tests/test_gpuq.py` on 16 xdist workers (every GEMM case with both loops,
-#    the pipelined loop's tail cases bit for bit against the plain loop), at most TESTS_S seconds
+# 2. `pytest --gpu-run tests/test_gpuq.py` on 16 xdist workers (every GEMM case with every loop,
+#    the lab loops' cases bit for bit against the plain loop), at most TESTS_S seconds
 #    (default 240; log $OUT/gpuq_tests.log);
 # 3. bench/lab/gpuq_loops.py: gate/up + down GEMMs of both configs at T = 128 and 512, Q4_K Q8_0
 #    IQ4_XS Q6_K IQ2_XS Q2_K, each loop against the bf16 GEMMs in the same run, with the floors
