@@ -214,20 +214,24 @@ def table(records):
             print(f"ERROR {r['config']} {r['quant']} T={r['T']}: {r['error'][:300]}")
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json", default=os.path.join(os.environ.get("OUT", "/tmp"),
-                                                   "gpuq_loops.json"))
-    ap.add_argument("--formats", default=",".join(FORMATS))
+def lab_main(argv, script, op, bench, failed, summary=None, doc=__doc__, formats=FORMATS,
+             t_list=T_LIST):
+    """The driver both lab scripts share: arguments (defaults: `formats`, `t_list`), the copy
+    bandwidth, `bench` per config (bench_config's signature), the JSON saved after each config and at the end (what was
+    measured survives an error: recorded as op + "_error"), `summary(records)` printed; exit
+    status 1 where a record is an error or `failed(record)`."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--json", default=os.path.join(os.environ.get("OUT", "/tmp"), f"{op}.json"))
+    ap.add_argument("--formats", default=",".join(formats))
     ap.add_argument("--configs", default=",".join(CONFIGS))
-    ap.add_argument("--T", default=",".join(map(str, T_LIST)))
+    ap.add_argument("--T", default=",".join(map(str, t_list)))
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--tiny", action="store_true", help="toy sizes (the logic, not the speed)")
     args = ap.parse_args(argv)
     start = time.time()
     device = args.device
     if device == "cuda" and not torch.cuda.is_available():
-        sys.exit("gpuq_loops.py: no CUDA device")
+        sys.exit(f"{script}: no CUDA device")
     if device == "cpu":
         import torch_argon.testing.backends  # noqa: F401 (the gpuq emulation: a test build)
     configs = TINY_CONFIGS if args.tiny else CONFIGS
@@ -244,19 +248,24 @@ def main(argv=None):
         records.append(dict(op="copy_bw", tb_per_s=round(bw, 3), device=device))
         print(f"copy bandwidth {bw:.3f} TB/s (read + write)", flush=True)
         for cfg_name in args.configs.split(","):
-            bench_config(device, cfg_name, configs[cfg_name], args.formats.split(","), Ts, bw,
-                         records, save)
+            bench(device, cfg_name, configs[cfg_name], args.formats.split(","), Ts, bw,
+                  records, save)
     except Exception:  # noqa: BLE001 (keep what was measured)
         traceback.print_exc()
-        records.append(dict(op="gpuq_loops_error", config="-", T=0, quant="-",
+        records.append(dict(op=f"{op}_error", config="-", T=0, quant="-",
                             error=traceback.format_exc()[-500:]))
     finally:
         save()
-        table(records)
+        if summary:
+            summary(records)
         print(f"{len(records)} records written to {args.json}; total {time.time() - start:.0f} s")
-    bad = any(r["op"] == "gpuq_loops_error" or (r["op"] == "gpuq_loops" and not r["bit_equal"])
-              for r in records)
+    bad = any(r["op"] == f"{op}_error" or (r["op"] == op and failed(r)) for r in records)
     return 1 if bad else 0
+
+
+def main(argv=None):
+    return lab_main(argv, "gpuq_loops.py", "gpuq_loops", bench_config,
+                    failed=lambda r: not r["bit_equal"], summary=table)
 
 
 if __name__ == "__main__":

@@ -23,18 +23,14 @@ Records (JSON list): {"op": "gpuq_tile_m", "config", "E", "K", "H", "I", "T", "q
 "device"}, {"op": "copy_bw", ...}, {"op": "gpuq_tile_m_error", "config", "T", "quant",
 "error"}.
 """
-import argparse
-import json
 import os
 import sys
-import time
 import traceback
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpuq_loops import (CONFIGS, ROOT, TINY_CONFIGS, copy_bandwidth, gpuq_gemms,  # noqa: E402
-                        random_quantized_on)
+from gpuq_loops import ROOT, gpuq_gemms, lab_main, random_quantized_on  # noqa: E402
 
 sys.path.insert(0, ROOT)
 TILE_MS = (8, 16, 32)
@@ -99,48 +95,9 @@ def bench_config(device, cfg_name, cfg, names, Ts, bw, records, save):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json", default=os.path.join(os.environ.get("OUT", "/tmp"),
-                                                   "gpuq_tile_m.json"))
-    ap.add_argument("--formats", default=",".join(FORMATS))
-    ap.add_argument("--configs", default=",".join(CONFIGS))
-    ap.add_argument("--T", default=",".join(map(str, T_LIST)))
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--tiny", action="store_true", help="toy sizes (the logic, not the speed)")
-    args = ap.parse_args(argv)
-    start = time.time()
-    device = args.device
-    if device == "cuda" and not torch.cuda.is_available():
-        sys.exit("gpuq_tile_m.py: no CUDA device")
-    if device == "cpu":
-        import torch_argon.testing.backends  # noqa: F401 (the gpuq emulation: a test build)
-    configs = TINY_CONFIGS if args.tiny else CONFIGS
-    Ts = tuple(int(t) for t in args.T.split(",")) if not args.tiny else (8, 24)
-    records = []
-
-    def save():
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w") as f:
-            json.dump(records, f, indent=1)
-
-    try:
-        bw = copy_bandwidth(device)
-        records.append(dict(op="copy_bw", tb_per_s=round(bw, 3), device=device))
-        print(f"copy bandwidth {bw:.3f} TB/s (read + write)", flush=True)
-        for cfg_name in args.configs.split(","):
-            bench_config(device, cfg_name, configs[cfg_name], args.formats.split(","), Ts, bw,
-                         records, save)
-    except Exception:  # noqa: BLE001 (keep what was measured)
-        traceback.print_exc()
-        records.append(dict(op="gpuq_tile_m_error", config="-", T=0, quant="-",
-                            error=traceback.format_exc()[-500:]))
-    finally:
-        save()
-        print(f"{len(records)} records written to {args.json}; total {time.time() - start:.0f} s")
-    bad = any(r["op"] == "gpuq_tile_m_error" or
-              (r["op"] == "gpuq_tile_m" and max(r["rel_err"].values()) > REL_TOL)
-              for r in records)
-    return 1 if bad else 0
+    return lab_main(argv, "gpuq_tile_m.py", "gpuq_tile_m", bench_config, doc=__doc__,
+                    formats=FORMATS, t_list=T_LIST,
+                    failed=lambda r: max(r["rel_err"].values()) > REL_TOL)
 
 
 if __name__ == "__main__":
