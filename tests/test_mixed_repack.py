@@ -119,6 +119,17 @@ def test_layout_and_bytes():
     assert mr.repacked_bytes(m) * 8 == 5 * 5 * 16 * 768
 
 
+def test_concat_n():
+    """Two stacks' repacks concatenated along N are the repack of the concatenated bytes."""
+    a, b = random_bytes((3,), 8, 512, 5), random_bytes((3,), 16, 512, 6)
+    both = mr.concat_n(mr.repack_q4k(a, 512), mr.repack_q4k(b, 512))
+    want = mr.repack_q4k(torch.cat([a, b], dim=1), 512)
+    for got, exp in zip(both[:3], want[:3]):
+        assert torch.equal(got.view(torch.uint8), exp.view(torch.uint8))
+    with pytest.raises(ValueError, match="same leading dims and K"):
+        mr.concat_n(mr.repack_q4k(a, 512), mr.repack_q4k(random_bytes((3,), 8, 256, 7), 256))
+
+
 @pytest.mark.parametrize("shape,n_in,match", [
     ((12, 144), 256, "multiple of 8"),
     ((8, 144), 512, "bytes per row"),

@@ -132,6 +132,17 @@ def mixed_dequantize(m, dtype=torch.bfloat16):
     return w.to(torch.bfloat16).reshape(*m.leading, m.n_out, m.n_in).to(dtype)
 
 
+def concat_n(first, second):
+    """One MixedQ4K of first's rows then second's (the same leading dims and K): gate and up
+    held as two stacks become the gate/up GEMM's [.., 2I, H]."""
+    if first.leading != second.leading or first.n_in != second.n_in:
+        raise ValueError(f"concat_n needs the same leading dims and K, got {first.leading} K="
+                         f"{first.n_in} and {second.leading} K={second.n_in}")
+    return MixedQ4K(torch.cat([first.codes, second.codes], dim=-2),
+                    torch.cat([first.scales, second.scales], dim=-2),
+                    torch.cat([first.zeros, second.zeros], dim=-2), first.n_in)
+
+
 def repacked_bytes(m):
     """Bytes a GEMM reads of the repacked weights (codes, scales, zeros): 5 bits per value (4
     of code, 2 x 16 per 32 values of scale and zero), against Q4_K's 4.5 and bf16's 16."""
