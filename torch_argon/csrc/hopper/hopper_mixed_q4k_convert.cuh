@@ -107,9 +107,10 @@ struct MixedInputUtils<CollectiveMma<
     auto dst = tCrA_mma(_, _, k_block);
     auto scales = cute::get<1>(partitioned_extra_info)(_, _, k_block);
     auto zeros = cute::get<3>(partitioned_extra_info)(_, _, k_block);
-    CUTE_STATIC_ASSERT_V(cute::size(src) == cute::size(dst));
-    CUTE_STATIC_ASSERT_V(cute::size(src) == cute::size(scales));
-    CUTE_STATIC_ASSERT_V(cute::size(src) == cute::size(zeros));
+    // one logical coordinate per value in all four: the loop below indexes them alike
+    CUTE_STATIC_ASSERT_V(cute::shape(src) == cute::shape(dst));
+    CUTE_STATIC_ASSERT_V(cute::shape(src) == cute::shape(scales));
+    CUTE_STATIC_ASSERT_V(cute::shape(src) == cute::shape(zeros));
     const int half = k_block / (kBlocks / 2);  // group 2t + half of K tile t
     using Dst = typename EngineOut::value_type;
     CUTLASS_PRAGMA_UNROLL
