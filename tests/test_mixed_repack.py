@@ -89,6 +89,31 @@ def test_kernel_weights_by_formula():
     assert torch.equal(z, (-ml).to(torch.bfloat16).float())
 
 
+def test_the_kernels_reading_of_the_bytes():
+    """What hopper_mixed_q4k_convert.cuh does with the repack's bytes, emulated: the scales and
+    zeros read as little-endian uint32 [E, K/64, N] (group 2t in the low half: bits << 16,
+    group 2t + 1 in the high half: bits & 0xFFFF0000, as float32), the codes as nibbles of
+    [E, N, K/2] bytes (low first), K block kb of a 64-wide tile in group 2t + kb / 2, and
+    w = bf16(fma(q, s, z)): mixed_dequantize, bit for bit."""
+    E, N, K = 2, 8, 512
+    m = mr.repack_q4k(random_bytes((E,), N, K, 9), K)
+    pairs = m.scales.view(torch.int32).squeeze(-1), m.zeros.view(torch.int32).squeeze(-1)
+    assert pairs[0].shape == (E, K // 64, N)
+
+    def half(bits, h):  # pair_half
+        return ((bits << 16) if h == 0 else (bits & -65536)).view(torch.float32)
+
+    codes = m.codes.to(torch.int32)
+    w = torch.empty(E, N, K, dtype=torch.bfloat16)
+    for k in range(K):
+        t, kb = k // 64, (k % 64) // 16
+        q = ((codes[:, :, k // 2] >> (4 * (k % 2))) & 15).float()
+        s = half(pairs[0][:, t, :], kb // 2)
+        z = half(pairs[1][:, t, :], kb // 2)
+        w[:, :, k] = torch.addcmul(z, q, s).to(torch.bfloat16)  # q * s exact: fma's rounding
+    assert torch.equal(w.view(torch.int16), mr.mixed_dequantize(m).view(torch.int16))
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_gemm_within_scaled_tolerance(seed):
     """A GEMM on realistic (llama-like, synthetic) Q4_K weights: x @ W^T with the kernel's
