@@ -25,9 +25,9 @@
 // add, then once to bf16 (cvt.rn): quant/mixed_repack.mixed_dequantize computes the same bits.
 //
 // Limits. TileK 64 (two groups a tile: checked below); the codes unsigned 4-bit (Q4_K's 0..15).
-// Not tuned: the loop converts one value at a time (I2F, two shifts, FFMA, F2F per value); the
-// lookup / prmt conversions CUTLASS uses for int4 and a reordered code layout are the next step
-// (bench/quant_mixed_notes.md).
+// Not tuned: the loop converts one value at a time (nibble extract, LOP3 + FADD for the code,
+// FFMA, half an F2FP pack per value); CUTLASS's lookup / prmt conversions for int4 and a
+// reordered code layout are the next step (bench/quant_mixed_notes.md).
 #pragma once
 
 #include <cstdint>
@@ -60,6 +60,12 @@ struct UtilsView {
   static constexpr auto ModeHasScales = C::ModeHasScales;
   static constexpr auto UseScaleLookupTable = C::UseScaleLookupTable;
 };
+
+// A 4-bit code (0..15) as float, exactly, without a conversion instruction (I2F / I2FP issue at
+// a fraction of the FMA pipe's rate): the float whose bits are 0x4B000000 | q is 2^23 + q.
+CUTLASS_DEVICE float code_to_float(uint32_t q) {
+  return __uint_as_float(0x4B000000u | q) - 8388608.0f;
+}
 
 // The bf16 in half `half` (0 low, 1 high) of a pair, widened to float (exact).
 CUTLASS_DEVICE float pair_half(uint32_t pair, int half) {
@@ -115,7 +121,7 @@ struct MixedInputUtils<CollectiveMma<
     using Dst = typename EngineOut::value_type;
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < cute::size(src); ++i) {
-      const float q = static_cast<float>(static_cast<int>(cutlass::uint4b_t(src(i))));
+      const float q = argon_hopper_mixed::code_to_float(static_cast<uint32_t>(cutlass::uint4b_t(src(i))));
       const float s = argon_hopper_mixed::pair_half(static_cast<uint32_t>(scales(i)), half);
       const float z = argon_hopper_mixed::pair_half(static_cast<uint32_t>(zeros(i)), half);
       dst(i) = Dst(__fmaf_rn(q, s, z));
