@@ -4,7 +4,8 @@ mixed-input mainloop with our per-32-group conversion, over the padded plan).
 
 On every machine: where the registry puts it and why it declines (on the CPU; formats other than
 Q4_K, fp16, tile_m other than 128; under path="auto" / "triton" always:
-"not yet measured on a GPU"), the op's fakes and their argument errors, the repack cache. On a
+"not yet measured on a GPU"), the op's fakes and their argument errors, the repack cache, the
+implementation's stages with the CUDA op emulated in torch. On a
 GPU of compute capability 9.0 with the Hopper units built (NOT YET RUN: the kernel is
 compile-checked only): the GEMM on every used tile against float64 on the kernel's own weights
 (mixed_dequantize: tight) and on the exact dequant (the scaled tolerance), -1 ids, experts with
@@ -121,6 +122,51 @@ def test_repack_cache_follows_the_weights_version():
     part.data[0, 0, 4] ^= 1  # an in-place change: repacked again
     second = cuda_quantized_mixed.CACHE.get(part)
     assert second is not first and not torch.equal(second.scales, first.scales)
+
+
+def emulated_mm(x, m, tile_expert, meta, *, out=None):
+    """The op's contract in torch on the CPU (the kernel's weights: mixed_dequantize; fp32
+    accumulation, bf16 out; the used tiles only)."""
+    w = mr.mixed_dequantize(m, torch.float32)
+    if out is None:
+        out = torch.zeros(x.shape[0], m.n_out, dtype=x.dtype)
+    for t in range(int(meta[1])):
+        rows = slice(t * TILE, (t + 1) * TILE)
+        out[rows] = (x[rows].float() @ w[int(tile_expert[t])].T).to(out.dtype)
+    return out
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("dist,T", [("uniform", 300), ("neg_some", 77), ("empty", 40),
+                                    ("uniform", 0)])
+def test_experts_flow_on_the_cpu_with_the_op_emulated(monkeypatch, fused, dist, T):
+    """The implementation's stages (plan of tile_m 128, gather, the repack (gate and up
+    concatenated where they are two stacks), gate/up, swiglu, down, combine) with the CUDA op
+    replaced by its contract in torch: the layer's output within the scaled tolerance of the
+    exact dequant's."""
+    monkeypatch.setattr(cuda_quantized_mixed.mixed_ops, "refusal", lambda device: "")
+    monkeypatch.setattr(cuda_quantized_mixed.mixed_ops, "mixed_q4k_mm", emulated_mm)
+    E, K, H, I = 8, 4, 512, 256
+    q = q_experts(E=E, H=H, I=I, seed=3)
+    if not fused:
+        gu = q.gate_up
+        q = QuantizedExperts(down=q.down, gate=QuantizedWeight(gu.data[:, :I], "Q4_K", H),
+                             up=QuantizedWeight(gu.data[:, I:], "Q4_K", H))
+    g = torch.Generator().manual_seed(T)
+    x = (torch.randn(T, H, generator=g) * 0.5).bfloat16()
+    ids, w = make_ids(T, K, E, dist, seed=T), make_weights(T, K, seed=T)
+    dense = (torch.cat([p.dequantize() for p in ([q.gate_up] if fused else [q.gate, q.up])], 1),
+             q.down.dequantize())
+    want = reference.moe_layer(x.float(), None, dense, K, topk_ids=ids, topk_weights=w)
+    chosen = torch_argon.experts.choose(x, q, path="cuda_quantized_mixed", n_entries=T * K,
+                                        activation_quant="none")
+    assert (chosen.name, chosen.tile_m) == ("cuda_quantized_mixed", TILE)
+    got = torch_argon.moe_experts(x, ids, w, q, path="cuda_quantized_mixed",
+                                  activation_quant="none")
+    assert got.shape == want.shape and got.dtype == torch.bfloat16
+    if T:
+        err = ((got.float() - want).norm() / want.norm()).item()
+        assert err < SCALED_TOL, err
 
 
 # ---- the op's fakes (torch.compile's shapes) --------------------------------------------------
