@@ -104,7 +104,10 @@ def test_it_declines_fp16_other_tile_m_and_autograd(on_hopper):
     x = torch.randn(8, 256, dtype=torch.bfloat16, requires_grad=True)
     with torch.enable_grad():
         call = ExpertsCall.of(x, q, ops=torch_argon.argon_ops, n_entries=16)
-    assert MIXED.supports(call) == "the mixed-input GEMM has no backward (inference only)"
+    assert MIXED.supports(call).startswith("autograd records this call")
+    from torch_argon.testing import backends
+    call = ExpertsCall.of(x.detach(), q, ops=backends.get("reference").ops, n_entries=16)
+    assert MIXED.supports(call) == "an OpSet other than the argon library was passed"
 
 
 def test_the_op_refuses_cpu_tensors_naming_the_device():
@@ -122,6 +125,27 @@ def test_repack_cache_follows_the_weights_version():
     part.data[0, 0, 4] ^= 1  # an in-place change: repacked again
     second = cuda_quantized_mixed.CACHE.get(part)
     assert second is not first and not torch.equal(second.scales, first.scales)
+
+
+def test_repack_cache_takes_inference_tensors():
+    """Weights made under inference_mode (as `python -m torch_argon --gguf` loads them) have no
+    version counter: their entry is kept, never stale."""
+    with torch.inference_mode():
+        part = q_experts(E=2).down
+    first = cuda_quantized_mixed.CACHE.get(part)
+    assert cuda_quantized_mixed.CACHE.get(part) is first
+
+
+def test_separate_gate_and_up_are_concatenated_once():
+    q = q_experts(E=2)
+    gate = QuantizedWeight(q.gate_up.data[:, :256].clone(), "Q4_K", 256)
+    up = QuantizedWeight(q.gate_up.data[:, 256:].clone(), "Q4_K", 256)
+    first = cuda_quantized_mixed.CACHE.get_pair(gate, up)
+    assert cuda_quantized_mixed.CACHE.get_pair(gate, up) is first
+    want = mr.repack_q4k(q.gate_up.data, 256)
+    assert torch.equal(first.codes, want.codes) and torch.equal(first.scales, want.scales)
+    up.data[0, 0, 4] ^= 1  # a change to either part repacks the pair
+    assert cuda_quantized_mixed.CACHE.get_pair(gate, up) is not first
 
 
 def emulated_mm(x, m, tile_expert, meta, *, out=None):

@@ -33,29 +33,51 @@ from torch.utils.weak import WeakIdKeyDictionary
 from ..hopper import configs as hopper_configs
 from ..hopper import mixed_ops
 from ..quant import mixed_repack
-from .base import Experts
+from .base import Experts, fused_call_refusal
 
 NOT_MEASURED = ("not yet measured on a GPU: the Q4_K mixed-input Hopper GEMM is compile-checked "
                 "only (bench/quant_mixed_notes.md); path='cuda_quantized_mixed' runs it")
 
 
+def _version(t):
+    """t's version counter, or None for an inference tensor (it has none, and cannot change
+    outside inference mode, so its entry never goes stale)."""
+    return None if t.is_inference() else t._version
+
+
 class _RepackCache:
-    """MixedQ4K per QuantizedWeight byte tensor (weak keys), with the tensor's version."""
+    """The repacked weights per QuantizedWeight byte tensor, or per (gate, up) pair of them
+    where the two are separate parts (concatenated along N once, not at every call): weak keys
+    (an entry goes with its first tensor), with the tensors' versions (an in-place change
+    repacks)."""
 
     def __init__(self):
         self.entries = WeakIdKeyDictionary()
         self.lock = threading.Lock()
 
+    def _cached(self, key, versions, make):
+        with self.lock:
+            hit = self.entries.get(key)
+            if hit is not None and hit[0] == versions:
+                return hit[1]
+        value = make()
+        with self.lock:
+            self.entries[key] = (versions, value)
+        return value
+
     def get(self, part):
         data = part.data
-        with self.lock:
-            hit = self.entries.get(data)
-            if hit is not None and hit[0] == data._version:
-                return hit[1]
-        repacked = mixed_repack.repack_q4k(data, part.n_in)
-        with self.lock:
-            self.entries[data] = (data._version, repacked)
-        return repacked
+        return self._cached(data, (_version(data),),
+                            lambda: mixed_repack.repack_q4k(data, part.n_in))
+
+    def get_pair(self, gate, up):
+        """gate and up repacked and concatenated along N; keyed by gate's bytes, checked
+        against both tensors' identities and versions."""
+        versions = (id(up.data), _version(gate.data), _version(up.data))
+        return self._cached(gate.data, versions,
+                            lambda: mixed_repack.concat_n(
+                                mixed_repack.repack_q4k(gate.data, gate.n_in),
+                                mixed_repack.repack_q4k(up.data, up.n_in)))
 
 
 CACHE = _RepackCache()
@@ -63,10 +85,7 @@ CACHE = _RepackCache()
 
 def repacked_experts(w):
     """(gate_up, down) MixedQ4K of QuantizedExperts `w` (all Q4_K), from the cache."""
-    if w.fused:
-        gate_up = CACHE.get(w.gate_up)
-    else:
-        gate_up = mixed_repack.concat_n(CACHE.get(w.gate), CACHE.get(w.up))
+    gate_up = CACHE.get(w.gate_up) if w.fused else CACHE.get_pair(w.gate, w.up)
     return gate_up, CACHE.get(w.down)
 
 
@@ -79,11 +98,9 @@ class CudaQuantizedMixed(Experts):
 
     def supports(self, call):
         x, w = call.x, call.weights
-        why = mixed_ops.refusal(x.device)
+        why = mixed_ops.refusal(x.device) or fused_call_refusal(call)
         if why:
             return why
-        if torch.is_grad_enabled() and x.requires_grad:
-            return "the mixed-input GEMM has no backward (inference only)"
         if x.dtype != torch.bfloat16:
             return f"the mixed-input GEMM runs bf16 activations, got {x.dtype}"
         names = sorted({p.qtype.name for p in w.parts().values()})
