@@ -149,6 +149,7 @@ lib_srcs = [s for s in sources("*.cpp", "cpu/*.cpp") if not s.endswith("module_t
 lib_srcs += sources("gpuq/gpuq_ops.cpp")  # the gpuq ops' schemas (and their CUDA kernels)
 lib_srcs += sources("hopper/hopper_ops.cpp")  # the Hopper GEMM's schemas (and its CUDA kernel)
 lib_srcs += sources("hopper/hopper_padded_ops.cpp")  # the padded Hopper GEMM's (the same)
+lib_srcs += sources("hopper/hopper_mixed_ops.cpp")  # the Q4_K mixed-input Hopper GEMM's (the same)
 lib_flags = dict(cxx=list(cxx_flags), nvcc=list(nvcc_flags))
 lib_link = list(extra_link)
 if cuda:

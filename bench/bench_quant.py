@@ -6,6 +6,8 @@ with the floors.
     python bench/bench_quant.py --quick            # 5 formats, both configs, every T (< 4 min)
     python bench/bench_quant.py                    # every format, and cuda_quantized's q8 mode
     python bench/bench_quant.py --formats Q4_K,IQ2_XS --configs E128 --T 128,2048
+    python bench/bench_quant.py --formats Q4_K --T 2048,8192,16384 \
+        --impls cuda_quantized_dequant,cuda_quantized_mixed   # those columns only (mode none)
     python bench/bench_quant.py --quick --llamacpp bench/baselines/ggml_bin/test-backend-ops-cuda
                                                    # with llama.cpp's column (below)
     TRITON_INTERPRET=1 python bench/bench_quant.py --tiny --device cpu --json /tmp/q.json
@@ -20,6 +22,8 @@ Configs: E=512 K=10 H=2048 I=512 and E=128 K=8 H=2048 I=768 (Qwen3-30B-A3B); T =
   cuda_quantized_tiled    the tile-decode GEMM: each weight decoded once per 64-128-row tile
   cuda_quantized_dequant  the experts decoded to bf16 once per call, then the dense GEMMs
   triton_quantized        the Triton GEMMs dequantizing tiles in registers
+  cuda_quantized_mixed    (--impls only: by name, Q4_K, Hopper) the mixed-input GEMM converting
+                          4-bit codes in registers (experts/cuda_quantized_mixed.py)
 and the layer's choice is what torch_argon.experts.choose picks for the call (its time is its
 implementation's row). bf16: the layer's choice (bf16_path: triton_dense, or cuda_hopper_padded
 where its tuned table takes it) on dense bf16 stacks of the same shapes. Each output is
@@ -79,6 +83,8 @@ QUICK_FORMATS = ("Q4_K", "Q8_0", "IQ4_XS", "Q6_K", "IQ2_XS")
 # (implementation, activation_quant) in the order of the table's columns
 IMPLS = (("cuda_quantized", "none"), ("cuda_quantized_tiled", "none"),
          ("cuda_quantized_dequant", "none"), ("triton_quantized", "none"))
+# by name only (--impls): the Q4_K mixed-input Hopper GEMM (bench/quant_mixed_notes.md)
+MIXED_IMPL = ("cuda_quantized_mixed", "none")
 Q8_IMPL = ("cuda_quantized", "q8")
 BF16_TFLOPS = 790.0  # the H200's bf16 rate on random data (bench/README.md's GEMM tables)
 # --tiny: the same run at toy sizes on any device (the logic, not the speed)
@@ -349,7 +355,7 @@ def table(records):
     by = {}
     for r in rows:
         by.setdefault((r["config"], r["quant"], r["T"]), {})[(r["impl"], r["mode"])] = r
-    cols = [c for c in IMPLS + (Q8_IMPL,) if any(c in v for v in by.values())]
+    cols = [c for c in IMPLS + (Q8_IMPL, MIXED_IMPL) if any(c in v for v in by.values())]
     heads = [f"{i.replace('cuda_quantized', 'cq').replace('triton_quantized', 'tq')}"
              f"{'/q8' if m == 'q8' else ''}" for i, m in cols]
     print(f"\n=== quantized experts path (us; * the layer's choice; {Run.device}) ===")
@@ -410,6 +416,9 @@ def main(argv=None):
                          "210 with --quick, else none)")
     ap.add_argument("--llamacpp", metavar="PATH", help="ggml's test-backend-ops (bench/baselines/"
                     "build_ggml_cuda.sh): adds llama.cpp's MUL_MAT_ID column, timed in this run")
+    ap.add_argument("--impls", help="comma list of implementation names to time (mode none) "
+                    "instead of the default columns, e.g. cuda_quantized_dequant,"
+                    "cuda_quantized_mixed")
     ap.add_argument("--tiny", action="store_true", help="toy sizes on --device (logic test)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
@@ -436,6 +445,8 @@ def main(argv=None):
     Ts = (tuple(int(t) for t in args.T.split(",")) if args.T
           else TINY_T if args.tiny else T_LIST)
     impls = IMPLS if args.quick else IMPLS + (Q8_IMPL,)
+    if args.impls:
+        impls = tuple((name, "none") for name in args.impls.split(","))
     if args.profile:
         return profile(args.profile, names[0], cfg_names[0], Ts[0])
     budget = Budget(start, args.budget_s if args.budget_s is not None

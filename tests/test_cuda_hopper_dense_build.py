@@ -82,7 +82,8 @@ def test_nvcc_command_targets_sm90a_with_cutlass_includes(clean_env, tmp_path):
                            [f"hopper_gemm_{dtype}_{config}.cu"
                             for dtype in ("bf16", "fp16") for config in configs] +
                            [f"hopper_padded_{dtype}_{config}.cu"
-                            for dtype in ("bf16", "fp16") for config in padded])
+                            for dtype in ("bf16", "fp16") for config in padded] +
+                           ["hopper_mixed_q4k_bf16_cooperative_128x128.cu"])  # Q4_K mixed
     for _, cmd in cmds:
         assert "-gencode=arch=compute_90a,code=sm_90a" in cmd
         assert f"-I{root}/include" in cmd and f"-I{root}/tools/util/include" in cmd

@@ -7,8 +7,9 @@ decision. The order puts the fused GPU kernels first (the Hopper GEMMs, the padd
 before the ptr-array one, before the Triton ones they are meant to beat on sm_90, which run
 where they decline), then the CPU's buffer-reusing path, then the one-op-per-stage fallbacks that run anywhere. Among the quantized GPU ones: gpuq's GEMMs on the
 GGUF bytes (small T), the tile-decode GEMM (large T; by name only: measured slower than the
-decode-once path), the decode-once path (large T: they split by rows per expert, experts/quantized_crossover.py), then
-the Triton quantized GEMM where none of them runs.
+decode-once path), the decode-once path (large T: they split by rows per expert, experts/quantized_crossover.py), the
+Q4_K mixed-input Hopper GEMM (by name only: not yet run on a GPU), then the Triton quantized
+GEMM where none of them runs.
 """
 from .base import ExpertsCall
 from .cpu_workspace import CpuWorkspace
@@ -16,6 +17,7 @@ from .cuda_hopper_dense import CudaHopperDense
 from .cuda_hopper_padded import CudaHopperPadded
 from .cuda_quantized import CudaQuantized
 from .cuda_quantized_dequant import CudaQuantizedDequant
+from .cuda_quantized_mixed import CudaQuantizedMixed
 from .cuda_quantized_tiled import CudaQuantizedTiled
 from .ops_dense import OpsDense
 from .ops_quantized import OpsQuantized
@@ -30,6 +32,7 @@ IMPLEMENTATIONS = (
     CudaQuantized(),
     CudaQuantizedTiled(),
     CudaQuantizedDequant(),
+    CudaQuantizedMixed(),
     TritonQuantized(),
     CpuWorkspace(),
     OpsDense(),

@@ -26,7 +26,13 @@
 // and clipped to [0, max_tiles_m] (the rows of a and d, known on the host), so a meta that no
 // plan makes cannot reach past them; a used tile whose tile_expert is outside [0, E) gets L = E,
 // a coordinate past B's last expert, which TMA reads as zeros: that tile of d is written with
-// zeros and no memory outside the operands is touched. The count is read when the scheduler is
+// zeros and no memory outside the operands is touched.
+//
+// Transposed problems. The mixed-input GEMM (hopper_mixed_q4k_gemm.cuh) computes D^T = W @ X^T:
+// its M mode is the weight's rows and its N mode the plan's token rows. Its tag,
+// PaddedTilesTokensAlongN, selects the same scheduler with the two roles swapped: the plan's
+// tiles (and tile_expert) index the CTA tile's N coordinate, the weight's tiles its M
+// coordinate; the order and every limit above are the same with M and N exchanged. The count is read when the scheduler is
 // made, before any wait on a preceding grid: right because no launch uses programmatic
 // dependent launch (with it, the read would have to follow cudaGridDependencySynchronize).
 #pragma once
@@ -39,8 +45,10 @@
 
 namespace argon_hopper_padded {
 
-// GemmUniversal's scheduler tag for the padded plan's tiles.
+// GemmUniversal's scheduler tags for the padded plan's tiles: along M (the plan's rows are the
+// GEMM's M mode) and along N (the transposed problem, above).
 struct PaddedTiles {};
+struct PaddedTilesTokensAlongN {};
 
 // What the launch passes (GemmUniversal's Arguments::scheduler). max_swizzle_size and
 // raster_order are there because the kernel sets them when it sizes the grid; the order here
@@ -62,13 +70,14 @@ struct PaddedTileParams {
   Sm90SchedulerParams::RasterOrder raster_order_ = Sm90SchedulerParams::RasterOrder::AlongN;
   const int32_t* tile_expert = nullptr;
   const int32_t* used_tiles = nullptr;
-  int32_t max_tiles_m = 0;  // M / 128: the tiles a and d hold
-  int32_t tiles_n = 0;      // ceil(N / TileN)
+  int32_t max_tiles_m = 0;  // the plan's tiles a and d hold (M / 128; N / 128 transposed)
+  int32_t tiles_n = 0;      // ceil(N / TileN) (ceil(M / TileM) transposed)
   int32_t n_experts = 0;    // L
   int32_t order_window = 1;  // M tiles a window of the order, >= 1
 };
 
-class PaddedTileScheduler {
+template <bool TokensAlongN>
+class PaddedTileSchedulerT {
   using Sm90Scheduler = cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90;
 
  public:
@@ -101,13 +110,14 @@ class PaddedTileScheduler {
                                         Arguments const& args, void* = nullptr,
                                         uint32_t = 1, uint32_t = 1) {
     static_assert(cute::size(ClusterShape{}) == 1, "the padded GEMM runs 1 x 1 clusters");
+    constexpr int kTokens = TokensAlongN ? 1 : 0;  // the problem mode of the plan's rows
     Params p;
     p.tile_expert = args.tile_expert;
     p.used_tiles = args.used_tiles;
-    p.max_tiles_m = static_cast<int32_t>(
-        cute::ceil_div(cute::get<0>(problem_shape_mnkl), cute::size<0>(TileShape{})));
-    p.tiles_n = static_cast<int32_t>(
-        cute::ceil_div(cute::get<1>(problem_shape_mnkl), cute::size<1>(TileShape{})));
+    p.max_tiles_m = static_cast<int32_t>(cute::ceil_div(cute::get<kTokens>(problem_shape_mnkl),
+                                                        cute::size<kTokens>(TileShape{})));
+    p.tiles_n = static_cast<int32_t>(cute::ceil_div(cute::get<1 - kTokens>(problem_shape_mnkl),
+                                                    cute::size<1 - kTokens>(TileShape{})));
     p.n_experts = static_cast<int32_t>(cute::get<3>(problem_shape_mnkl));
     p.order_window = args.order_window;
     return p;
@@ -143,9 +153,9 @@ class PaddedTileScheduler {
     return cutlass::Status::kSuccess;
   }
 
-  CUTLASS_HOST_DEVICE PaddedTileScheduler() {}
+  CUTLASS_HOST_DEVICE PaddedTileSchedulerT() {}
 
-  CUTLASS_DEVICE explicit PaddedTileScheduler(Params const& params) : params_(params) {
+  CUTLASS_DEVICE explicit PaddedTileSchedulerT(Params const& params) : params_(params) {
 #if defined(__CUDA_ARCH__)
     next_ = blockIdx.x;
     step_ = gridDim.x;
@@ -211,6 +221,7 @@ class PaddedTileScheduler {
     const int32_t m = tile.m, n = tile.n;
     int32_t expert = params_.tile_expert[m];
     if (expert < 0 || expert >= params_.n_experts) expert = params_.n_experts;  // read as zeros
+    if constexpr (TokensAlongN) return {n, m, expert, true};
     return {m, n, expert, true};
   }
 
@@ -221,6 +232,8 @@ class PaddedTileScheduler {
   uint64_t works_ = 0;  // used tiles x tiles_n
 };
 
+using PaddedTileScheduler = PaddedTileSchedulerT<false>;
+
 }  // namespace argon_hopper_padded
 
 // The selector CUTLASS's sm90 kernels consult (their fifth argument, the scheduler pipeline's
@@ -229,6 +242,11 @@ namespace cutlass::gemm::kernel::detail {
 template <class TileShape, class ClusterShape, uint32_t SchedulerPipelineStageCount>
 struct TileSchedulerSelector<argon_hopper_padded::PaddedTiles, arch::Sm90, TileShape,
                              ClusterShape, SchedulerPipelineStageCount> {
-  using Scheduler = argon_hopper_padded::PaddedTileScheduler;
+  using Scheduler = argon_hopper_padded::PaddedTileSchedulerT<false>;
+};
+template <class TileShape, class ClusterShape, uint32_t SchedulerPipelineStageCount>
+struct TileSchedulerSelector<argon_hopper_padded::PaddedTilesTokensAlongN, arch::Sm90, TileShape,
+                             ClusterShape, SchedulerPipelineStageCount> {
+  using Scheduler = argon_hopper_padded::PaddedTileSchedulerT<true>;
 };
 }  // namespace cutlass::gemm::kernel::detail

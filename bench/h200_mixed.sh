@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# One device call for the Q4_K mixed-input Hopper GEMM (issue 43; bench/quant_mixed_notes.md),
+# whose kernel has only been compile-checked: its first run on a GPU. Each step is capped so
+# that the whole ends before DEADLINE_S (default 560 s):
+#   1. the build (as h200_dequant.sh's) and the Hopper units' SASS check (h200_hopper.sh
+#      --build: the mixed unit's kernel among them: HGMMA, no local memory)
+#   2. tests/test_cuda_quantized_mixed.py (the op on every used tile against float64 on the
+#      kernel's own weights and on the exact dequant, -1 ids, 0-row experts, T = 0, garbage-filled
+#      outputs, the experts path, CUDA graph replay), then the padded GEMM's tests (its scheduler
+#      was templated for the transposed problem)
+#   3. bench_quant.py, Q4_K: cuda_quantized_mixed against cuda_quantized_dequant and the bf16
+#      column, E=128 K=8 H=2048 I=768 and E=512 K=10 H=2048 I=512, T = 2048 / 8192 / 16384
+#      (run whatever step 2 said: each record carries its rel_err against the dense path)
+# Run through bench/h200_session.sh mixed. Writes under $OUT: step_build.txt, tests.log,
+# mixed.json, mixed.log.
+set -uo pipefail
+OUT="${OUT:-/tmp/argon_out}"
+mkdir -p "$OUT"
+here="$(dirname "$0")"
+. "$here/one_call.sh"
+deadline_from 560
+build_all
+gpu_floor_tbps
+echo "== GPU: $gpu"
+grep -E "mixed q4k|GEMM kernels" "$OUT/step_build.txt" | head -5
+
+r=$(left 120)
+[ "$r" -gt 20 ] && {
+  timeout "$r" python3 -m pytest -q -p no:cacheprovider -x tests/test_cuda_quantized_mixed.py \
+    > "$OUT/tests.log" 2>&1
+  echo "== mixed tests rc=$? at ${SECONDS}s"; grep -E "^FAILED|^ERROR|Error" "$OUT/tests.log" | head
+  tail -n 1 "$OUT/tests.log"
+}
+r=$(left 90)
+[ "$r" -gt 20 ] && {
+  timeout "$r" python3 -m pytest -q -p no:cacheprovider tests/test_cuda_hopper_padded.py \
+    >> "$OUT/tests.log" 2>&1
+  echo "== padded tests rc=$? at ${SECONDS}s"; tail -n 1 "$OUT/tests.log"
+}
+r=$(left 240)
+[ "$r" -gt 40 ] && {
+  timeout "$r" python3 bench/bench_quant.py --json "$OUT/mixed.json" --formats Q4_K \
+    --configs E128,E512 --T 2048,8192,16384 --budget-s $((r - 30)) \
+    --impls cuda_quantized_dequant,cuda_quantized_mixed 2>&1 | tee "$OUT/mixed.log" |
+    grep -v "^  compiled"
+  echo "== bench_quant at ${SECONDS}s"
+}
+rm -f "$OUT/build.log" "$OUT/hopper_sass.json"
+ls "$OUT"

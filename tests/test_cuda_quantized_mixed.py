@@ -1,0 +1,342 @@
+"""The Q4_K mixed-input Hopper experts (experts/cuda_quantized_mixed.py) and their GEMM op
+(argon::hopper_mixed_q4k_mm, csrc/hopper/hopper_mixed_q4k_gemm.cuh: CUTLASS 4.2's sm90
+mixed-input mainloop with our per-32-group conversion, over the padded plan).
+
+On every machine: where the registry puts it and why it declines (on the CPU; formats other than
+Q4_K, fp16, tile_m other than 128; under path="auto" / "triton" always:
+"not yet measured on a GPU"), the op's fakes and their argument errors, the repack cache, the
+implementation's stages with the CUDA op emulated in torch. On a
+GPU of compute capability 9.0 with the Hopper units built (NOT YET RUN: the kernel is
+compile-checked only): the GEMM on every used tile against float64 on the kernel's own weights
+(mixed_dequantize: tight) and on the exact dequant (the scaled tolerance), -1 ids, experts with
+0 rows, T = 0, garbage-filled outputs (tiles past the used count untouched), the whole experts
+path against the layer reference, CUDA graph replay."""
+import pytest
+import torch
+
+import torch_argon
+from gpuq_cases import SCALED_TOL
+from hopper_cases import assert_bits_equal, capture
+from routing_cases import garbage_like, make_ids, make_weights
+from torch_argon import reference
+from torch_argon.experts import ExpertsCall, cuda_quantized_mixed, registry
+from torch_argon.hopper import configs, mixed_ops
+from torch_argon.quant import (QuantizedExperts, QuantizedWeight, dequantize_reference,
+                               random_quantized)
+from torch_argon.quant import mixed_repack as mr
+
+MIXED = registry.BY_NAME["cuda_quantized_mixed"]
+TILE = configs.PADDED_TILE_M
+
+
+def mixed_refusal():
+    return mixed_ops.refusal("cuda") if torch.cuda.is_available() else "no CUDA device"
+
+
+needs_mixed = pytest.mark.skipif(bool(mixed_refusal()), reason=mixed_refusal() or "runs")
+
+
+def q_experts(E=4, H=256, I=256, name="Q4_K", down_name=None, device="cpu", seed=0):
+    g = torch.Generator().manual_seed(seed)
+    gu = random_quantized(name, 2 * I, H, leading=(E,), std=0.05, generator=g)
+    dn = random_quantized(down_name or name, H, I, leading=(E,), std=0.05, generator=g)
+    return QuantizedExperts(down=QuantizedWeight(dn.to(device), down_name or name, I),
+                            gate_up=QuantizedWeight(gu.to(device), name, H))
+
+
+def cuda_call(experts, T=64, K=2, dtype=torch.bfloat16, tile_m=None):
+    """A call whose x stands for a CUDA tensor (what supports() reads; no GPU needed)."""
+    from types import SimpleNamespace
+    x = SimpleNamespace(device=torch.device("cuda"), dtype=dtype, shape=(T, experts.hidden),
+                        requires_grad=False)
+    return ExpertsCall.of(x, experts, ops=torch_argon.argon_ops, n_entries=T * K, tile_m=tile_m,
+                          activation_quant="none")
+
+
+@pytest.fixture
+def on_hopper(monkeypatch):
+    """supports() past its device checks."""
+    monkeypatch.setattr(cuda_quantized_mixed.mixed_ops, "refusal", lambda device: "")
+
+
+# ---- where it sits and why it declines (every machine) -----------------------------------------
+
+def test_registry_lists_it_by_name_after_the_dequant_path():
+    names = [impl.name for impl in registry.IMPLEMENTATIONS]
+    assert names.index("cuda_quantized_dequant") + 1 == names.index("cuda_quantized_mixed")
+    assert (MIXED.path, MIXED.kind, MIXED.fuses_gather) == ("triton", "quantized", False)
+    assert "cuda_quantized_mixed" in registry.PATHS
+
+
+def test_on_the_cpu_it_says_cuda():
+    x = torch.randn(8, 256, dtype=torch.bfloat16)
+    why = dict(torch_argon.experts.explain(x, q_experts(), activation_quant="none"))
+    assert why["cuda_quantized_mixed"] == "the Hopper GEMMs run on CUDA tensors, not cpu"
+
+
+def test_auto_declines_as_not_measured_and_the_name_runs_it(on_hopper):
+    call = cuda_call(q_experts())
+    assert MIXED.supports(call) == ""
+    auto = dict(registry.explain(call, "auto"))["cuda_quantized_mixed"]
+    assert auto.startswith("not yet measured on a GPU")
+    assert "path='cuda_quantized_mixed' runs it" in auto
+    assert dict(registry.explain(call, "triton"))["cuda_quantized_mixed"] == auto
+    assert dict(registry.explain(call, "cuda_quantized_mixed"))["cuda_quantized_mixed"] == ""
+    assert registry.choose(call, "auto") is not MIXED
+    assert registry.choose(call, "cuda_quantized_mixed") is MIXED
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(name="Q8_0"), "Q4_K weights only, these are Q8_0"),
+    (dict(down_name="Q6_K"), "Q4_K weights only, these are Q4_K, Q6_K"),
+])
+def test_it_declines_what_its_gemm_cannot_take(on_hopper, kwargs, match):
+    assert match in MIXED.supports(cuda_call(q_experts(**kwargs)))
+
+
+def test_it_declines_fp16_other_tile_m_and_autograd(on_hopper):
+    q = q_experts()
+    assert "bf16 activations" in MIXED.supports(cuda_call(q, dtype=torch.float16))
+    assert MIXED.supports(cuda_call(q, tile_m=64)) == (
+        "tile_m=64: the mixed-input GEMM runs plans of tile_m 128 (its N tile)")
+    assert MIXED.supports(cuda_call(q, tile_m=128)) == ""
+    assert MIXED.default_tile_m(None, 1000) == 128
+    x = torch.randn(8, 256, dtype=torch.bfloat16, requires_grad=True)
+    with torch.enable_grad():
+        call = ExpertsCall.of(x, q, ops=torch_argon.argon_ops, n_entries=16)
+    assert MIXED.supports(call).startswith("autograd records this call")
+    from torch_argon.testing import backends
+    call = ExpertsCall.of(x.detach(), q, ops=backends.get("reference").ops, n_entries=16)
+    assert MIXED.supports(call) == "an OpSet other than the argon library was passed"
+
+
+def test_the_op_refuses_cpu_tensors_naming_the_device():
+    m = mr.repack_q4k(q_experts(E=1).down.data, 256)
+    with pytest.raises(NotImplementedError, match="run on CUDA tensors, not cpu"):
+        mixed_ops.mixed_q4k_mm(torch.zeros(TILE, 256, dtype=torch.bfloat16), m,
+                               torch.zeros(1, dtype=torch.int32),
+                               torch.zeros(4, dtype=torch.int32))
+
+
+def test_repack_cache_follows_the_weights_version():
+    part = q_experts(E=2).down
+    first = cuda_quantized_mixed.CACHE.get(part)
+    assert cuda_quantized_mixed.CACHE.get(part) is first
+    part.data[0, 0, 4] ^= 1  # an in-place change: repacked again
+    second = cuda_quantized_mixed.CACHE.get(part)
+    assert second is not first and not torch.equal(second.scales, first.scales)
+
+
+def test_repack_cache_takes_inference_tensors():
+    """Weights made under inference_mode (as `python -m torch_argon --gguf` loads them) have no
+    version counter: their entry is kept, never stale."""
+    with torch.inference_mode():
+        part = q_experts(E=2).down
+    first = cuda_quantized_mixed.CACHE.get(part)
+    assert cuda_quantized_mixed.CACHE.get(part) is first
+
+
+def test_separate_gate_and_up_are_concatenated_once():
+    q = q_experts(E=2)
+    gate = QuantizedWeight(q.gate_up.data[:, :256].clone(), "Q4_K", 256)
+    up = QuantizedWeight(q.gate_up.data[:, 256:].clone(), "Q4_K", 256)
+    first = cuda_quantized_mixed.CACHE.get_pair(gate, up)
+    assert cuda_quantized_mixed.CACHE.get_pair(gate, up) is first
+    want = mr.repack_q4k(q.gate_up.data, 256)
+    assert torch.equal(first.codes, want.codes) and torch.equal(first.scales, want.scales)
+    up.data[0, 0, 4] ^= 1  # a change to either part repacks the pair
+    assert cuda_quantized_mixed.CACHE.get_pair(gate, up) is not first
+
+
+def emulated_mm(x, m, tile_expert, meta, *, out=None):
+    """The op's contract in torch on the CPU (the kernel's weights: mixed_dequantize; fp32
+    accumulation, bf16 out; the used tiles only)."""
+    w = mr.mixed_dequantize(m, torch.float32)
+    if out is None:
+        out = torch.zeros(x.shape[0], m.n_out, dtype=x.dtype)
+    for t in range(int(meta[1])):
+        rows = slice(t * TILE, (t + 1) * TILE)
+        out[rows] = (x[rows].float() @ w[int(tile_expert[t])].T).to(out.dtype)
+    return out
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("dist,T", [("uniform", 300), ("neg_some", 77), ("empty", 40),
+                                    ("uniform", 0)])
+def test_experts_flow_on_the_cpu_with_the_op_emulated(monkeypatch, fused, dist, T):
+    """The implementation's stages (plan of tile_m 128, gather, the repack (gate and up
+    concatenated where they are two stacks), gate/up, swiglu, down, combine) with the CUDA op
+    replaced by its contract in torch: the layer's output within the scaled tolerance of the
+    exact dequant's."""
+    monkeypatch.setattr(cuda_quantized_mixed.mixed_ops, "refusal", lambda device: "")
+    monkeypatch.setattr(cuda_quantized_mixed.mixed_ops, "mixed_q4k_mm", emulated_mm)
+    E, K, H, I = 8, 4, 512, 256
+    q = q_experts(E=E, H=H, I=I, seed=3)
+    if not fused:
+        gu = q.gate_up
+        q = QuantizedExperts(down=q.down, gate=QuantizedWeight(gu.data[:, :I], "Q4_K", H),
+                             up=QuantizedWeight(gu.data[:, I:], "Q4_K", H))
+    g = torch.Generator().manual_seed(T)
+    x = (torch.randn(T, H, generator=g) * 0.5).bfloat16()
+    ids, w = make_ids(T, K, E, dist, seed=T), make_weights(T, K, seed=T)
+    dense = (torch.cat([p.dequantize() for p in ([q.gate_up] if fused else [q.gate, q.up])], 1),
+             q.down.dequantize())
+    want = reference.moe_layer(x.float(), None, dense, K, topk_ids=ids, topk_weights=w)
+    chosen = torch_argon.experts.choose(x, q, path="cuda_quantized_mixed", n_entries=T * K,
+                                        activation_quant="none")
+    assert (chosen.name, chosen.tile_m) == ("cuda_quantized_mixed", TILE)
+    got = torch_argon.moe_experts(x, ids, w, q, path="cuda_quantized_mixed",
+                                  activation_quant="none")
+    assert got.shape == want.shape and got.dtype == torch.bfloat16
+    if T:
+        err = ((got.float() - want).norm() / want.norm()).item()
+        assert err < SCALED_TOL, err
+
+
+# ---- the op's fakes (torch.compile's shapes) --------------------------------------------------
+
+def fake_args(tiles=3, K=512, N=48, E=4):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    mode = FakeTensorMode()
+    with mode:
+        return mode, (torch.empty(tiles * TILE, K, dtype=torch.bfloat16),
+                      torch.empty(E, N, K // 2, dtype=torch.uint8),
+                      torch.empty(E, K // 64, N, 2, dtype=torch.bfloat16),
+                      torch.empty(E, K // 64, N, 2, dtype=torch.bfloat16),
+                      torch.empty(tiles, dtype=torch.int32), torch.empty(4, dtype=torch.int32))
+
+
+def test_fake_gives_out_shape_and_checks_arguments():
+    mode, (x, codes, scales, zeros, tile_expert, meta) = fake_args()
+    op, op_out = torch.ops.argon.hopper_mixed_q4k_mm, torch.ops.argon.hopper_mixed_q4k_mm_out
+    with mode:
+        out = op(x, codes, scales, zeros, tile_expert, meta)
+        assert tuple(out.shape) == (3 * TILE, 48) and out.dtype == torch.bfloat16
+        op_out(x, codes, scales, zeros, tile_expert, meta, out)
+        with pytest.raises(ValueError, match="x must be bfloat16"):
+            op(x.half(), codes, scales, zeros, tile_expert, meta)
+        with pytest.raises(ValueError, match="multiple of 256"):
+            op(x[:, :320], codes, scales, zeros, tile_expert, meta)
+        with pytest.raises(ValueError, match=r"codes must be uint8 \[E, N, K / 2\]"):
+            op(x, codes[:, :, :128], scales, zeros, tile_expert, meta)
+        with pytest.raises(ValueError, match="multiple of 8"):
+            op(x, codes[:, :44], scales[:, :, :44], zeros[:, :, :44], tile_expert, meta)
+        with pytest.raises(ValueError, match=r"scales must be bfloat16 \[E, K / 64, N, 2\]"):
+            op(x, codes, scales[:, :4], zeros, tile_expert, meta)
+        with pytest.raises(ValueError, match=r"zeros must be bfloat16 \[E, K / 64, N, 2\]"):
+            op(x, codes, scales, zeros.float(), tile_expert, meta)
+        with pytest.raises(ValueError, match="128 rows per tile of tile_expert"):
+            op(x[:-1], codes, scales, zeros, tile_expert, meta)
+        with pytest.raises(ValueError, match="tile_expert must be the plan's int32"):
+            op(x, codes, scales, zeros, tile_expert.long(), meta)
+        with pytest.raises(ValueError, match=r"meta must be int32 of shape \[4\]"):
+            op(x, codes, scales, zeros, tile_expert, meta[:3])
+        with pytest.raises(ValueError, match="out must be"):
+            op_out(x, codes, scales, zeros, tile_expert, meta,
+                   torch.empty(3 * TILE, 40, dtype=torch.bfloat16))
+
+
+def test_opcheck_of_the_fakes():
+    """torch.library.opcheck's schema and fake checks on meta tensors (the CUDA kernel itself is
+    checked by the GPU tests)."""
+    _, args = fake_args()
+    meta_args = [torch.empty(a.shape, dtype=a.dtype, device="meta") for a in args]
+    torch.library.opcheck(torch.ops.argon.hopper_mixed_q4k_mm.default, meta_args,
+                          test_utils=("test_schema", "test_faketensor"))
+
+
+# ---- on a Hopper GPU with the units built (not yet run) ---------------------------------------
+
+def plan_for(ids, w, E):
+    return torch_argon.argon_ops.moe_plan(ids.cuda(), w.cuda(), E, TILE)
+
+
+@needs_mixed
+@pytest.mark.parametrize("dist", ["uniform", "one_expert", "empty", "neg_some"])
+@pytest.mark.parametrize("N", [256, 200])  # 200: a last M tile the TMA bounds clip
+def test_gemm_on_every_used_tile(dist, N):
+    T, K, E, Kd = 200, 4, 8, 512
+    ids, w = make_ids(T, K, E, dist, seed=3), make_weights(T, K, seed=3)
+    plan = plan_for(ids, w, E)
+    g = torch.Generator().manual_seed(4)
+    x = (torch.randn(plan.sorted_token.shape[0], Kd, generator=g) * 0.5).bfloat16().cuda()
+    w_q = random_quantized("Q4_K", N, Kd, leading=(E,), std=0.05, generator=g)
+    m = mr.repack_q4k(w_q.cuda(), Kd)
+    kernel_w = mr.mixed_dequantize(m.__class__(*(t.cpu() for t in m[:3]), m.n_in),
+                                   torch.float64)
+    exact_w = dequantize_reference(w_q, "Q4_K", Kd).double()
+    out = garbage_like(torch.empty(x.shape[0], N, dtype=torch.bfloat16, device="cuda"))
+    before = out.clone()
+    mixed_ops.mixed_q4k_mm(x, m, plan.tile_expert, plan.meta, out=out)
+    used = plan.n_tiles * TILE
+    x64 = x.double().cpu()
+    for t, e in enumerate(plan.tile_expert.cpu().tolist()[:plan.n_tiles]):
+        rows = slice(t * TILE, (t + 1) * TILE)
+        got = out[rows].double().cpu()
+        own = x64[rows] @ kernel_w[e].T  # the kernel's weights: fp32 accumulation, bf16 out
+        assert (got - own).norm() <= 4e-3 * own.norm() + 1e-6, t
+        exact = x64[rows] @ exact_w[e].T
+        assert (got - exact).norm() <= SCALED_TOL * exact.norm() + 1e-6, t
+    assert_bits_equal(out[used:], before[used:])  # the unused tiles, as they were
+    functional = mixed_ops.mixed_q4k_mm(x, m, plan.tile_expert, plan.meta)
+    assert_bits_equal(functional[:used], out[:used])
+    assert not functional[used:].any()
+
+
+@needs_mixed
+def test_gemm_with_no_used_tiles_writes_nothing_and_t_0():
+    E = 4
+    plan = plan_for(torch.full((6, 2), -1, dtype=torch.int64), make_weights(6, 2), E)
+    assert plan.n_tiles == 0
+    m = mr.repack_q4k(q_experts(E=E, device="cuda").down.data, 256)
+    x = torch.randn(plan.sorted_token.shape[0], 256, dtype=torch.bfloat16, device="cuda")
+    out = garbage_like(torch.empty(x.shape[0], 256, dtype=torch.bfloat16, device="cuda"))
+    before = out.clone()
+    mixed_ops.mixed_q4k_mm(x, m, plan.tile_expert, plan.meta, out=out)
+    assert_bits_equal(out, before)
+    empty = torch.empty(0, 256, dtype=torch.bfloat16, device="cuda")
+    got = mixed_ops.mixed_q4k_mm(empty, m, torch.empty(0, dtype=torch.int32, device="cuda"),
+                                 plan.meta)
+    assert got.shape == (0, 256)
+
+
+def experts_case(T, dist, E=8, K=4, H=512, I=256, seed=1):
+    q = q_experts(E=E, H=H, I=I, seed=seed)
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(T, H, generator=g) * 0.5).bfloat16()
+    ids, w = make_ids(T, K, E, dist, seed=seed), make_weights(T, K, seed=seed)
+    dense = (dequantize_reference(q.gate_up.data, "Q4_K", H),
+             dequantize_reference(q.down.data, "Q4_K", I))
+    want = reference.moe_layer(x.float(), None, dense, K, topk_ids=ids, topk_weights=w)
+    return q.to("cuda"), x.cuda(), ids.cuda(), w.cuda(), want
+
+
+@needs_mixed
+@pytest.mark.parametrize("dist", ["uniform", "neg_some", "one_expert", "empty"])
+@pytest.mark.parametrize("T", [0, 1, 300])
+def test_experts_path_matches_the_reference(dist, T):
+    q, x, ids, w, want = experts_case(T, dist)
+    got = torch_argon.moe_experts(x, ids, w, q, path="cuda_quantized_mixed",
+                                  activation_quant="none")
+    assert got.shape == want.shape and got.dtype == torch.bfloat16
+    if T:
+        err = ((got.float().cpu() - want).norm() / want.norm()).item()
+        assert err < SCALED_TOL, err
+
+
+@needs_mixed
+def test_cuda_graph_replay_equals_eager():
+    q, x, ids, w, _ = experts_case(256, "uniform")
+
+    def run():
+        return torch_argon.moe_experts(x, ids, w, q, path="cuda_quantized_mixed",
+                                       activation_quant="none")
+
+    eager = run()  # repacks the weights once, outside the capture
+    graph, captured = capture(run)
+    x.copy_(x * -1)
+    graph.replay()
+    assert torch.equal(captured, run())
+    x.copy_(x * -1)
+    graph.replay()
+    assert torch.equal(captured, eager)

@@ -1,0 +1,143 @@
+// The Q4_K mixed-input Hopper GEMM (csrc/hopper/hopper_mixed_q4k_*.cu) as torch ops of the
+// `argon` library. NOT YET RUN ON A GPU (bench/quant_mixed_notes.md):
+//
+//   hopper_mixed_q4k_mm(Tensor x, Tensor codes, Tensor scales, Tensor zeros, Tensor tile_expert,
+//                       Tensor meta) -> Tensor
+//   hopper_mixed_q4k_mm_out(Tensor x, Tensor codes, Tensor scales, Tensor zeros,
+//                           Tensor tile_expert, Tensor meta, Tensor(a!) out) -> ()
+//       x [R, K] bf16 rows laid out by a plan of tile_m 128 (R = 128 * tiles); codes uint8
+//       [E, N, K / 2], scales and zeros bf16 [E, K / 64, N, 2] (torch_argon/quant/
+//       mixed_repack.py's MixedQ4K); tile_expert [R / 128] and meta [4] int32 (the plan's): for
+//       every used tile m (m < meta[1]), out[128 m + r] = x[128 m + r] @ W[tile_expert[m]]^T for
+//       r < 128, W = mixed_dequantize's bf16 weights (fp32 accumulation, rounded once to bf16).
+//       The functional form's other rows are zero; the _out form leaves them as they were.
+//       K a multiple of 256, N of 8.
+//
+// The schemas are in every build; the CUDA kernel only where the Hopper units were built
+// (ARGON_WITH_HOPPER), on compute capability 9.0 only. torch_argon/hopper/mixed_ops.py holds the
+// wrapper and the fakes. Every argument check raises a ValueError naming the argument, before
+// any launch; no host sync (CUDA graphs capture the launch).
+#include <torch/library.h>
+
+#if defined(ARGON_WITH_HOPPER)
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "checks.h"
+#include "hopper/hopper_mixed_q4k_gemm.h"
+#include "hopper/hopper_padded_gemm.h"
+#include "hopper/hopper_tensor_checks.h"
+#include "shared/plan_params.h"
+
+namespace argon::hopper_ops {
+namespace {
+
+using at::Tensor;
+
+void check_pairs(const Tensor& t, const char* name, int64_t e, int64_t k, int64_t n) {
+  TORCH_CHECK_VALUE(t.scalar_type() == at::kBFloat16 && t.dim() == 4 && t.size(0) == e &&
+                        t.size(1) == k / 64 && t.size(2) == n && t.size(3) == 2,
+                    name, " must be bfloat16 [E, K / 64, N, 2] = [", e, ", ", k / 64, ", ", n,
+                    ", 2] (mixed_repack's), got ", t.scalar_type(), " of shape ", t.sizes());
+}
+
+// out's shape [R, N] from the inputs, after every check but out's.
+std::vector<int64_t> check_mixed_inputs(const Tensor& x, const Tensor& codes,
+                                        const Tensor& scales, const Tensor& zeros,
+                                        const Tensor& tile_expert, const Tensor& meta) {
+  TORCH_CHECK_VALUE(x.dim() == 2 && x.scalar_type() == at::kBFloat16,
+                    "x must be bfloat16 [R, K], got ", x.scalar_type(), " of shape ", x.sizes());
+  const int64_t k = x.size(1);
+  TORCH_CHECK_VALUE(k > 0 && k % 256 == 0 && k <= std::numeric_limits<int32_t>::max(),
+                    "K (x's columns) must be a positive multiple of 256 (Q4_K's block), got ", k);
+  TORCH_CHECK_VALUE(codes.dim() == 3 && codes.scalar_type() == at::kByte &&
+                        codes.size(2) * 2 == k,
+                    "codes must be uint8 [E, N, K / 2] with K = x's columns (", k, "), got ",
+                    codes.scalar_type(), " of shape ", codes.sizes());
+  const int64_t e = codes.size(0), n = codes.size(1);
+  TORCH_CHECK_VALUE(e > 0 && e <= std::numeric_limits<int32_t>::max(),
+                    "codes must hold between 1 and 2^31 - 1 experts, got ", e);
+  TORCH_CHECK_VALUE(n > 0 && n % 8 == 0 && n <= std::numeric_limits<int32_t>::max(),
+                    "N (codes' rows) must be a positive multiple of 8, got ", n);
+  check_pairs(scales, "scales", e, k, n);
+  check_pairs(zeros, "zeros", e, k, n);
+  TORCH_CHECK_VALUE(tile_expert.dim() == 1 && tile_expert.scalar_type() == at::kInt,
+                    "tile_expert must be the plan's int32 [R / 128], got ",
+                    tile_expert.scalar_type(), " of shape ", tile_expert.sizes());
+  TORCH_CHECK_VALUE(x.size(0) == tile_expert.size(0) * ARGON_HOPPER_PADDED_TILE_M,
+                    "x must have 128 rows per tile of tile_expert (a plan made with tile_m = "
+                    "128), got ", x.size(0), " rows and ", tile_expert.size(0), " tiles");
+  TORCH_CHECK_VALUE(x.size(0) <= std::numeric_limits<int32_t>::max(),
+                    "x's rows must fit in int32, got ", x.size(0));
+  check_plan_vector(meta, "meta", ARGON_META_SIZE);
+  check_same_device(codes, "codes", x);
+  check_same_device(scales, "scales", x);
+  check_same_device(zeros, "zeros", x);
+  check_same_device(tile_expert, "tile_expert", x);
+  check_same_device(meta, "meta", x);
+  return {x.size(0), n};
+}
+
+void hopper_mixed_q4k_mm_out(const Tensor& x_in, const Tensor& codes_in, const Tensor& scales_in,
+                             const Tensor& zeros_in, const Tensor& tile_expert,
+                             const Tensor& meta, const Tensor& out) {
+  const auto shape = check_mixed_inputs(x_in, codes_in, scales_in, zeros_in, tile_expert, meta);
+  check_out(out, shape, x_in);
+  check_no_overlap({{"out", &out}}, {{"x", &x_in}, {"codes", &codes_in}, {"scales", &scales_in},
+                                     {"zeros", &zeros_in}, {"tile_expert", &tile_expert},
+                                     {"meta", &meta}});
+  if (out.numel() == 0) return;
+  const c10::cuda::CUDAGuard guard(x_in.device());
+  const cudaDeviceProp* prop = sm90a_device("the mixed-input Q4_K Hopper GEMM");
+  const Tensor x = tma_readable(x_in), codes = tma_readable(codes_in);
+  const Tensor scales = tma_readable(scales_in), zeros = tma_readable(zeros_in);
+  const Tensor tiles_dense = tile_expert.contiguous(), meta_dense = meta.contiguous();
+  ArgonHopperMixedQ4kGemm gemm{};
+  gemm.x = x.data_ptr();
+  gemm.codes = codes.data_ptr();
+  gemm.scales = scales.data_ptr();  // bf16 pairs = the kernel's uint32 (little-endian)
+  gemm.zeros = zeros.data_ptr();
+  gemm.d = out.data_ptr();
+  gemm.tile_expert = tiles_dense.data_ptr<int32_t>();
+  gemm.used_tiles = meta_dense.data_ptr<int32_t>() + ARGON_META_N_TILES;
+  gemm.max_tiles_m = static_cast<int>(tile_expert.size(0));
+  gemm.n_experts = static_cast<int>(codes.size(0));
+  gemm.n = static_cast<int>(codes.size(1));
+  gemm.k = static_cast<int>(x.size(1));
+  gemm.sm_count = prop->multiProcessorCount;
+  gemm.stream = at::cuda::getCurrentCUDAStream(x.device().index()).stream();
+  char err[512] = "";
+  const int failed = argon_hopper_mixed_q4k_gemm(&gemm, err, sizeof err);
+  TORCH_CHECK(failed == 0, "hopper_mixed_q4k_mm: ", err);
+}
+
+Tensor hopper_mixed_q4k_mm(const Tensor& x, const Tensor& codes, const Tensor& scales,
+                           const Tensor& zeros, const Tensor& tile_expert, const Tensor& meta) {
+  const auto shape = check_mixed_inputs(x, codes, scales, zeros, tile_expert, meta);
+  Tensor out = at::zeros(shape, x.options());
+  hopper_mixed_q4k_mm_out(x, codes, scales, zeros, tile_expert, meta, out);
+  return out;
+}
+
+}  // namespace
+}  // namespace argon::hopper_ops
+
+TORCH_LIBRARY_IMPL(argon, CUDA, m) {
+  m.impl("hopper_mixed_q4k_mm", TORCH_FN(argon::hopper_ops::hopper_mixed_q4k_mm));
+  m.impl("hopper_mixed_q4k_mm_out", TORCH_FN(argon::hopper_ops::hopper_mixed_q4k_mm_out));
+}
+#endif  // ARGON_WITH_HOPPER
+
+#if !defined(ARGON_TEST_MODULE)
+TORCH_LIBRARY_FRAGMENT(argon, m) {
+  m.def("hopper_mixed_q4k_mm(Tensor x, Tensor codes, Tensor scales, Tensor zeros, "
+        "Tensor tile_expert, Tensor meta) -> Tensor");
+  m.def("hopper_mixed_q4k_mm_out(Tensor x, Tensor codes, Tensor scales, Tensor zeros, "
+        "Tensor tile_expert, Tensor meta, Tensor(a!) out) -> ()");
+}
+#endif

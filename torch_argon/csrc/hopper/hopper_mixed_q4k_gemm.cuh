@@ -1,0 +1,142 @@
+// The experts' GEMM on Hopper (sm_90a) with Q4_K weights that are never decoded to memory: the
+// mainloop loads their 4-bit codes and per-group scales and zeros by TMA and converts them to
+// bf16 in registers before each wgmma (CUTLASS 4.2's sm90 mixed-input collective, with our
+// conversion: hopper_mixed_q4k_convert.cuh), over the padded plan's tiles like the dense padded
+// GEMM (hopper_padded_gemm.cuh). NOT YET RUN ON A GPU: compile-checked only.
+//
+// Algorithm. CUTLASS's mixed-input mainloop converts its A operand (the narrow one must be K-major
+// and, in registers, feeds wgmma's A: RS wgmma), so the problem is transposed: D^T = W @ X^T,
+// batched over L = n_experts. M = the weight's rows n, N = the plan's rows, K = k. A = the codes
+// [n_experts, n, k] (uint4, K-major, L stride n * k), B = the gathered activations x [rows, k]
+// with a static stride-0 L mode (TMA ignores the expert), D = d [rows, n] seen as an (M, N)
+// tensor of strides (1, n, 0) (the epilogue's TMA store writes the row-major output). The
+// scheduler is the padded plan's (hopper_padded_scheduler.cuh) with the plan's tiles along N
+// (tag PaddedTilesTokensAlongN): output tile (m, n) of a used plan tile n has L = tile_expert[n].
+// Per K tile of 64 the producer loads the 128 x 64 codes of A, the 128 x 64 bf16 of B and the
+// 128 scale and 128 zero pairs (uint32: both groups of the tile, from [n_experts, k / 64, n]);
+// each consumer warpgroup (cooperative: two, 64 rows of M each) converts its codes K block by
+// K block (16 values) into the bf16 A fragment and issues the RS wgmma; the epilogue rounds the
+// fp32 accumulators to bf16 once.
+//
+// Launch shape. min(sm_count, ceil(n / 128) * max_tiles_m) CTAs of 384 threads (one producer
+// warpgroup, two consumer warpgroups), persistent, tile 128 x 128 x 64, cluster 1 x 1, the
+// stages the shared memory allows after the epilogue's (StageCountAutoCarveout).
+//
+// Limits. k a multiple of 256 (Q4_K; also 32 codes = 16 bytes TMA rows), n a multiple of 8 (the
+// output's 16-byte rows), all pointers 16-byte aligned (the glue's checks), rows = 128 *
+// max_tiles_m.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include <cute/tensor.hpp>
+#include <cutlass/cutlass.h>
+#include <cutlass/epilogue/collective/collective_builder.hpp>
+#include <cutlass/gemm/collective/collective_builder.hpp>
+#include <cutlass/gemm/device/gemm_universal_adapter.h>
+#include <cutlass/gemm/dispatch_policy.hpp>
+#include <cutlass/gemm/kernel/gemm_universal.hpp>
+
+#include "hopper/hopper_cutlass_launch.cuh"
+#include "hopper/hopper_mixed_q4k_convert.cuh"
+#include "hopper/hopper_mixed_q4k_gemm.h"
+#include "hopper/hopper_padded_gemm.h"
+#include "hopper/hopper_padded_order.h"
+#include "hopper/hopper_padded_scheduler.cuh"
+
+namespace argon_hopper_mixed {
+
+using cute::Int;
+using cute::Shape;
+
+struct MixedQ4kGemm {
+  using Element = cutlass::bfloat16_t;
+  using Narrow = cutlass::uint4b_t;
+  using Pair = uint32_t;  // two bf16 groups (hopper_mixed_q4k_convert.cuh)
+  using TileShape = Shape<Int<128>, Int<ARGON_HOPPER_PADDED_TILE_M>, Int<64>>;  // M, N (plan), K
+  using ClusterShape = Shape<Int<1>, Int<1>, Int<1>>;
+  using ProblemShape = Shape<int, int, int, int>;
+  using StrideA = cute::Stride<int64_t, Int<1>, int64_t>;  // codes (n, k, expert)
+  using StrideB = cute::Stride<int64_t, Int<1>, Int<0>>;   // x (row, k, -)
+  using StrideD = cute::Stride<Int<1>, int64_t, Int<0>>;   // d^T (n, row, -)
+  static constexpr int kAlignA = 32;  // 16 bytes of 4-bit codes
+  static constexpr int kAlignB = 8;
+  static constexpr int kAlignD = 8;
+
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, StrideD, kAlignD,
+      Element, StrideD, kAlignD, cutlass::epilogue::TmaWarpSpecializedCooperative,
+      cutlass::epilogue::fusion::LinearCombination<Element, float, void, float>>::CollectiveOp;
+
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cute::tuple<Narrow, Pair, Pair>,
+      StrideA, kAlignA, Element, StrideB, kAlignB, float, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
+
+  // The collective converts with our Q4_K specialization, not CUTLASS's general one.
+  static_assert(cutlass::gemm::collective::detail::MixedInputUtils<CollectiveMainloop>::kArgonQ4k,
+                "the Q4_K conversion specialization must match the built collective");
+  static_assert(CollectiveMainloop::KernelConversionMode ==
+                    cutlass::detail::ConversionMode::ConvertAndScaleWithZero,
+                "scales and zeros");
+  // The layout's premise (as the padded GEMM's): B's and D's tensor maps ignore the expert.
+  template <class Tma>
+  using LStride = cute::tuple_element_t<2, typename Tma::AuxParams::GmemStrides>;
+  static_assert(cute::is_constant<0, LStride<typename CollectiveMainloop::Params::TMA_B>>::value,
+                "x's tensor map must ignore the expert (L) coordinate");
+  static_assert(cute::is_constant<0, LStride<typename CollectiveEpilogue::Params::TMA_D>>::value,
+                "d's tensor map must ignore the expert (L) coordinate");
+
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop,
+                                                      CollectiveEpilogue,
+                                                      argon_hopper_padded::PaddedTilesTokensAlongN>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+};
+
+constexpr const char* kKernel = "hopper mixed Q4_K GEMM";
+
+template <class G>
+int run(const ArgonHopperMixedQ4kGemm& p, char* err, int err_len) {
+  using Mainloop = typename G::CollectiveMainloop;
+  using StrideScale = typename Mainloop::StrideScale;
+  const int rows = p.max_tiles_m * ARGON_HOPPER_PADDED_TILE_M;
+  const int64_t k = p.k, n = p.n;
+  cutlass::KernelHardwareInfo hw{};
+  cudaGetDevice(&hw.device_id);
+  hw.sm_count = p.sm_count;
+
+  typename Mainloop::Arguments mainloop{};
+  mainloop.ptr_A = static_cast<const typename G::Narrow*>(p.codes);
+  mainloop.dA = typename G::StrideA{k, Int<1>{}, n * k};
+  mainloop.ptr_B = static_cast<const typename G::Element*>(p.x);
+  mainloop.dB = typename G::StrideB{k, Int<1>{}, Int<0>{}};
+  mainloop.ptr_S = static_cast<const typename G::Pair*>(p.scales);
+  mainloop.dS = StrideScale{Int<1>{}, n, n * (k / 64)};
+  mainloop.group_size = 64;  // one pair per K tile (hopper_mixed_q4k_convert.cuh)
+  mainloop.ptr_Z = static_cast<const typename G::Pair*>(p.zeros);
+
+  typename G::Gemm::Arguments args{
+      cutlass::gemm::GemmUniversalMode::kBatched,
+      {p.n, rows, p.k, p.n_experts},
+      mainloop,
+      {{}, nullptr, typename G::StrideD{Int<1>{}, n, Int<0>{}}, static_cast<typename G::Element*>(p.d),
+       typename G::StrideD{Int<1>{}, n, Int<0>{}}},
+      hw,
+      {}};
+  args.epilogue.thread.alpha = 1.0f;
+  args.epilogue.thread.beta = 0.0f;
+  args.scheduler.tile_expert = p.tile_expert;
+  args.scheduler.used_tiles = p.used_tiles;
+  args.scheduler.order_window = argon_hopper_padded::order_window(p.max_tiles_m, p.n_experts);
+
+  if (G::Gemm::get_workspace_size(args) != 0)
+    return argon_hopper_launch::fail(err, err_len, kKernel, "CUTLASS asked for a workspace", "");
+  return argon_hopper_launch::launch<typename G::Gemm>(
+      args, nullptr, static_cast<cudaStream_t>(p.stream), kKernel, err, err_len);
+}
+
+}  // namespace argon_hopper_mixed
