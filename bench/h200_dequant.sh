@@ -16,14 +16,9 @@
 # Run through bench/h200_session.sh dequant. Writes under $OUT: step_build.txt, tests.log,
 # quant.json, quant.log, gpuq_tile_m.json, gpuq_tile_m.log, hopper.json, hopper_bench.log.
 set -uo pipefail
-OUT="${OUT:-/tmp/argon_out}"
-mkdir -p "$OUT"
 here="$(dirname "$0")"
 . "$here/one_call.sh"
-deadline_from 560
-build_all
-gpu_floor_tbps
-echo "== GPU: $gpu"
+start_call 560
 
 r=$(left 70)
 [ "$r" -gt 20 ] && {

@@ -14,14 +14,9 @@
 # Run through bench/h200_session.sh mixed. Writes under $OUT: step_build.txt, tests.log,
 # mixed.json, mixed.log.
 set -uo pipefail
-OUT="${OUT:-/tmp/argon_out}"
-mkdir -p "$OUT"
 here="$(dirname "$0")"
 . "$here/one_call.sh"
-deadline_from 560
-build_all
-gpu_floor_tbps
-echo "== GPU: $gpu"
+start_call 560
 grep -E "mixed q4k|GEMM kernels" "$OUT/step_build.txt" | head -5
 
 r=$(left 120)

@@ -12,14 +12,9 @@
 # Writes under $OUT: step_build.txt, hopper_tests.log, tiled_tests.log, hopper.json,
 # hopper_bench.log, h200_quant.json, h200_quant.log.
 set -uo pipefail
-OUT="${OUT:-/tmp/argon_out}"
-mkdir -p "$OUT"
 here="$(dirname "$0")"
 . "$here/one_call.sh"
-deadline_from 590
-build_all --llamacpp
-gpu_floor_tbps
-echo "== GPU: $gpu (weight-read floors at $hbm TB/s)"
+start_call 590 --llamacpp
 
 r=$(left 100)
 [ "$r" -gt 20 ] && {

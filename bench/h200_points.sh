@@ -15,14 +15,9 @@
 # step_build.txt, padded_tests.log, hopper.json, hopper_bench.log, gpuq_tests.log,
 # gpuq_loops.json, gpuq_loops.log.
 set -uo pipefail
-OUT="${OUT:-/tmp/argon_out}"
-mkdir -p "$OUT"
 here="$(dirname "$0")"
 . "$here/one_call.sh"
-deadline_from 560
-build_all
-gpu_floor_tbps
-echo "== GPU: $gpu"
+start_call 560
 
 r=$(left 60)
 [ "$r" -gt 20 ] && {

@@ -17,15 +17,10 @@
 # step_build.txt, padded_tests.log, tiled_tests.log, hopper.json, hopper_bench.log, quant.json,
 # quant.log, limits.txt.
 set -uo pipefail
-OUT="${OUT:-/tmp/argon_out}"
-mkdir -p "$OUT"
 here="$(dirname "$0")"
 . "$here/one_call.sh"
-deadline_from 560
-build_all
-gpu_floor_tbps
+start_call 560
 NCU="${NCU:-$(command -v ncu || echo /usr/local/cuda/bin/ncu)}"
-echo "== GPU: $gpu"
 
 r=$(left 90)
 [ "$r" -gt 20 ] && {

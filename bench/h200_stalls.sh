@@ -9,8 +9,6 @@
 # Run through bench/h200_session.sh stalls. About 130 s of build on a fresh machine, then
 # ~40 s per profile; each capped by DEADLINE_S (default 540).
 set -uo pipefail
-OUT="${OUT:-/tmp/argon_out}"
-mkdir -p "$OUT"
 here="$(dirname "$0")"
 . "$here/one_call.sh"
 deadline_from 540

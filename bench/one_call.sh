@@ -1,5 +1,8 @@
-# What the one-call device scripts (h200_once.sh, h200_profile.sh, h200_stalls.sh) share,
-# sourced after they set OUT and here:
+# What the one-call device scripts (h200_once.sh, h200_profile.sh, h200_stalls.sh,
+# h200_points.sh, h200_dequant.sh, h200_mixed.sh) share, sourced after they set here (their
+# folder); OUT (default /tmp/argon_out) is made here:
+#   start_call S [ARGS]  deadline_from S, build_all ARGS, gpu_floor_tbps, the GPU's name printed:
+#                        how a call begins
 #   deadline_from S   each step of a call is capped so that the whole ends before the deadline
 #                     (DEADLINE_S seconds from the script's start, else S); left N gives the
 #                     seconds to it, at most N
@@ -8,6 +11,8 @@
 #                     extension failed, since nothing after it can run; then the GPU environment
 #   gpu_floor_tbps    sets gpu (the card's name) and hbm (its bandwidth for the weight-read
 #                     floors: 4.3 TB/s, 3.35 on an H100)
+OUT="${OUT:-/tmp/argon_out}"
+mkdir -p "$OUT"
 deadline_from() { deadline=${DEADLINE_S:-$1}; }
 left() {
   local r=$((deadline - SECONDS))
@@ -29,4 +34,11 @@ gpu_floor_tbps() {
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
   hbm=4.3
   case "$gpu" in *H100*) hbm=3.35 ;; esac
+}
+start_call() {
+  deadline_from "$1"
+  shift
+  build_all "$@"
+  gpu_floor_tbps
+  echo "== GPU: $gpu (weight-read floors at $hbm TB/s)"
 }
