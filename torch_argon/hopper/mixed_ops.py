@@ -11,7 +11,7 @@ units' build, compute capability 9.0). Compile-checked for sm_90a; NOT YET RUN O
 import torch
 
 from .._kernels import has_kernel as _has_kernel
-from . import configs
+from .padded_ops import check_padded_plan
 from .ops import refusal as _hopper_refusal
 
 
@@ -65,15 +65,7 @@ def _check_shapes(x, codes, scales, zeros, tile_expert, meta):
             raise ValueError(f"{name} must be bfloat16 [E, K / 64, N, 2] = "
                              f"{[e, k // 64, n, 2]} (mixed_repack's), got {t.dtype} of shape "
                              f"{tuple(t.shape)}")
-    if tile_expert.dim() != 1 or tile_expert.dtype != torch.int32:
-        raise ValueError(f"tile_expert must be the plan's int32 [R / 128], got "
-                         f"{tile_expert.dtype} of shape {tuple(tile_expert.shape)}")
-    if x.shape[0] != tile_expert.shape[0] * configs.PADDED_TILE_M:
-        raise ValueError(f"x must have 128 rows per tile of tile_expert (a plan made with "
-                         f"tile_m = 128), got {x.shape[0]} rows and {tile_expert.shape[0]} tiles")
-    if tuple(meta.shape) != (4,) or meta.dtype != torch.int32:
-        raise ValueError(f"meta must be int32 of shape [4] (the plan's), got {meta.dtype} of "
-                         f"shape {tuple(meta.shape)}")
+    check_padded_plan("x", x, tile_expert, meta)
     return n
 
 

@@ -29,17 +29,23 @@ def padded_mm(a, w, tile_expert, meta, config, *, out=None):
 
 # ---- fakes: output shapes from the arguments' shapes alone ------------------------------------
 
-def _check_shapes(a, w, tile_expert, meta, config):
-    check_operands(a, w)
+def check_padded_plan(name, a, tile_expert, meta):
+    """The plan arguments of a GEMM over the padded plan (this op's and the mixed-input GEMM's):
+    tile_expert int32 [R / 128], `name` (a) with 128 rows per tile, meta int32 [4]."""
     if tile_expert.dim() != 1 or tile_expert.dtype != torch.int32:
         raise ValueError(f"tile_expert must be the plan's int32 [R / 128], got "
                          f"{tile_expert.dtype} of shape {tuple(tile_expert.shape)}")
     if a.shape[0] != tile_expert.shape[0] * configs.PADDED_TILE_M:
-        raise ValueError(f"a must have 128 rows per tile of tile_expert (a plan made with "
+        raise ValueError(f"{name} must have 128 rows per tile of tile_expert (a plan made with "
                          f"tile_m = 128), got {a.shape[0]} rows and {tile_expert.shape[0]} tiles")
     if tuple(meta.shape) != (4,) or meta.dtype != torch.int32:
         raise ValueError(f"meta must be int32 of shape [4] (the plan's), got {meta.dtype} of "
                          f"shape {tuple(meta.shape)}")
+
+
+def _check_shapes(a, w, tile_expert, meta, config):
+    check_operands(a, w)
+    check_padded_plan("a", a, tile_expert, meta)
     if not 0 <= config < len(configs.PADDED_CONFIGS):
         raise ValueError(f"config must be in [0, {len(configs.PADDED_CONFIGS)}), got {config}")
 
