@@ -8,6 +8,8 @@ with the floors.
     python bench/bench_quant.py --formats Q4_K,IQ2_XS --configs E128 --T 128,2048
     python bench/bench_quant.py --formats Q4_K --T 2048,8192,16384 \
         --impls cuda_quantized_dequant,cuda_quantized_mixed   # those columns only (mode none)
+    python bench/bench_quant.py --formats Q4_K/Q6_K --T 2048,8192 --json /tmp/q4km.json \
+        --impls cuda_quantized_dequant,cuda_quantized_mixed   # gate/up Q4_K, down Q6_K
     python bench/bench_quant.py --quick --llamacpp bench/baselines/ggml_bin/test-backend-ops-cuda
                                                    # with llama.cpp's column (below)
     TRITON_INTERPRET=1 python bench/bench_quant.py --tiny --device cpu --json /tmp/q.json
@@ -16,7 +18,9 @@ with the floors.
                                                    # test build; wall-clock times)
 
 Configs: E=512 K=10 H=2048 I=512 and E=128 K=8 H=2048 I=768 (Qwen3-30B-A3B); T = 128, 512,
-2048, 8192, 16384; bf16 activations; routing: testing.routing's uniform top-K. For each
+2048, 8192, 16384; bf16 activations; a --formats entry "A/B" has gate/up in A and down in B
+(Q4_K/Q6_K: a "Q4_K_M" file's usual MoE layer; recorded as quant "A/B", no llama.cpp column);
+routing: testing.routing's uniform top-K. For each
 (config, format, T), each implementation runs through torch_argon.experts.run_implementation:
   cuda_quantized          gpuq's GEMMs on the GGUF bytes (mode "none"; "q8" too without --quick)
   cuda_quantized_tiled    the tile-decode GEMM: each weight decoded once per 64-128-row tile
@@ -130,12 +134,21 @@ def random_quantized_on_device(name, E, N, n_in, seed, empty=False):
     return pool[idx].view(E, N, rb)
 
 
+def part_formats(name):
+    """(gate/up format, down format) of a --formats entry: "Q4_K" both, "Q4_K/Q6_K" gate/up in
+    Q4_K and down in Q6_K (a Q4_K_M file's usual layer)."""
+    gate_up, _, down = name.partition("/")
+    return gate_up, down or gate_up
+
+
 def quant_experts(name, cfg, seed, empty=False):
     from torch_argon.quant import QuantizedExperts, QuantizedWeight
     E, H, I = cfg["E"], cfg["H"], cfg["I"]
-    gu = random_quantized_on_device(name, E, 2 * I, H, seed, empty)
-    dn = random_quantized_on_device(name, E, H, I, seed + 1, empty)
-    return QuantizedExperts(gate_up=QuantizedWeight(gu, name, H), down=QuantizedWeight(dn, name, I))
+    gu_name, dn_name = part_formats(name)
+    gu = random_quantized_on_device(gu_name, E, 2 * I, H, seed, empty)
+    dn = random_quantized_on_device(dn_name, E, H, I, seed + 1, empty)
+    return QuantizedExperts(gate_up=QuantizedWeight(gu, gu_name, H),
+                            down=QuantizedWeight(dn, dn_name, I))
 
 
 def dense_experts(cfg, seed, empty=False):
@@ -312,6 +325,10 @@ def llamacpp_column(layer, name, binary, records, timeout_s=600):
     """llama.cpp's MUL_MAT_ID (gate + up + down) of format `name` on the layer's shapes at every
     T, in one run of ggml's test-backend-ops at `binary`: llamacpp_experts records (an error
     record if it fails; the run goes on)."""
+    if "/" in name:  # test-backend-ops runs one type per MUL_MAT_ID case
+        print(f"{layer.name} {name:7s} llama.cpp: skipped (gate/up and down in two formats)",
+              flush=True)
+        return
     shape = ggml_mul_mat_id.MoEShape(E=layer.E, K=layer.K, H=layer.H, I=layer.I)
     backend = "CUDA0" if Run.device == "cuda" else "CPU"
     if Run.device == "cuda":
@@ -407,7 +424,8 @@ def main(argv=None):
                                                    "results", "h200_quant.json"))
     ap.add_argument("--quick", action="store_true", help=f"formats {','.join(QUICK_FORMATS)}, "
                     "mode none only; about 4 minutes on an H200")
-    ap.add_argument("--formats", help="comma list (default: every block format; --quick: 5)")
+    ap.add_argument("--formats", help="comma list (default: every block format; --quick: 5); "
+                    "GATEUP/DOWN for two formats, e.g. Q4_K/Q6_K")
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--T", help="comma list of T (default 128,512,2048,8192,16384)")
     ap.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1))

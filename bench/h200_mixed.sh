@@ -8,9 +8,11 @@
 #      kernel's own weights and on the exact dequant, -1 ids, 0-row experts, T = 0, garbage-filled
 #      outputs, the experts path, CUDA graph replay), then the padded GEMM's tests (its scheduler
 #      was templated for the transposed problem)
-#   3. bench_quant.py, Q4_K: cuda_quantized_mixed against cuda_quantized_dequant and the bf16
-#      column, E=128 K=8 H=2048 I=768 and E=512 K=10 H=2048 I=512, T = 2048 / 8192 / 16384
-#      (run whatever step 2 said: each record carries its rel_err against the dense path)
+#   3. bench_quant.py, Q4_K, then Q4_K/Q6_K (gate/up Q4_K, down Q6_K: the hybrid, a Q4_K_M
+#      file's usual layer) in what the budget leaves: cuda_quantized_mixed against
+#      cuda_quantized_dequant and the bf16 column, E=128 K=8 H=2048 I=768 and E=512 K=10 H=2048
+#      I=512, T = 2048 / 8192 / 16384 (run whatever step 2 said: each record carries its
+#      rel_err against the dense path)
 # Run through bench/h200_session.sh mixed. Writes under $OUT: step_build.txt, tests.log,
 # mixed.json, mixed.log.
 set -uo pipefail
@@ -34,7 +36,7 @@ r=$(left 90)
 }
 r=$(left 240)
 [ "$r" -gt 40 ] && {
-  timeout "$r" python3 bench/bench_quant.py --json "$OUT/mixed.json" --formats Q4_K \
+  timeout "$r" python3 bench/bench_quant.py --json "$OUT/mixed.json" --formats Q4_K,Q4_K/Q6_K \
     --configs E128,E512 --T 2048,8192,16384 --budget-s $((r - 30)) \
     --impls cuda_quantized_dequant,cuda_quantized_mixed 2>&1 | tee "$OUT/mixed.log" |
     grep -v "^  compiled"

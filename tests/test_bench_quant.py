@@ -74,6 +74,23 @@ sys.exit(bench_quant.main(["--tiny", "--device", "cpu", "--dtype", "fp16", "--fo
     assert timed == {"cuda_quantized", "cuda_quantized_tiled", "triton_quantized"}
 
 
+def test_a_format_pair_gives_gate_up_and_down_in_two_formats():
+    """--formats Q4_K/Q6_K: gate/up in Q4_K, down in Q6_K (a Q4_K_M file's usual layer)."""
+    code = f"""
+import sys
+sys.path.insert(0, {str(ROOT / "bench")!r})
+import bench_quant
+bench_quant.Run.set(("cpu", bench_quant.torch.bfloat16, bench_quant.TINY_CONFIGS))
+assert bench_quant.part_formats("Q8_0") == ("Q8_0", "Q8_0")
+q = bench_quant.quant_experts("Q4_K/Q6_K", bench_quant.TINY_CONFIGS["E512"], seed=0)
+print(q.gate_up.qtype.name, q.down.qtype.name, tuple(q.gate_up.data.shape), q.down.n_in)
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.split() == ["Q4_K", "Q6_K", "(4,", "512,", "144)", "256"]
+
+
 def make_tables():
     import importlib.util
     sys.path.insert(0, str(ROOT / "bench"))

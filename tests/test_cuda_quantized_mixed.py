@@ -2,15 +2,17 @@
 (argon::hopper_mixed_q4k_mm, csrc/hopper/hopper_mixed_q4k_gemm.cuh: CUTLASS 4.2's sm90
 mixed-input mainloop with our per-32-group conversion, over the padded plan).
 
-On every machine: where the registry puts it and why it declines (on the CPU; formats other than
-Q4_K, fp16, tile_m other than 128; under path="auto" / "triton" always:
+On every machine: where the registry puts it and why it declines (on the CPU; neither GEMM
+Q4_K, plain-float parts, fp16, tile_m other than 128; under path="auto" / "triton" always:
 "not yet measured on a GPU"), the op's fakes and their argument errors, the repack cache, the
-implementation's stages with the CUDA op emulated in torch. On a
+decoded GEMMs' workspace, the implementation's stages with the CUDA ops (the mixed-input GEMM,
+and the padded dense GEMM of a decoded GEMM: Q4_K gate/up with Q6_K down, Q5_K gate/up with
+Q4_K down) emulated in torch. On a
 GPU of compute capability 9.0 with the Hopper units built (NOT YET RUN: the kernel is
 compile-checked only): the GEMM on every used tile against float64 on the kernel's own weights
 (mixed_dequantize: tight) and on the exact dequant (the scaled tolerance), -1 ids, experts with
 0 rows, T = 0, garbage-filled outputs (tiles past the used count untouched), the whole experts
-path against the layer reference, CUDA graph replay."""
+path against the layer reference (all Q4_K, and the hybrids), CUDA graph replay."""
 import pytest
 import torch
 
@@ -19,8 +21,10 @@ from gpuq_cases import SCALED_TOL
 from hopper_cases import assert_bits_equal, capture
 from routing_cases import garbage_like, make_ids, make_weights
 from torch_argon import reference
-from torch_argon.experts import ExpertsCall, cuda_quantized_mixed, registry
+from torch_argon.experts import (ExpertsCall, cuda_hopper_padded, cuda_quantized_dequant,
+                                  cuda_quantized_mixed, registry)
 from torch_argon.hopper import configs, mixed_ops
+from torch_argon.testing import backends  # noqa: F401  (torch_argon._C_test: gpuq's CPU emulation)
 from torch_argon.quant import (QuantizedExperts, QuantizedWeight, dequantize_reference,
                                random_quantized)
 from torch_argon.quant import mixed_repack as mr
@@ -36,12 +40,20 @@ def mixed_refusal():
 needs_mixed = pytest.mark.skipif(bool(mixed_refusal()), reason=mixed_refusal() or "runs")
 
 
-def q_experts(E=4, H=256, I=256, name="Q4_K", down_name=None, device="cpu", seed=0):
+def q_experts(E=4, H=256, I=256, name="Q4_K", down_name=None, device="cpu", seed=0,
+              fused=True, up_name=None):
+    """gate/up in `name` (gate and up as two stacks where not fused, up in up_name where given),
+    down in down_name (default `name`)."""
     g = torch.Generator().manual_seed(seed)
     gu = random_quantized(name, 2 * I, H, leading=(E,), std=0.05, generator=g)
     dn = random_quantized(down_name or name, H, I, leading=(E,), std=0.05, generator=g)
-    return QuantizedExperts(down=QuantizedWeight(dn.to(device), down_name or name, I),
-                            gate_up=QuantizedWeight(gu.to(device), name, H))
+    down = QuantizedWeight(dn.to(device), down_name or name, I)
+    if fused:
+        return QuantizedExperts(down=down, gate_up=QuantizedWeight(gu.to(device), name, H))
+    up = (gu[:, I:] if up_name is None else
+          random_quantized(up_name, I, H, leading=(E,), std=0.05, generator=g))
+    return QuantizedExperts(down=down, gate=QuantizedWeight(gu[:, :I].to(device), name, H),
+                            up=QuantizedWeight(up.contiguous().to(device), up_name or name, H))
 
 
 def cuda_call(experts, T=64, K=2, dtype=torch.bfloat16, tile_m=None):
@@ -55,8 +67,9 @@ def cuda_call(experts, T=64, K=2, dtype=torch.bfloat16, tile_m=None):
 
 @pytest.fixture
 def on_hopper(monkeypatch):
-    """supports() past its device checks."""
+    """supports() past its device checks (the mixed-input GEMM's, gpuq's for a decoded GEMM)."""
     monkeypatch.setattr(cuda_quantized_mixed.mixed_ops, "refusal", lambda device: "")
+    monkeypatch.setattr(cuda_quantized_mixed.gpuq, "refusal", lambda device: "")
 
 
 # ---- where it sits and why it declines (every machine) -----------------------------------------
@@ -86,12 +99,85 @@ def test_auto_declines_as_not_measured_and_the_name_runs_it(on_hopper):
     assert registry.choose(call, "cuda_quantized_mixed") is MIXED
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(name="Q8_0"), "Q4_K weights only, these are Q8_0"),
-    (dict(down_name="Q6_K"), "Q4_K weights only, these are Q4_K, Q6_K"),
+@pytest.mark.parametrize("kwargs,formats", [
+    (dict(name="Q8_0"), "gate_up Q8_0, down Q8_0"),
+    (dict(name="Q5_K", down_name="Q6_K"), "gate_up Q5_K, down Q6_K"),
+    # gate Q4_K but up not: the gate/up GEMM is not Q4_K, nor is down
+    (dict(fused=False, up_name="Q5_K", down_name="Q6_K"), "gate Q4_K, up Q5_K, down Q6_K"),
 ])
-def test_it_declines_what_its_gemm_cannot_take(on_hopper, kwargs, match):
-    assert match in MIXED.supports(cuda_call(q_experts(**kwargs)))
+def test_it_declines_where_neither_gemm_is_q4k(on_hopper, kwargs, formats):
+    assert MIXED.supports(cuda_call(q_experts(**kwargs))) == (
+        f"neither GEMM's weights are Q4_K ({formats}): the mixed-input GEMM runs Q4_K weights "
+        "(gate/up or down at least, the other decoded); cuda_quantized_dequant decodes both")
+
+
+@pytest.mark.parametrize("kwargs,q4k", [
+    (dict(), ("gate_up", "down")),
+    (dict(fused=False), ("gate_up", "down")),
+    (dict(down_name="Q6_K"), ("gate_up",)),         # Q4_K_M's usual layer
+    (dict(down_name="Q5_K"), ("gate_up",)),
+    (dict(down_name="Q8_0"), ("gate_up",)),
+    (dict(name="Q5_K", down_name="Q4_K"), ("down",)),
+    (dict(fused=False, up_name="Q6_K"), ("down",)),  # up not Q4_K: gate/up decoded
+])
+def test_it_takes_either_gemm_in_q4k_the_other_decoded(on_hopper, kwargs, q4k):
+    q = q_experts(**kwargs)
+    assert cuda_quantized_mixed.q4k_gemms(q) == q4k
+    assert MIXED.supports(cuda_call(q)) == ""
+    auto = dict(registry.explain(cuda_call(q), "auto"))["cuda_quantized_mixed"]
+    assert auto.startswith("not yet measured on a GPU")
+
+
+def test_it_declines_plain_float_parts_naming_the_formats(on_hopper):
+    g = torch.Generator().manual_seed(0)
+    q = q_experts()
+    for fmt in ("F16", "BF16"):
+        down = QuantizedWeight(random_quantized(fmt, 256, 256, leading=(4,), generator=g), fmt,
+                               256)
+        hybrid = QuantizedExperts(down=down, gate_up=q.gate_up)
+        assert MIXED.supports(cuda_call(hybrid)) == (
+            f"down stored as plain floats (gate_up Q4_K, down {fmt}): it runs Q4_K blocks and "
+            "decodes the other GGUF block formats only")
+
+
+def test_a_decoded_gemm_needs_gpuq(on_hopper, monkeypatch):
+    monkeypatch.setattr(cuda_quantized_mixed.gpuq, "refusal", lambda device: "no gpuq here")
+    assert MIXED.supports(cuda_call(q_experts())) == ""  # nothing decoded
+    assert MIXED.supports(cuda_call(q_experts(down_name="Q6_K"))) == (
+        "no gpuq here: the non-Q4_K GEMM's weights (gate_up Q4_K, down Q6_K) are decoded by gpuq")
+
+
+def cpu_call(experts, T=8, requires_grad=False):
+    x = torch.randn(T, experts.hidden, dtype=torch.bfloat16, requires_grad=requires_grad)
+    return ExpertsCall.of(x, experts, ops=torch_argon.argon_ops, n_entries=2 * T)
+
+
+@pytest.fixture
+def shared_workspace():
+    torch_argon.experts.clear_cuda_dequant_workspace()
+    yield cuda_quantized_dequant.WORKSPACE
+    torch_argon.experts.clear_cuda_dequant_workspace()
+
+
+def test_workspace_holds_the_decoded_gemms_only(shared_workspace):
+    E, H, I = 4, 256, 256
+    assert MIXED.workspace(cpu_call(q_experts(E=E)), 128) == {}
+    ws = MIXED.workspace(cpu_call(q_experts(E=E, down_name="Q6_K")), 128)
+    assert list(ws) == ["down"] and ws["down"].shape == (E, H, I)
+    ws = MIXED.workspace(cpu_call(q_experts(E=E, name="Q5_K", down_name="Q4_K")), 128)
+    assert list(ws) == ["gate_up"] and ws["gate_up"].shape == (E, 2 * I, H)
+    assert ws["gate_up"].dtype == torch.bfloat16
+    # cuda_quantized_dequant's shared buffer, the same at the next call
+    again = MIXED.workspace(cpu_call(q_experts(E=E, name="Q5_K", down_name="Q4_K")), 128)
+    assert again["gate_up"].data_ptr() == ws["gate_up"].data_ptr()
+    assert {key[0] for key in shared_workspace.buffers} == {"gate_up", "down"}
+    # fresh where the decoded weights must outlive the call (here: autograd)
+    with torch.enable_grad():
+        fresh = MIXED.workspace(cpu_call(q_experts(E=E, down_name="Q6_K"), requires_grad=True),
+                                128)
+    assert list(fresh) == ["down"]
+    assert all(fresh["down"].data_ptr() != buf.data_ptr()
+               for buf in shared_workspace.buffers.values())
 
 
 def test_it_declines_fp16_other_tile_m_and_autograd(on_hopper):
@@ -160,22 +246,56 @@ def emulated_mm(x, m, tile_expert, meta, *, out=None):
     return out
 
 
+def emulated_padded_mm(a, w, tile_expert, meta, config, *, out=None):
+    """The padded dense GEMM's contract in torch on the CPU (fp32 accumulation, out in a's
+    dtype; the used tiles only)."""
+    assert config in configs.PADDED_CONFIGS
+    assert w.dtype == a.dtype == torch.bfloat16 and w.is_contiguous()
+    if out is None:
+        out = torch.zeros(a.shape[0], w.shape[1], dtype=a.dtype)
+    for t in range(int(meta[1])):
+        rows = slice(t * TILE, (t + 1) * TILE)
+        out[rows] = (a[rows].float() @ w[int(tile_expert[t])].float().T).to(out.dtype)
+    return out
+
+
+@pytest.fixture
+def emulated_ops(monkeypatch):
+    """Both CUDA GEMMs replaced by their contracts, counting their calls (gpuq.dequantize runs
+    its CPU emulation, torch_argon._C_test)."""
+    calls = {"mixed": 0, "padded": 0}
+
+    def mixed(*args, **kwargs):
+        calls["mixed"] += 1
+        return emulated_mm(*args, **kwargs)
+
+    def padded(*args, **kwargs):
+        calls["padded"] += 1
+        return emulated_padded_mm(*args, **kwargs)
+
+    monkeypatch.setattr(cuda_quantized_mixed.mixed_ops, "refusal", lambda device: "")
+    monkeypatch.setattr(cuda_quantized_mixed.gpuq, "refusal", lambda device: "")
+    monkeypatch.setattr(cuda_quantized_mixed.mixed_ops, "mixed_q4k_mm", mixed)
+    monkeypatch.setattr(cuda_hopper_padded.hopper, "padded_mm", padded)
+    torch_argon.experts.clear_cuda_dequant_workspace()
+    yield calls
+    torch_argon.experts.clear_cuda_dequant_workspace()
+
+
+@pytest.mark.parametrize("formats", [("Q4_K", "Q4_K"), ("Q4_K", "Q6_K"), ("Q5_K", "Q4_K")],
+                         ids=lambda f: "+".join(f))
 @pytest.mark.parametrize("fused", [True, False])
 @pytest.mark.parametrize("dist,T", [("uniform", 300), ("neg_some", 77), ("empty", 40),
                                     ("uniform", 0)])
-def test_experts_flow_on_the_cpu_with_the_op_emulated(monkeypatch, fused, dist, T):
+def test_experts_flow_on_the_cpu_with_the_ops_emulated(emulated_ops, formats, fused, dist, T):
     """The implementation's stages (plan of tile_m 128, gather, the repack (gate and up
-    concatenated where they are two stacks), gate/up, swiglu, down, combine) with the CUDA op
-    replaced by its contract in torch: the layer's output within the scaled tolerance of the
-    exact dequant's."""
-    monkeypatch.setattr(cuda_quantized_mixed.mixed_ops, "refusal", lambda device: "")
-    monkeypatch.setattr(cuda_quantized_mixed.mixed_ops, "mixed_q4k_mm", emulated_mm)
+    concatenated where they are two stacks) of the Q4_K GEMMs, the decode of the others into
+    the workspace, gate/up, swiglu, down, combine) with the CUDA GEMMs replaced by their
+    contracts in torch: the layer's output within the scaled tolerance of the exact
+    dequant's. neg_some: -1 ids; empty: experts with 0 rows; T = 0."""
     E, K, H, I = 8, 4, 512, 256
-    q = q_experts(E=E, H=H, I=I, seed=3)
-    if not fused:
-        gu = q.gate_up
-        q = QuantizedExperts(down=q.down, gate=QuantizedWeight(gu.data[:, :I], "Q4_K", H),
-                             up=QuantizedWeight(gu.data[:, I:], "Q4_K", H))
+    name, down_name = formats
+    q = q_experts(E=E, H=H, I=I, name=name, down_name=down_name, seed=3, fused=fused)
     g = torch.Generator().manual_seed(T)
     x = (torch.randn(T, H, generator=g) * 0.5).bfloat16()
     ids, w = make_ids(T, K, E, dist, seed=T), make_weights(T, K, seed=T)
@@ -188,6 +308,8 @@ def test_experts_flow_on_the_cpu_with_the_op_emulated(monkeypatch, fused, dist, 
     got = torch_argon.moe_experts(x, ids, w, q, path="cuda_quantized_mixed",
                                   activation_quant="none")
     assert got.shape == want.shape and got.dtype == torch.bfloat16
+    n_q4k = sum(f == "Q4_K" for f in formats)
+    assert emulated_ops == {"mixed": n_q4k, "padded": 2 - n_q4k}
     if T:
         err = ((got.float() - want).norm() / want.norm()).item()
         assert err < SCALED_TOL, err
@@ -300,22 +422,28 @@ def test_gemm_with_no_used_tiles_writes_nothing_and_t_0():
     assert got.shape == (0, 256)
 
 
-def experts_case(T, dist, E=8, K=4, H=512, I=256, seed=1):
-    q = q_experts(E=E, H=H, I=I, seed=seed)
+# (gate/up, down) formats: all Q4_K, and the hybrids (one GEMM decoded onto the padded GEMM)
+FORMATS = [("Q4_K", "Q4_K"), ("Q4_K", "Q6_K"), ("Q5_K", "Q4_K")]
+
+
+def experts_case(T, dist, E=8, K=4, H=512, I=256, seed=1, formats=("Q4_K", "Q4_K")):
+    name, down_name = formats
+    q = q_experts(E=E, H=H, I=I, name=name, down_name=down_name, seed=seed)
     g = torch.Generator().manual_seed(seed)
     x = (torch.randn(T, H, generator=g) * 0.5).bfloat16()
     ids, w = make_ids(T, K, E, dist, seed=seed), make_weights(T, K, seed=seed)
-    dense = (dequantize_reference(q.gate_up.data, "Q4_K", H),
-             dequantize_reference(q.down.data, "Q4_K", I))
+    dense = (dequantize_reference(q.gate_up.data, name, H),
+             dequantize_reference(q.down.data, down_name, I))
     want = reference.moe_layer(x.float(), None, dense, K, topk_ids=ids, topk_weights=w)
     return q.to("cuda"), x.cuda(), ids.cuda(), w.cuda(), want
 
 
 @needs_mixed
+@pytest.mark.parametrize("formats", FORMATS, ids=lambda f: "+".join(f))
 @pytest.mark.parametrize("dist", ["uniform", "neg_some", "one_expert", "empty"])
 @pytest.mark.parametrize("T", [0, 1, 300])
-def test_experts_path_matches_the_reference(dist, T):
-    q, x, ids, w, want = experts_case(T, dist)
+def test_experts_path_matches_the_reference(dist, T, formats):
+    q, x, ids, w, want = experts_case(T, dist, formats=formats)
     got = torch_argon.moe_experts(x, ids, w, q, path="cuda_quantized_mixed",
                                   activation_quant="none")
     assert got.shape == want.shape and got.dtype == torch.bfloat16
@@ -325,8 +453,9 @@ def test_experts_path_matches_the_reference(dist, T):
 
 
 @needs_mixed
-def test_cuda_graph_replay_equals_eager():
-    q, x, ids, w, _ = experts_case(256, "uniform")
+@pytest.mark.parametrize("formats", FORMATS, ids=lambda f: "+".join(f))
+def test_cuda_graph_replay_equals_eager(formats):
+    q, x, ids, w, _ = experts_case(256, "uniform", formats=formats)
 
     def run():
         return torch_argon.moe_experts(x, ids, w, q, path="cuda_quantized_mixed",

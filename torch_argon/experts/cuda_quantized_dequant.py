@@ -98,6 +98,35 @@ def _must_be_fresh(call) -> bool:
             or (torch.is_grad_enabled() and x.requires_grad))
 
 
+def decode_workspace(call, roles) -> dict:
+    """{role: buffer} for the decoded weights of the GEMMs `roles` ("gate_up": [E, 2I, H],
+    "down": [E, H, I]) in x's dtype: fresh tensors where they must outlive the call
+    (_must_be_fresh), else WORKSPACE's shared buffers. cuda_quantized_mixed takes only the
+    GEMMs it decodes."""
+    w, dtype, device = call.weights, call.x.dtype, call.x.device
+    E, H, I = w.n_experts, w.hidden, w.inter
+    shapes = {"gate_up": (E, 2 * I, H), "down": (E, H, I)}
+    if _must_be_fresh(call):
+        return {role: torch.empty(shapes[role], dtype=dtype, device=device) for role in roles}
+    return {role: WORKSPACE.buffer(role, shapes[role], dtype, device) for role in roles}
+
+
+def decode_gemm(w, role, out):
+    """The gpuq decode of GEMM `role` of QuantizedExperts `w` into `out` (decode_workspace's
+    buffer): "gate_up" (one stack, or gate into the first I rows and up into the others) or
+    "down"."""
+    def decode(part, dst):
+        gpuq.dequantize(part.data, part.qtype.type_id, part.n_in, out=dst)
+
+    if role == "down":
+        decode(w.down, out)
+    elif w.fused:
+        decode(w.gate_up, out)
+    else:
+        decode(w.gate, out[:, :w.inter])
+        decode(w.up, out[:, w.inter:])
+
+
 class CudaQuantizedDequant(Experts):
     name = "cuda_quantized_dequant"
     path = "triton"
@@ -124,26 +153,13 @@ class CudaQuantizedDequant(Experts):
         return dense_gemms(call).default_tile_m(call, n_entries)
 
     def workspace(self, call, rows):
-        w, dtype, device = call.weights, call.x.dtype, call.x.device
-        E, H, I = w.n_experts, w.hidden, w.inter
-        shapes = {"gate_up": (E, 2 * I, H), "down": (E, H, I)}
-        if _must_be_fresh(call):
-            return {role: torch.empty(s, dtype=dtype, device=device) for role, s in shapes.items()}
-        return {role: WORKSPACE.buffer(role, s, dtype, device) for role, s in shapes.items()}
+        return decode_workspace(call, ("gate_up", "down"))
 
     def apply(self, call, x, xs, plan, workspace):
         w = call.weights
         gate_up, down = workspace["gate_up"], workspace["down"]
-
-        def decode(part, out):
-            gpuq.dequantize(part.data, part.qtype.type_id, part.n_in, out=out)
-
-        if w.fused:
-            decode(w.gate_up, gate_up)
-        else:
-            decode(w.gate, gate_up[:, :w.inter])
-            decode(w.up, gate_up[:, w.inter:])
-        decode(w.down, down)
+        decode_gemm(w, "gate_up", gate_up)
+        decode_gemm(w, "down", down)
         dense = dense_gemms(call)
         dense_call = dataclasses.replace(call, weights=DenseExperts(gate_up, down))
         # this class gathers nothing before apply (fuses_gather: triton_dense's GEMMs read the

@@ -6,20 +6,34 @@ whole tiles), the gate/up GEMM into [R, 2I], the activation op (argon's swiglu),
 into y [R, H], then the flow's combine, as cuda_hopper_padded runs its dense GEMMs (the same
 tile scheduler, the plan's tiles along the transposed problem's N).
 
+Per GEMM: a GEMM whose weights are Q4_K (gate/up as one stack, or gate and up both; down) runs
+on the mixed-input GEMM; the other one, where its weights are another GGUF block format (the
+"Q4_K_M" files of MoE models such as Qwen3-30B-A3B keep down in Q6_K in many layers, some
+parts in Q5_K), is decoded to bf16 as cuda_quantized_dequant decodes it (gpuq.dequantize into
+that path's workspace: cuda_quantized_dequant.decode_workspace and decode_gemm) and runs on
+the dense padded Hopper GEMM (argon::hopper_padded_mm, cuda_hopper_padded's configurations:
+configs.choose_padded) over the same plan and gathered rows. It declines where neither GEMM
+is Q4_K (cuda_quantized_dequant runs those) and where a part is stored as plain floats.
+
 Why: cuda_quantized_dequant decodes every expert to bf16 on each call (E * 3 * H * I values
 written and read back: 1.2 GB in bf16 at E=128 H=2048 I=768, about 0.88 ms on an H100) before
 dense GEMMs; this path reads the repacked weights instead (5 bits a value: 0.38 GB there)
-inside the GEMMs (bench/quant_mixed_notes.md: the arithmetic and what is not yet known).
+inside the GEMMs (bench/quant_mixed_notes.md: the arithmetic and what is not yet known). Where
+only gate/up is Q4_K, only its 2/3 of that decode pass is saved.
 
 The weights are repacked once per Q4_K stack (torch_argon/quant/mixed_repack.py; gate and up
 concatenated along N where they are two parts) at the first call that runs them, and kept beside
 them: a cache keyed by the stack's byte tensor (weakly: freed with it) and its version counter
 (an in-place change repacks). The repack costs 5 bits per value of device memory beside the
 GGUF bytes' 4.5 (0.38 GB for E=128 H=2048 I=768 per layer).
+A decoded GEMM takes cuda_quantized_dequant's workspace for its weights only (down:
+E * H * I bf16 values, 0.4 GB there; the buffer that path uses, shared by every layer; fresh
+tensors under torch.compile tracing, CUDA graph capture and autograd).
 
 Numerics: each weight is bf16(q * s + z) with s and z rounded to bf16 once
 (mixed_repack.mixed_dequantize, at most 2^-8 of 15 |s| + |z| + |w| from the exact value), then
-fp32 accumulation: the scaled path's tolerance (tests/gpuq_cases.py SCALED_TOL).
+fp32 accumulation: the scaled path's tolerance (tests/gpuq_cases.py SCALED_TOL). A decoded
+GEMM's weights are dequantize_reference's rounded to bf16 once, then fp32 accumulation.
 
 Status: compile-checked for sm_90a, NOT YET RUN ON A GPU. By name only: path="auto" (and the
 "triton" family) decline it ("not yet measured on a GPU"); path="cuda_quantized_mixed" runs it
@@ -30,10 +44,17 @@ import threading
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
+from .. import gpuq
 from ..hopper import configs as hopper_configs
 from ..hopper import mixed_ops
 from ..quant import mixed_repack
+from . import cuda_hopper_dense as dense
+from . import cuda_quantized_dequant as dequant
 from .base import Experts, fused_call_refusal
+from .cuda_hopper_padded import CudaHopperPadded
+from .ops_quantized import float_parts
+
+_PADDED = CudaHopperPadded()  # its configurations and GEMM for the decoded weights
 
 NOT_MEASURED = ("not yet measured on a GPU: the Q4_K mixed-input Hopper GEMM is compile-checked "
                 "only (bench/quant_mixed_notes.md); path='cuda_quantized_mixed' runs it")
@@ -83,10 +104,34 @@ class _RepackCache:
 CACHE = _RepackCache()
 
 
-def repacked_experts(w):
-    """(gate_up, down) MixedQ4K of QuantizedExperts `w` (all Q4_K), from the cache."""
-    gate_up = CACHE.get(w.gate_up) if w.fused else CACHE.get_pair(w.gate, w.up)
-    return gate_up, CACHE.get(w.down)
+def repacked(w, role):
+    """The MixedQ4K of GEMM `role` ("gate_up" or "down") of QuantizedExperts `w` (its parts
+    Q4_K), from the cache."""
+    if role == "down":
+        return CACHE.get(w.down)
+    return CACHE.get(w.gate_up) if w.fused else CACHE.get_pair(w.gate, w.up)
+
+
+ROLES = ("gate_up", "down")
+
+
+def gemm_parts(w, role):
+    """The parts of QuantizedExperts `w` that GEMM `role` multiplies by."""
+    if role == "down":
+        return {"down": w.down}
+    return {"gate_up": w.gate_up} if w.fused else {"gate": w.gate, "up": w.up}
+
+
+def q4k_gemms(w) -> tuple:
+    """The GEMMs of `w` ("gate_up", "down") whose parts are all Q4_K: the mixed-input GEMM runs
+    them, the others are decoded."""
+    return tuple(role for role in ROLES
+                 if all(p.qtype.name == "Q4_K" for p in gemm_parts(w, role).values()))
+
+
+def formats(w) -> str:
+    """The formats of w's parts in words: "gate_up Q4_K, down Q6_K"."""
+    return ", ".join(f"{name} {p.qtype.name}" for name, p in w.parts().items())
 
 
 class CudaQuantizedMixed(Experts):
@@ -103,10 +148,20 @@ class CudaQuantizedMixed(Experts):
             return why
         if x.dtype != torch.bfloat16:
             return f"the mixed-input GEMM runs bf16 activations, got {x.dtype}"
-        names = sorted({p.qtype.name for p in w.parts().values()})
-        if names != ["Q4_K"]:
-            return f"the mixed-input GEMM runs Q4_K weights only, these are {', '.join(names)}"
-        # Q4_K stacks have H and I multiples of 256 (their n_in), what the GEMM needs of K and N
+        floats = float_parts(w)
+        if floats:
+            return (f"{', '.join(floats)} stored as plain floats ({formats(w)}): it runs Q4_K "
+                    "blocks and decodes the other GGUF block formats only")
+        if not q4k_gemms(w):
+            return (f"neither GEMM's weights are Q4_K ({formats(w)}): the mixed-input GEMM "
+                    "runs Q4_K weights (gate/up or down at least, the other decoded); "
+                    "cuda_quantized_dequant decodes both")
+        if len(q4k_gemms(w)) < len(ROLES):
+            why = gpuq.refusal(x.device)
+            if why:
+                return f"{why}: the non-Q4_K GEMM's weights ({formats(w)}) are decoded by gpuq"
+        # Q4_K parts have K (their n_in) a multiple of 256 and every GGUF block format a
+        # multiple of 32, so H and I are multiples of 32: what both GEMMs need of K and N
         if call.tile_m is not None and call.tile_m != hopper_configs.PADDED_TILE_M:
             return (f"tile_m={call.tile_m}: the mixed-input GEMM runs plans of tile_m "
                     f"{hopper_configs.PADDED_TILE_M} (its N tile)")
@@ -119,12 +174,29 @@ class CudaQuantizedMixed(Experts):
         """128: the GEMM's tile along the plan's rows, so that every tile holds one expert."""
         return hopper_configs.PADDED_TILE_M
 
+    def workspace(self, call, rows):
+        """Buffers for the decoded weights of the GEMMs that are not Q4_K (none where both
+        are): cuda_quantized_dequant's (shared across calls and layers, or fresh where they
+        must outlive the call)."""
+        q4k = q4k_gemms(call.weights)
+        return dequant.decode_workspace(call, [r for r in ROLES if r not in q4k])
+
     def apply(self, call, x, xs, plan, workspace):
         w = call.weights
-        gate_up, down = repacked_experts(w)
-        R = xs.shape[0]
-        gu = xs.new_empty((R, 2 * w.inter))
-        mixed_ops.mixed_q4k_mm(xs, gate_up, plan.tile_expert, plan.meta, out=gu)
+        q4k = q4k_gemms(w)
+        if len(q4k) < len(ROLES):  # the padded GEMM's configurations for the decoded one
+            rows = plan.pos.numel() / max(w.n_experts, 1)  # mean entries per expert
+            configs = dict(zip(ROLES, _PADDED.choose_configs(
+                rows, dense.device_name(x.device), dense.dtype_name(x.dtype))))
+
+        def gemm(a, role, n):
+            out = a.new_empty((a.shape[0], n))
+            if role in q4k:
+                return mixed_ops.mixed_q4k_mm(a, repacked(w, role), plan.tile_expert,
+                                              plan.meta, out=out)
+            dequant.decode_gemm(w, role, workspace[role])
+            return _PADDED.gemm(a, workspace[role], plan, configs[role], out)
+
+        gu = gemm(xs, "gate_up", 2 * w.inter)
         h = call.ops.swiglu(gu, activation=call.activation)
-        y = xs.new_empty((R, w.hidden))
-        return mixed_ops.mixed_q4k_mm(h, down, plan.tile_expert, plan.meta, out=y)
+        return gemm(h, "down", w.hidden)
