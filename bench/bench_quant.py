@@ -26,8 +26,9 @@ routing: testing.routing's uniform top-K. For each
   cuda_quantized_tiled    the tile-decode GEMM: each weight decoded once per 64-128-row tile
   cuda_quantized_dequant  the experts decoded to bf16 once per call, then the dense GEMMs
   triton_quantized        the Triton GEMMs dequantizing tiles in registers
-  cuda_quantized_mixed    (--impls only: by name, Q4_K, Hopper) the mixed-input GEMM converting
-                          4-bit codes in registers (experts/cuda_quantized_mixed.py)
+  cuda_quantized_mixed    (--impls only: by name, Hopper) the mixed-input GEMM converting Q4_K's
+                          4-bit codes in registers, a non-Q4_K GEMM decoded (experts/
+                          cuda_quantized_mixed.py)
 and the layer's choice is what torch_argon.experts.choose picks for the call (its time is its
 implementation's row). bf16: the layer's choice (bf16_path: triton_dense, or cuda_hopper_padded
 where its tuned table takes it) on dense bf16 stacks of the same shapes. Each output is

@@ -108,7 +108,8 @@ def test_auto_declines_as_not_measured_and_the_name_runs_it(on_hopper):
 def test_it_declines_where_neither_gemm_is_q4k(on_hopper, kwargs, formats):
     assert MIXED.supports(cuda_call(q_experts(**kwargs))) == (
         f"neither GEMM's weights are Q4_K ({formats}): the mixed-input GEMM runs Q4_K weights "
-        "(gate/up or down at least, the other decoded); cuda_quantized_dequant decodes both")
+        "(gate/up, with gate and up both Q4_K where they are two parts, or down at least, the "
+        "other decoded); cuda_quantized_dequant decodes both")
 
 
 @pytest.mark.parametrize("kwargs,q4k", [
@@ -264,26 +265,37 @@ def emulated_ops(monkeypatch):
     """Both CUDA GEMMs replaced by their contracts, counting their calls (gpuq.dequantize runs
     its CPU emulation, torch_argon._C_test)."""
     calls = {"mixed": 0, "padded": 0}
+    calls_configs = []  # (N of the padded GEMM's weights, its config), in call order
 
     def mixed(*args, **kwargs):
         calls["mixed"] += 1
         return emulated_mm(*args, **kwargs)
 
-    def padded(*args, **kwargs):
+    def padded(a, w, tile_expert, meta, config, **kwargs):
         calls["padded"] += 1
-        return emulated_padded_mm(*args, **kwargs)
+        calls_configs.append((w.shape[1], config))
+        return emulated_padded_mm(a, w, tile_expert, meta, config, **kwargs)
 
     monkeypatch.setattr(cuda_quantized_mixed.mixed_ops, "refusal", lambda device: "")
     monkeypatch.setattr(cuda_quantized_mixed.gpuq, "refusal", lambda device: "")
     monkeypatch.setattr(cuda_quantized_mixed.mixed_ops, "mixed_q4k_mm", mixed)
     monkeypatch.setattr(cuda_hopper_padded.hopper, "padded_mm", padded)
     torch_argon.experts.clear_cuda_dequant_workspace()
-    yield calls
+    yield calls, calls_configs
     torch_argon.experts.clear_cuda_dequant_workspace()
 
 
-@pytest.mark.parametrize("formats", [("Q4_K", "Q4_K"), ("Q4_K", "Q6_K"), ("Q5_K", "Q4_K")],
-                         ids=lambda f: "+".join(f))
+def padded_configs_wanted(T, K, E, H, I):
+    """{N: config} the padded GEMM should run for gate/up (N = 2I) and down (N = H) at the
+    call's mean rows per expert (cuda_hopper_padded's rule)."""
+    from torch_argon.experts import cuda_hopper_dense
+    gate_up, down = configs.choose_padded(T * K / E, cuda_hopper_dense.device_name(
+        torch.device("cpu")), "bfloat16")
+    return {2 * I: gate_up, H: down}
+
+
+@pytest.mark.parametrize("formats", [("Q4_K", "Q4_K"), ("Q4_K", "Q6_K"), ("Q5_K", "Q4_K"),
+                                     ("Q4_K", "Q4_K", "Q6_K")], ids=lambda f: "+".join(f))
 @pytest.mark.parametrize("fused", [True, False])
 @pytest.mark.parametrize("dist,T", [("uniform", 300), ("neg_some", 77), ("empty", 40),
                                     ("uniform", 0)])
@@ -292,10 +304,15 @@ def test_experts_flow_on_the_cpu_with_the_ops_emulated(emulated_ops, formats, fu
     concatenated where they are two stacks) of the Q4_K GEMMs, the decode of the others into
     the workspace, gate/up, swiglu, down, combine) with the CUDA GEMMs replaced by their
     contracts in torch: the layer's output within the scaled tolerance of the exact
-    dequant's. neg_some: -1 ids; empty: experts with 0 rows; T = 0."""
-    E, K, H, I = 8, 4, 512, 256
-    name, down_name = formats
-    q = q_experts(E=E, H=H, I=I, name=name, down_name=down_name, seed=3, fused=fused)
+    dequant's. neg_some: -1 ids; empty: experts with 0 rows; T = 0. formats: (gate/up, down),
+    or (gate, down, up): up in another format than gate, so gate/up is decoded from two
+    stacks (the only split form QuantizedExperts.from_parts keeps)."""
+    E, K, H, I = 8, 4, 768, 256  # H != 2I: the padded GEMM's N tells the two GEMMs apart
+    name, down_name, up_name = (*formats, None)[:3]
+    if up_name and fused:
+        pytest.skip("gate and up in two formats are two stacks")
+    q = q_experts(E=E, H=H, I=I, name=name, down_name=down_name, seed=3, fused=fused,
+                  up_name=up_name)
     g = torch.Generator().manual_seed(T)
     x = (torch.randn(T, H, generator=g) * 0.5).bfloat16()
     ids, w = make_ids(T, K, E, dist, seed=T), make_weights(T, K, seed=T)
@@ -308,8 +325,13 @@ def test_experts_flow_on_the_cpu_with_the_ops_emulated(emulated_ops, formats, fu
     got = torch_argon.moe_experts(x, ids, w, q, path="cuda_quantized_mixed",
                                   activation_quant="none")
     assert got.shape == want.shape and got.dtype == torch.bfloat16
-    n_q4k = sum(f == "Q4_K" for f in formats)
-    assert emulated_ops == {"mixed": n_q4k, "padded": 2 - n_q4k}
+    calls, calls_configs = emulated_ops
+    decoded = {2 * I: not (name == "Q4_K" and up_name in (None, "Q4_K")),
+               H: down_name != "Q4_K"}  # by the GEMM's N: gate/up 2I, down H
+    assert calls == {"mixed": 2 - sum(decoded.values()), "padded": sum(decoded.values())}
+    # the decoded GEMMs ran on the padded GEMM with the configuration of their role
+    wanted = padded_configs_wanted(T, K, E, H, I)
+    assert calls_configs == [(n, wanted[n]) for n in (2 * I, H) if decoded[n]]
     if T:
         err = ((got.float() - want).norm() / want.norm()).item()
         assert err < SCALED_TOL, err

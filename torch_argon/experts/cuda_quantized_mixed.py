@@ -154,8 +154,9 @@ class CudaQuantizedMixed(Experts):
                     "blocks and decodes the other GGUF block formats only")
         if not q4k_gemms(w):
             return (f"neither GEMM's weights are Q4_K ({formats(w)}): the mixed-input GEMM "
-                    "runs Q4_K weights (gate/up or down at least, the other decoded); "
-                    "cuda_quantized_dequant decodes both")
+                    "runs Q4_K weights (gate/up, with gate and up both Q4_K where they are two "
+                    "parts, or down at least, the other decoded); cuda_quantized_dequant "
+                    "decodes both")
         if len(q4k_gemms(w)) < len(ROLES):
             why = gpuq.refusal(x.device)
             if why:
@@ -184,6 +185,7 @@ class CudaQuantizedMixed(Experts):
     def apply(self, call, x, xs, plan, workspace):
         w = call.weights
         q4k = q4k_gemms(w)
+        configs = {}
         if len(q4k) < len(ROLES):  # the padded GEMM's configurations for the decoded one
             rows = plan.pos.numel() / max(w.n_experts, 1)  # mean entries per expert
             configs = dict(zip(ROLES, _PADDED.choose_configs(
