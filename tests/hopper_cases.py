@@ -123,12 +123,10 @@ def check_path_activation(path, activation):
     assert rel_err(got, reference_experts(x, ids, w, experts, activation)) < 1.5e-2
 
 
-def check_graph_replay_equals_eager(path):
-    x, ids, w, experts = layer_case(torch.bfloat16, T=256)
-
-    def run():
-        return experts_path(path, x, ids, w, experts)
-
+def assert_replays_like_eager(run, x):
+    """run() (reading x) captured in a CUDA graph: a replay after x changed in place gives the
+    eager call's bits on the new x, and on the old x again its first result. Returns that
+    first eager result."""
     eager = run()
     graph, captured = capture(run)
     x.copy_(x * -1)  # new inputs in the same buffers
@@ -137,6 +135,12 @@ def check_graph_replay_equals_eager(path):
     x.copy_(x * -1)
     graph.replay()
     assert torch.equal(captured, eager)
+    return eager
+
+
+def check_graph_replay_equals_eager(path):
+    x, ids, w, experts = layer_case(torch.bfloat16, T=256)
+    assert_replays_like_eager(lambda: experts_path(path, x, ids, w, experts), x)
 
 
 def check_compile_fullgraph_matches_eager(path):

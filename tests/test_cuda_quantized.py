@@ -368,20 +368,9 @@ def test_dequant_path_cuda_on_the_padded_gemms(on_padded_gemms):
 def test_dequant_path_on_the_padded_gemms_graph_and_compile(on_padded_gemms):
     """CUDA graph replay with new inputs in the captured buffers, and torch.compile (fullgraph),
     give the eager call's bits."""
-    from hopper_cases import capture
+    from hopper_cases import assert_replays_like_eager
     x, ids, w, experts = on_padded_gemms
-
-    def run():
-        return torch_argon.moe_experts(x, ids, w, experts)
-
-    eager = run()
-    graph, captured = capture(run)
-    x.copy_(x * -1)
-    graph.replay()
-    assert torch.equal(captured, run())
-    x.copy_(x * -1)
-    graph.replay()
-    assert torch.equal(captured, eager)
+    eager = assert_replays_like_eager(lambda: torch_argon.moe_experts(x, ids, w, experts), x)
     compiled = torch.compile(lambda x, ids, w: torch_argon.moe_experts(x, ids, w, experts),
                              fullgraph=True)
     assert torch.equal(compiled(x, ids, w), eager)

@@ -18,7 +18,7 @@ import torch
 
 import torch_argon
 from gpuq_cases import SCALED_TOL
-from hopper_cases import assert_bits_equal, capture
+from hopper_cases import assert_bits_equal, assert_replays_like_eager
 from routing_cases import garbage_like, make_ids, make_weights
 from torch_argon import reference
 from torch_argon.experts import (ExpertsCall, cuda_hopper_padded, cuda_quantized_dequant,
@@ -294,9 +294,12 @@ def padded_configs_wanted(T, K, E, H, I):
     return {2 * I: gate_up, H: down}
 
 
-@pytest.mark.parametrize("formats", [("Q4_K", "Q4_K"), ("Q4_K", "Q6_K"), ("Q5_K", "Q4_K"),
-                                     ("Q4_K", "Q4_K", "Q6_K")], ids=lambda f: "+".join(f))
-@pytest.mark.parametrize("fused", [True, False])
+FLOW_CASES = [(f, fused) for f in (("Q4_K", "Q4_K"), ("Q4_K", "Q6_K"), ("Q5_K", "Q4_K"))
+              for fused in (True, False)] + [(("Q4_K", "Q4_K", "Q6_K"), False)]
+
+
+@pytest.mark.parametrize("formats,fused", FLOW_CASES,
+                         ids=["+".join(f) + ("" if fused else "-split") for f, fused in FLOW_CASES])
 @pytest.mark.parametrize("dist,T", [("uniform", 300), ("neg_some", 77), ("empty", 40),
                                     ("uniform", 0)])
 def test_experts_flow_on_the_cpu_with_the_ops_emulated(emulated_ops, formats, fused, dist, T):
@@ -309,8 +312,6 @@ def test_experts_flow_on_the_cpu_with_the_ops_emulated(emulated_ops, formats, fu
     stacks (the only split form QuantizedExperts.from_parts keeps)."""
     E, K, H, I = 8, 4, 768, 256  # H != 2I: the padded GEMM's N tells the two GEMMs apart
     name, down_name, up_name = (*formats, None)[:3]
-    if up_name and fused:
-        pytest.skip("gate and up in two formats are two stacks")
     q = q_experts(E=E, H=H, I=I, name=name, down_name=down_name, seed=3, fused=fused,
                   up_name=up_name)
     g = torch.Generator().manual_seed(T)
@@ -483,11 +484,4 @@ def test_cuda_graph_replay_equals_eager(formats):
         return torch_argon.moe_experts(x, ids, w, q, path="cuda_quantized_mixed",
                                        activation_quant="none")
 
-    eager = run()  # repacks the weights once, outside the capture
-    graph, captured = capture(run)
-    x.copy_(x * -1)
-    graph.replay()
-    assert torch.equal(captured, run())
-    x.copy_(x * -1)
-    graph.replay()
-    assert torch.equal(captured, eager)
+    assert_replays_like_eager(run, x)  # its first eager call repacks, outside the capture
