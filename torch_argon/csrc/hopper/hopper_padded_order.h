@@ -8,12 +8,10 @@
 // within window * tiles_n consecutive works. A window of 1 is the N-fastest order (work w ->
 // m = w / tiles_n).
 //
-// Why the window depends on the experts' tiles (order_window): measured on an H100 (bf16, K=8
-// or 10, H=2048; bench/hopper_gemm_notes.md), windows of 4 made the gate/up GEMM faster where
-// the experts have 4-5 M tiles each (E=128 T=8192: ping-pong 884 -> 813 us), level at 1-2 tiles
-// with E=128 (T=2048), and slower at 1-2 tiles with E=512 (T=8192: 1497 -> 1776 us; T=2048:
-// 952 -> 1064 us), where a window spans several experts whose weight tiles are then all in
-// flight at once. Windows of 1 there, with 1-2 tiles per expert, lose nothing measured.
+// Why the window depends on the experts' tiles (order_window): a window of 4 keeps one expert's
+// M tiles, which share every weight tile, together where each expert has 4 or more; with fewer
+// a window spans several experts, all of whose weight tiles are then in flight at once (slower
+// where measured: bench/hopper_gemm_notes.md, "The second H100 session").
 //
 // Limits: work < used * tiles_n, used >= 1, tiles_n >= 1, window >= 1 (the scheduler's checks);
 // the last window holds the used tiles left (fewer than window where used is not a multiple).
