@@ -75,6 +75,22 @@ def random_quantized_on(device, name, E, N, n_in, seed):
     return pool[idx].view(E, N, row_bytes(fmt, n_in))
 
 
+def lab_calls(device, cfg, Ts, g):
+    """{T: (x [T, H] bf16, topk ids, topk weights)}: the lab scripts' calls (uniform top-K
+    routing, one x whose first T rows each call takes)."""
+    from torch_argon.testing.routing import routing
+    E, K, H = cfg["E"], cfg["K"], cfg["H"]
+    x_all = (torch.randn(max(Ts), H, device=device, generator=g) * 0.5).to(torch.bfloat16)
+    return {T: (x_all[:T], *routing(T, E, K, seed=T, device=device)) for T in Ts}
+
+
+def lab_weights(device, name, cfg):
+    """(gate_up, down) GGUF stacks of format `name` for cfg's shapes (random_quantized_on)."""
+    E, H, I = cfg["E"], cfg["H"], cfg["I"]
+    return (random_quantized_on(device, name, E, 2 * I, H, seed=11),
+            random_quantized_on(device, name, E, H, I, seed=12))
+
+
 def copy_bandwidth(device):
     from torch_argon.testing.timing import graph_us
     n = (1 << 30) if device == "cuda" else (1 << 22)
@@ -121,17 +137,14 @@ def gpuq_gemms(loop, name, cfg, x, plan, tm, wq):
 def bench_config(device, cfg_name, cfg, names, Ts, bw, records, save):
     from torch_argon import reference
     from torch_argon.gpuq import ops as gpuq
-    from torch_argon.testing.routing import routing
     from torch_argon.testing.timing import interleaved_graphs_us
     E, K, H, I = cfg["E"], cfg["K"], cfg["H"], cfg["I"]
     g = torch.Generator(device=device).manual_seed(1)
     dense = ((torch.randn(E, 2 * I, H, device=device, generator=g) * 0.02).to(torch.bfloat16),
              (torch.randn(E, H, I, device=device, generator=g) * 0.02).to(torch.bfloat16))
-    x_all = (torch.randn(max(Ts), H, device=device, generator=g) * 0.5).to(torch.bfloat16)
-    calls = {T: (x_all[:T], *routing(T, E, K, seed=T, device=device)) for T in Ts}
+    calls = lab_calls(device, cfg, Ts, g)
     for name in names:
-        wq = (random_quantized_on(device, name, E, 2 * I, H, seed=11),
-              random_quantized_on(device, name, E, H, I, seed=12))
+        wq = lab_weights(device, name, cfg)
         qbytes = wq[0].numel() + wq[1].numel()
         for T, (x, ids, w) in calls.items():
             try:

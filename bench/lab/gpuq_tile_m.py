@@ -30,7 +30,7 @@ import traceback
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpuq_loops import ROOT, gpuq_gemms, lab_main, random_quantized_on  # noqa: E402
+from gpuq_loops import ROOT, gpuq_gemms, lab_calls, lab_main, lab_weights  # noqa: E402
 
 sys.path.insert(0, ROOT)
 TILE_MS = (8, 16, 32)
@@ -50,15 +50,12 @@ def routed_rel_err(got, want, plan_got, plan_want):
 def bench_config(device, cfg_name, cfg, names, Ts, bw, records, save):
     from torch_argon import reference
     from torch_argon.gpuq import ops as gpuq
-    from torch_argon.testing.routing import routing
     from torch_argon.testing.timing import interleaved_graphs_us
     E, K, H, I = cfg["E"], cfg["K"], cfg["H"], cfg["I"]
     g = torch.Generator(device=device).manual_seed(1)
-    x_all = (torch.randn(max(Ts), H, device=device, generator=g) * 0.5).to(torch.bfloat16)
-    calls = {T: (x_all[:T], *routing(T, E, K, seed=T, device=device)) for T in Ts}
+    calls = lab_calls(device, cfg, Ts, g)
     for name in names:
-        wq = (random_quantized_on(device, name, E, 2 * I, H, seed=11),
-              random_quantized_on(device, name, E, H, I, seed=12))
+        wq = lab_weights(device, name, cfg)
         qbytes = wq[0].numel() + wq[1].numel()
         for T, (x, ids, w) in calls.items():
             try:
