@@ -1,5 +1,5 @@
-// Host-side probe of the Q4_K mixed-input GEMM's register partitions, the premise of its
-// conversion (csrc/hopper/hopper_mixed_q4k_convert.cuh): which K values each K block of a
+// Host-side probe of the mixed-input GEMM's register partitions, the premise of its
+// conversion (csrc/hopper/hopper_mixed_convert.cuh): which K values each K block of a
 // consumer thread's A fragment holds (block kb must hold k in [16 kb, 16 kb + 16), so that kb / 2
 // is the 32-value group of the 64-wide K tile), and the scale fragment's layout (stride 0 along
 // K: one register per row, read by every K block). Runs on the host, no GPU needed:
@@ -12,10 +12,10 @@
 // kb of every thread in [16 kb, 16 kb + 15]; the scale fragment ((_2,_2,_2),_1,_1):((_0,_1,_0),
 // _0,_0); 9 stages.
 #include <cstdio>
-#include "hopper/hopper_mixed_q4k_gemm.cuh"
+#include "hopper/hopper_mixed_gemm.cuh"
 using namespace cute;
 int main() {
-  using G = argon_hopper_mixed::MixedQ4kGemm;
+  using G = argon_hopper_mixed::MixedGemm<cutlass::uint4b_t>;  // uint8_t: the 8-bit codes
   using M = G::CollectiveMainloop;
   using TiledMma = M::TiledMma;
   TiledMma mma;

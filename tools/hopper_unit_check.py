@@ -14,8 +14,8 @@ compile. Compiling the grouped GEMM's seven units (one per element type and conf
 the entry) took 160 s of wall time with two jobs on the 2-core build machine, the padded GEMM's
 five 76 s more (2026-12-06, load ~1.4): too slow for a CI test, so this is a tool the
 coordinator runs, and bench/h200_hopper.sh runs it on the device's objects. --only SUBSTRING
-compiles the units whose file name holds it (e.g. --only padded, --only mixed: the Q4_K
-mixed-input GEMM, one unit, 77 s alone on the build machine, 2026-12-06).
+compiles the units whose file name holds it (e.g. --only padded, --only mixed: the
+mixed-input GEMM, one unit per code width, 77 s each alone on the build machine, 2026-12-06).
 """
 import argparse
 import glob
@@ -86,8 +86,8 @@ def label(kernel):
     atom = re.search(r"MMA_(\d+x\d+x\d+)_F32(BF16|F16)", kernel)
     if schedule and atom:
         kind = "grouped" if schedule.group(1) else "padded"
-        if "MixedInput" in kernel:  # the Q4_K mixed-input GEMM (RS wgmma: A from registers)
-            kind = "mixed q4k"
+        if "MixedInput" in kernel:  # the mixed-input GEMM (RS wgmma: A from registers)
+            kind = "mixed u4" if "integer_subbyteILi4E" in kernel else "mixed u8"
         return (f"GEMM {kind} {schedule.group(2).lower()} wgmma {atom.group(1)} "
                 f"{atom.group(2).lower()}")
     return "setup " + ("bf16" if "bfloat16" in kernel else "fp16")

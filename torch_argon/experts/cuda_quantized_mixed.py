@@ -1,37 +1,41 @@
-"""Q4_K experts on Hopper GPUs (compute capability 9.0) through the mixed-input GEMM
-(argon::hopper_mixed_q4k_mm, csrc/hopper/hopper_mixed_q4k_gemm.cuh): the GEMMs load 4-bit codes
+"""GGUF experts on Hopper GPUs (compute capability 9.0) through the mixed-input GEMM
+(argon::hopper_mixed_mm, csrc/hopper/hopper_mixed_gemm.cuh): the GEMMs load 4- or 8-bit codes
 and per-32-value scales and zeros and convert them to bf16 in registers, so no decoded weight
-is written. Per call: the flow's plan (tile_m 128) and gather (xs: every expert's rows padded to
-whole tiles), the gate/up GEMM into [R, 2I], the activation op (argon's swiglu), the down GEMM
-into y [R, H], then the flow's combine, as cuda_hopper_padded runs its dense GEMMs (the same
-tile scheduler, the plan's tiles along the transposed problem's N).
+is written. The formats of 32-value affine groups take it (quant/mixed_repack.py FORMATS:
+Q4_K, Q4_0, Q5_K, Q5_0, Q8_0, IQ4_NL, IQ4_XS). Per call: the flow's plan (tile_m 128) and
+gather (xs: every expert's rows padded to whole tiles), the gate/up GEMM into [R, 2I], the
+activation op (argon's swiglu), the down GEMM into y [R, H], then the flow's combine, as
+cuda_hopper_padded runs its dense GEMMs (the same tile scheduler, the plan's tiles along the
+transposed problem's N).
 
-Per GEMM: a GEMM whose weights are Q4_K (gate/up as one stack, or gate and up both; down) runs
-on the mixed-input GEMM; the other one, where its weights are another GGUF block format (the
-"Q4_K_M" files of MoE models such as Qwen3-30B-A3B keep down in Q6_K in many layers, some
-parts in Q5_K), is decoded to bf16 as cuda_quantized_dequant decodes it (gpuq.dequantize into
+Per GEMM: a GEMM whose weights are in those formats (gate/up as one stack, or gate and up both,
+of one code width; down) runs on the mixed-input GEMM; the other one, where its weights are
+another GGUF block format (the "Q4_K_M" files of MoE models such as Qwen3-30B-A3B keep down in
+Q6_K in many layers), is decoded to bf16 as cuda_quantized_dequant decodes it (gpuq.dequantize into
 that path's workspace: cuda_quantized_dequant.decode_workspace and decode_gemm) and runs on
 the dense padded Hopper GEMM (argon::hopper_padded_mm, cuda_hopper_padded's configurations:
 configs.choose_padded) over the same plan and gathered rows. It declines where neither GEMM
-is Q4_K (cuda_quantized_dequant runs those) and where a part is stored as plain floats.
+is in those formats (cuda_quantized_dequant runs those) and where a part is stored as plain
+floats.
 
 Why: cuda_quantized_dequant decodes every expert to bf16 on each call (E * 3 * H * I values
 written and read back: 1.2 GB in bf16 at E=128 H=2048 I=768, about 0.88 ms on an H100) before
 dense GEMMs; this path reads the repacked weights instead (5 bits a value: 0.38 GB there)
-inside the GEMMs (bench/quant_mixed_notes.md: the arithmetic and what is not yet known). Where
-only gate/up is Q4_K, only its 2/3 of that decode pass is saved.
+inside the GEMMs (bench/quant_mixed_notes.md: the arithmetic and the measurements). Where
+only gate/up runs mixed, only its 2/3 of that decode pass is saved.
 
-The weights are repacked once per Q4_K stack (torch_argon/quant/mixed_repack.py; gate and up
+The weights are repacked once per stack (torch_argon/quant/mixed_repack.py; gate and up
 concatenated along N where they are two parts) at the first call that runs them, and kept beside
 them: a cache keyed by the stack's byte tensor (weakly: freed with it) and its version counter
-(an in-place change repacks). The repack costs 5 bits per value of device memory beside the
-GGUF bytes' 4.5 (0.38 GB for E=128 H=2048 I=768 per layer).
+(an in-place change repacks). The repack costs 5 bits per value of device memory for the 4-bit
+formats (Q4_K's GGUF bytes are 4.5: 0.38 GB for E=128 H=2048 I=768 per layer), 9 for the 8-bit
+ones (IQ4_XS's are 4.25, Q8_0's 8.5).
 A decoded GEMM takes cuda_quantized_dequant's workspace for its weights only (down:
 E * H * I bf16 values, 0.4 GB there; the buffer that path uses, shared by every layer; fresh
 tensors under torch.compile tracing, CUDA graph capture and autograd).
 
-Numerics: each weight is bf16(q * s + z) with s and z rounded to bf16 once
-(mixed_repack.mixed_dequantize, at most 2^-8 of 15 |s| + |z| + |w| from the exact value), then
+Numerics: each weight is bf16(u * s + z) with s and z rounded to bf16 once
+(mixed_repack.mixed_dequantize, at most 2^-8 of max(u) |s| + |z| + |w| from the exact value), then
 fp32 accumulation: the scaled path's tolerance (tests/gpuq_cases.py SCALED_TOL). A decoded
 GEMM's weights are dequantize_reference's rounded to bf16 once, then fp32 accumulation.
 
@@ -89,7 +93,7 @@ class _RepackCache:
     def get(self, part):
         data = part.data
         return self._cached(data, (_version(data),),
-                            lambda: mixed_repack.repack_q4k(data, part.n_in))
+                            lambda: mixed_repack.repack(data, part.qtype.name, part.n_in))
 
     def get_pair(self, gate, up):
         """gate and up repacked and concatenated along N; keyed by gate's bytes, checked
@@ -97,16 +101,16 @@ class _RepackCache:
         versions = (id(up.data), _version(gate.data), _version(up.data))
         return self._cached(gate.data, versions,
                             lambda: mixed_repack.concat_n(
-                                mixed_repack.repack_q4k(gate.data, gate.n_in),
-                                mixed_repack.repack_q4k(up.data, up.n_in)))
+                                mixed_repack.repack(gate.data, gate.qtype.name, gate.n_in),
+                                mixed_repack.repack(up.data, up.qtype.name, up.n_in)))
 
 
 CACHE = _RepackCache()
 
 
 def repacked(w, role):
-    """The MixedQ4K of GEMM `role` ("gate_up" or "down") of QuantizedExperts `w` (its parts
-    Q4_K), from the cache."""
+    """The MixedWeights of GEMM `role` ("gate_up" or "down") of QuantizedExperts `w` (its
+    parts in mixed_repack.FORMATS), from the cache."""
     if role == "down":
         return CACHE.get(w.down)
     return CACHE.get(w.gate_up) if w.fused else CACHE.get_pair(w.gate, w.up)
@@ -122,11 +126,14 @@ def gemm_parts(w, role):
     return {"gate_up": w.gate_up} if w.fused else {"gate": w.gate, "up": w.up}
 
 
-def q4k_gemms(w) -> tuple:
-    """The GEMMs of `w` ("gate_up", "down") whose parts are all Q4_K: the mixed-input GEMM runs
-    them, the others are decoded."""
-    return tuple(role for role in ROLES
-                 if all(p.qtype.name == "Q4_K" for p in gemm_parts(w, role).values()))
+def mixed_gemms(w) -> tuple:
+    """The GEMMs of `w` ("gate_up", "down") that the mixed-input GEMM runs: their parts in
+    formats it takes, of one code width (gate and up repacked into one stack); the others are
+    decoded."""
+    def runs_mixed(parts):
+        bits = {mixed_repack.code_bits(p.qtype.name) for p in parts}
+        return len(bits) == 1 and 0 not in bits
+    return tuple(role for role in ROLES if runs_mixed(gemm_parts(w, role).values()))
 
 
 def formats(w) -> str:
@@ -150,19 +157,26 @@ class CudaQuantizedMixed(Experts):
             return f"the mixed-input GEMM runs bf16 activations, got {x.dtype}"
         floats = float_parts(w)
         if floats:
-            return (f"{', '.join(floats)} stored as plain floats ({formats(w)}): it runs Q4_K "
-                    "blocks and decodes the other GGUF block formats only")
-        if not q4k_gemms(w):
-            return (f"neither GEMM's weights are Q4_K ({formats(w)}): the mixed-input GEMM "
-                    "runs Q4_K weights (gate/up, with gate and up both Q4_K where they are two "
-                    "parts, or down at least, the other decoded); cuda_quantized_dequant "
-                    "decodes both")
-        if len(q4k_gemms(w)) < len(ROLES):
+            return (f"{', '.join(floats)} stored as plain floats ({formats(w)}): it runs "
+                    "GGUF blocks and decodes the formats it cannot convert only")
+        mixed = mixed_gemms(w)
+        if not mixed:
+            return (f"neither GEMM's weights are in a format it converts ({formats(w)}): the "
+                    f"mixed-input GEMM takes {', '.join(mixed_repack.FORMATS)} (gate/up, with "
+                    "gate and up of one code width where they are two parts, or down at least, "
+                    "the other decoded); cuda_quantized_dequant decodes both")
+        if len(mixed) < len(ROLES):
             why = gpuq.refusal(x.device)
             if why:
-                return f"{why}: the non-Q4_K GEMM's weights ({formats(w)}) are decoded by gpuq"
-        # Q4_K parts have K (their n_in) a multiple of 256 and every GGUF block format a
-        # multiple of 32, so H and I are multiples of 32: what both GEMMs need of K and N
+                return (f"{why}: the other GEMM's weights ({formats(w)}) are decoded by gpuq")
+        for role in mixed:
+            for name, p in gemm_parts(w, role).items():
+                if p.n_in % mixed_repack.K_TILE or p.n_out % mixed_repack.N_ALIGN:
+                    return (f"{name} is [{p.n_out}, {p.n_in}]: the mixed-input GEMM needs K a "
+                            f"multiple of {mixed_repack.K_TILE} and N of "
+                            f"{mixed_repack.N_ALIGN}")
+        # every GGUF block format has K (its n_in) a multiple of 32, so H and I are: what the
+        # decoded GEMM's padded dense GEMM needs of K and N
         if call.tile_m is not None and call.tile_m != hopper_configs.PADDED_TILE_M:
             return (f"tile_m={call.tile_m}: the mixed-input GEMM runs plans of tile_m "
                     f"{hopper_configs.PADDED_TILE_M} (its N tile)")
@@ -176,26 +190,26 @@ class CudaQuantizedMixed(Experts):
         return hopper_configs.PADDED_TILE_M
 
     def workspace(self, call, rows):
-        """Buffers for the decoded weights of the GEMMs that are not Q4_K (none where both
-        are): cuda_quantized_dequant's (shared across calls and layers, or fresh where they
+        """Buffers for the decoded weights of the GEMMs that do not run mixed (none where both
+        do): cuda_quantized_dequant's (shared across calls and layers, or fresh where they
         must outlive the call)."""
-        q4k = q4k_gemms(call.weights)
-        return dequant.decode_workspace(call, [r for r in ROLES if r not in q4k])
+        mixed = mixed_gemms(call.weights)
+        return dequant.decode_workspace(call, [r for r in ROLES if r not in mixed])
 
     def apply(self, call, x, xs, plan, workspace):
         w = call.weights
-        q4k = q4k_gemms(w)
+        mixed = mixed_gemms(w)
         configs = {}
-        if len(q4k) < len(ROLES):  # the padded GEMM's configurations for the decoded one
+        if len(mixed) < len(ROLES):  # the padded GEMM's configurations for the decoded one
             rows = plan.pos.numel() / max(w.n_experts, 1)  # mean entries per expert
             configs = dict(zip(ROLES, _PADDED.choose_configs(
                 rows, dense.device_name(x.device), dense.dtype_name(x.dtype))))
 
         def gemm(a, role, n):
             out = a.new_empty((a.shape[0], n))
-            if role in q4k:
-                return mixed_ops.mixed_q4k_mm(a, repacked(w, role), plan.tile_expert,
-                                              plan.meta, out=out)
+            if role in mixed:
+                return mixed_ops.mixed_mm(a, repacked(w, role), plan.tile_expert, plan.meta,
+                                          out=out)
             dequant.decode_gemm(w, role, workspace[role])
             return _PADDED.gemm(a, workspace[role], plan, configs[role], out)
 

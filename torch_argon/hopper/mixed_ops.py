@@ -1,12 +1,11 @@
-"""argon::hopper_mixed_q4k_mm(_out) (torch_argon/csrc/hopper/hopper_mixed_ops.cpp has their
+"""argon::hopper_mixed_mm(_out) (torch_argon/csrc/hopper/hopper_mixed_ops.cpp has their
 schemas and contract) from Python: the wrapper and the fakes (torch.compile, opcheck).
 
-The Q4_K mixed-input GEMM multiplies the padded plan's rows by Q4_K weights repacked once
-(torch_argon/quant/mixed_repack.py: 4-bit codes, a bf16 scale and zero per 32 values) without
-decoding them to memory: CUTLASS's sm90 mixed-input mainloop converts the codes in registers
-(csrc/hopper/hopper_mixed_q4k_gemm.cuh). It runs where the other Hopper GEMMs do (the same
-units' build, compute capability 9.0). Compile-checked for sm_90a; NOT YET RUN ON A GPU
-(bench/quant_mixed_notes.md).
+The mixed-input GEMM multiplies the padded plan's rows by GGUF weights repacked once
+(torch_argon/quant/mixed_repack.py: 4- or 8-bit codes, a bf16 scale and zero per 32 values)
+without decoding them to memory: CUTLASS's sm90 mixed-input mainloop converts the codes in
+registers (csrc/hopper/hopper_mixed_gemm.cuh). It runs where the other Hopper GEMMs do (the same
+units' build, compute capability 9.0; bench/quant_mixed_notes.md).
 """
 import torch
 
@@ -20,25 +19,23 @@ def refusal(device) -> str:
     why = _hopper_refusal(device)
     if why:
         return why
-    if not _has_kernel("argon::hopper_mixed_q4k_mm_out", "CUDA"):
+    if not _has_kernel("argon::hopper_mixed_mm_out", "CUDA"):
         return "this build of torch_argon._C has no mixed-input Hopper GEMM (older build)"
     return ""
 
 
-def mixed_q4k_mm(x, m, tile_expert, meta, *, out=None):
+def mixed_mm(x, m, tile_expert, meta, *, out=None):
     """out [R, N] bf16: for every used tile t of a plan made with tile_m 128 (t < meta[1]),
     rows 128 t .. 128 t + 127 of x [R, K] (bf16) times W[tile_expert[t]]^T, W the bf16 weights
-    of the MixedQ4K `m` (mixed_repack.mixed_dequantize's, never materialized); the other rows
-    zero, or as they were in `out` where given."""
+    of the MixedWeights `m` (mixed_repack.mixed_dequantize's, never materialized); the other
+    rows zero, or as they were in `out` where given."""
     if not torch.compiler.is_compiling():
         why = refusal(x.device)
         if why:
             raise NotImplementedError(why)
     if out is None:
-        return torch.ops.argon.hopper_mixed_q4k_mm(x, m.codes, m.scales, m.zeros, tile_expert,
-                                                   meta)
-    torch.ops.argon.hopper_mixed_q4k_mm_out(x, m.codes, m.scales, m.zeros, tile_expert, meta,
-                                            out)
+        return torch.ops.argon.hopper_mixed_mm(x, m.codes, m.scales, m.zeros, tile_expert, meta)
+    torch.ops.argon.hopper_mixed_mm_out(x, m.codes, m.scales, m.zeros, tile_expert, meta, out)
     return out
 
 
@@ -49,12 +46,13 @@ def _check_shapes(x, codes, scales, zeros, tile_expert, meta):
     if x.dim() != 2 or x.dtype != torch.bfloat16:
         raise ValueError(f"x must be bfloat16 [R, K], got {x.dtype} of shape {tuple(x.shape)}")
     k = x.shape[1]
-    if k <= 0 or k % 256:
-        raise ValueError(f"K (x's columns) must be a positive multiple of 256 (Q4_K's block), "
-                         f"got {k}")
-    if codes.dim() != 3 or codes.dtype != torch.uint8 or codes.shape[2] * 2 != k:
-        raise ValueError(f"codes must be uint8 [E, N, K / 2] with K = x's columns ({k}), got "
-                         f"{codes.dtype} of shape {tuple(codes.shape)}")
+    if k <= 0 or k % 64:
+        raise ValueError(f"K (x's columns) must be a positive multiple of 64 (the GEMM's K "
+                         f"tile), got {k}")
+    if codes.dim() != 3 or codes.dtype != torch.uint8 or codes.shape[2] not in (k // 2, k):
+        raise ValueError(f"codes must be uint8 [E, N, K / 2] (4-bit) or [E, N, K] (8-bit) with "
+                         f"K = x's columns ({k}), got {codes.dtype} of shape "
+                         f"{tuple(codes.shape)}")
     e, n = codes.shape[0], codes.shape[1]
     if e <= 0:
         raise ValueError(f"codes must hold between 1 and 2^31 - 1 experts, got {e}")
@@ -69,14 +67,14 @@ def _check_shapes(x, codes, scales, zeros, tile_expert, meta):
     return n
 
 
-@torch.library.register_fake("argon::hopper_mixed_q4k_mm")
-def _mixed_q4k_mm_fake(x, codes, scales, zeros, tile_expert, meta):
+@torch.library.register_fake("argon::hopper_mixed_mm")
+def _mixed_mm_fake(x, codes, scales, zeros, tile_expert, meta):
     n = _check_shapes(x, codes, scales, zeros, tile_expert, meta)
     return x.new_empty((x.shape[0], n))
 
 
-@torch.library.register_fake("argon::hopper_mixed_q4k_mm_out")
-def _mixed_q4k_mm_out_fake(x, codes, scales, zeros, tile_expert, meta, out):
+@torch.library.register_fake("argon::hopper_mixed_mm_out")
+def _mixed_mm_out_fake(x, codes, scales, zeros, tile_expert, meta, out):
     n = _check_shapes(x, codes, scales, zeros, tile_expert, meta)
     if tuple(out.shape) != (x.shape[0], n) or out.dtype != x.dtype:
         raise ValueError(f"out must be {x.dtype} of shape {(x.shape[0], n)}, got {out.dtype} "

@@ -1,17 +1,18 @@
-// The Q4_K mixed-input Hopper GEMM (csrc/hopper/hopper_mixed_q4k_*.cu) as torch ops of the
-// `argon` library. NOT YET RUN ON A GPU (bench/quant_mixed_notes.md):
+// The mixed-input Hopper GEMM (csrc/hopper/hopper_mixed_gemm.cuh: GGUF weights of 32-value
+// affine groups, repacked, converted in registers) as torch ops of the `argon` library
+// (bench/quant_mixed_notes.md):
 //
-//   hopper_mixed_q4k_mm(Tensor x, Tensor codes, Tensor scales, Tensor zeros, Tensor tile_expert,
-//                       Tensor meta) -> Tensor
-//   hopper_mixed_q4k_mm_out(Tensor x, Tensor codes, Tensor scales, Tensor zeros,
-//                           Tensor tile_expert, Tensor meta, Tensor(a!) out) -> ()
+//   hopper_mixed_mm(Tensor x, Tensor codes, Tensor scales, Tensor zeros, Tensor tile_expert,
+//                   Tensor meta) -> Tensor
+//   hopper_mixed_mm_out(Tensor x, Tensor codes, Tensor scales, Tensor zeros,
+//                       Tensor tile_expert, Tensor meta, Tensor(a!) out) -> ()
 //       x [R, K] bf16 rows laid out by a plan of tile_m 128 (R = 128 * tiles); codes uint8
-//       [E, N, K / 2], scales and zeros bf16 [E, K / 64, N, 2] (torch_argon/quant/
-//       mixed_repack.py's MixedQ4K); tile_expert [R / 128] and meta [4] int32 (the plan's): for
-//       every used tile m (m < meta[1]), out[128 m + r] = x[128 m + r] @ W[tile_expert[m]]^T for
-//       r < 128, W = mixed_dequantize's bf16 weights (fp32 accumulation, rounded once to bf16).
-//       The functional form's other rows are zero; the _out form leaves them as they were.
-//       K a multiple of 256, N of 8.
+//       [E, N, K / 2] (4-bit codes) or [E, N, K] (8-bit), scales and zeros bf16
+//       [E, K / 64, N, 2] (torch_argon/quant/mixed_repack.py's MixedWeights); tile_expert
+//       [R / 128] and meta [4] int32 (the plan's): for every used tile m (m < meta[1]),
+//       out[128 m + r] = x[128 m + r] @ W[tile_expert[m]]^T for r < 128, W = mixed_dequantize's
+//       bf16 weights (fp32 accumulation, rounded once to bf16). The functional form's other rows
+//       are zero; the _out form leaves them as they were. K a multiple of 64, N of 8.
 //
 // The schemas are in every build; the CUDA kernel only where the Hopper units were built
 // (ARGON_WITH_HOPPER), on compute capability 9.0 only. torch_argon/hopper/mixed_ops.py holds the
@@ -29,7 +30,7 @@
 #include <vector>
 
 #include "checks.h"
-#include "hopper/hopper_mixed_q4k_gemm.h"
+#include "hopper/hopper_mixed_gemm.h"
 #include "hopper/hopper_padded_gemm.h"
 #include "hopper/hopper_tensor_checks.h"
 #include "shared/plan_params.h"
@@ -53,12 +54,13 @@ std::vector<int64_t> check_mixed_inputs(const Tensor& x, const Tensor& codes,
   TORCH_CHECK_VALUE(x.dim() == 2 && x.scalar_type() == at::kBFloat16,
                     "x must be bfloat16 [R, K], got ", x.scalar_type(), " of shape ", x.sizes());
   const int64_t k = x.size(1);
-  TORCH_CHECK_VALUE(k > 0 && k % 256 == 0 && k <= std::numeric_limits<int32_t>::max(),
-                    "K (x's columns) must be a positive multiple of 256 (Q4_K's block), got ", k);
+  TORCH_CHECK_VALUE(k > 0 && k % 64 == 0 && k <= std::numeric_limits<int32_t>::max(),
+                    "K (x's columns) must be a positive multiple of 64 (the GEMM's K tile), got ",
+                    k);
   TORCH_CHECK_VALUE(codes.dim() == 3 && codes.scalar_type() == at::kByte &&
-                        codes.size(2) * 2 == k,
-                    "codes must be uint8 [E, N, K / 2] with K = x's columns (", k, "), got ",
-                    codes.scalar_type(), " of shape ", codes.sizes());
+                        (codes.size(2) * 2 == k || codes.size(2) == k),
+                    "codes must be uint8 [E, N, K / 2] (4-bit) or [E, N, K] (8-bit) with K = x's "
+                    "columns (", k, "), got ", codes.scalar_type(), " of shape ", codes.sizes());
   const int64_t e = codes.size(0), n = codes.size(1);
   TORCH_CHECK_VALUE(e > 0 && e <= std::numeric_limits<int32_t>::max(),
                     "codes must hold between 1 and 2^31 - 1 experts, got ", e);
@@ -83,7 +85,7 @@ std::vector<int64_t> check_mixed_inputs(const Tensor& x, const Tensor& codes,
   return {x.size(0), n};
 }
 
-void hopper_mixed_q4k_mm_out(const Tensor& x_in, const Tensor& codes_in, const Tensor& scales_in,
+void hopper_mixed_mm_out(const Tensor& x_in, const Tensor& codes_in, const Tensor& scales_in,
                              const Tensor& zeros_in, const Tensor& tile_expert,
                              const Tensor& meta, const Tensor& out) {
   const auto shape = check_mixed_inputs(x_in, codes_in, scales_in, zeros_in, tile_expert, meta);
@@ -93,11 +95,11 @@ void hopper_mixed_q4k_mm_out(const Tensor& x_in, const Tensor& codes_in, const T
                                      {"meta", &meta}});
   if (out.numel() == 0) return;
   const c10::cuda::CUDAGuard guard(x_in.device());
-  const cudaDeviceProp* prop = sm90a_device("the mixed-input Q4_K Hopper GEMM");
+  const cudaDeviceProp* prop = sm90a_device("the mixed-input Hopper GEMM");
   const Tensor x = tma_readable(x_in), codes = tma_readable(codes_in);
   const Tensor scales = tma_readable(scales_in), zeros = tma_readable(zeros_in);
   const Tensor tiles_dense = tile_expert.contiguous(), meta_dense = meta.contiguous();
-  ArgonHopperMixedQ4kGemm gemm{};
+  ArgonHopperMixedGemm gemm{};
   gemm.x = x.data_ptr();
   gemm.codes = codes.data_ptr();
   gemm.scales = scales.data_ptr();  // bf16 pairs = the kernel's uint32 (little-endian)
@@ -109,18 +111,19 @@ void hopper_mixed_q4k_mm_out(const Tensor& x_in, const Tensor& codes_in, const T
   gemm.n_experts = static_cast<int>(codes.size(0));
   gemm.n = static_cast<int>(codes.size(1));
   gemm.k = static_cast<int>(x.size(1));
+  gemm.code_bits = codes.size(2) == x.size(1) ? 8 : 4;
   gemm.sm_count = prop->multiProcessorCount;
   gemm.stream = at::cuda::getCurrentCUDAStream(x.device().index()).stream();
   char err[512] = "";
-  const int failed = argon_hopper_mixed_q4k_gemm(&gemm, err, sizeof err);
-  TORCH_CHECK(failed == 0, "hopper_mixed_q4k_mm: ", err);
+  const int failed = argon_hopper_mixed_gemm(&gemm, err, sizeof err);
+  TORCH_CHECK(failed == 0, "hopper_mixed_mm: ", err);
 }
 
-Tensor hopper_mixed_q4k_mm(const Tensor& x, const Tensor& codes, const Tensor& scales,
-                           const Tensor& zeros, const Tensor& tile_expert, const Tensor& meta) {
+Tensor hopper_mixed_mm(const Tensor& x, const Tensor& codes, const Tensor& scales,
+                       const Tensor& zeros, const Tensor& tile_expert, const Tensor& meta) {
   const auto shape = check_mixed_inputs(x, codes, scales, zeros, tile_expert, meta);
   Tensor out = at::zeros(shape, x.options());
-  hopper_mixed_q4k_mm_out(x, codes, scales, zeros, tile_expert, meta, out);
+  hopper_mixed_mm_out(x, codes, scales, zeros, tile_expert, meta, out);
   return out;
 }
 
@@ -128,16 +131,16 @@ Tensor hopper_mixed_q4k_mm(const Tensor& x, const Tensor& codes, const Tensor& s
 }  // namespace argon::hopper_ops
 
 TORCH_LIBRARY_IMPL(argon, CUDA, m) {
-  m.impl("hopper_mixed_q4k_mm", TORCH_FN(argon::hopper_ops::hopper_mixed_q4k_mm));
-  m.impl("hopper_mixed_q4k_mm_out", TORCH_FN(argon::hopper_ops::hopper_mixed_q4k_mm_out));
+  m.impl("hopper_mixed_mm", TORCH_FN(argon::hopper_ops::hopper_mixed_mm));
+  m.impl("hopper_mixed_mm_out", TORCH_FN(argon::hopper_ops::hopper_mixed_mm_out));
 }
 #endif  // ARGON_WITH_HOPPER
 
 #if !defined(ARGON_TEST_MODULE)
 TORCH_LIBRARY_FRAGMENT(argon, m) {
-  m.def("hopper_mixed_q4k_mm(Tensor x, Tensor codes, Tensor scales, Tensor zeros, "
+  m.def("hopper_mixed_mm(Tensor x, Tensor codes, Tensor scales, Tensor zeros, "
         "Tensor tile_expert, Tensor meta) -> Tensor");
-  m.def("hopper_mixed_q4k_mm_out(Tensor x, Tensor codes, Tensor scales, Tensor zeros, "
+  m.def("hopper_mixed_mm_out(Tensor x, Tensor codes, Tensor scales, Tensor zeros, "
         "Tensor tile_expert, Tensor meta, Tensor(a!) out) -> ()");
 }
 #endif

@@ -1,6 +1,9 @@
-// The in-register conversion of the Q4_K mixed-input GEMM (hopper_mixed_q4k_gemm.cuh): 4-bit
-// codes to bf16 with one scale and one zero per 32-value group, inside CUTLASS 4.2's sm90
+// The in-register conversion of the mixed-input GEMM (hopper_mixed_gemm.cuh): unsigned 4- or
+// 8-bit codes to bf16 with one scale and one zero per 32-value group, inside CUTLASS 4.2's sm90
 // mixed-input mainloop (cutlass/gemm/collective/sm90_mma_tma_gmma_rs_warpspecialized_mixed_input.hpp).
+// torch_argon/quant/mixed_repack.py writes every GGUF format of 32-value groups in this one
+// form, w = s * u + z (Q4_K and Q4_0 as 4-bit codes; Q8_0, Q5_0, Q5_K, IQ4_NL and IQ4_XS as
+// 8-bit ones, the table formats' codes being their table values plus 128).
 //
 // Why a specialization. That mainloop loads ONE scale (and zero) element per row of A and K tile
 // (its SmemLayoutAtomScale is (TileM, 1), static_assert size<1> == 1, line 255; the producer
@@ -15,22 +18,24 @@
 // arithmetic must know the halves: CUTLASS's mainloop calls its conversion as
 // detail::MixedInputUtils<Collective>::dequantize_A_kblock(..., k_block) (mixed_input_utils.hpp),
 // so this file specializes MixedInputUtils for the collectives whose A is
-// tuple<uint4b_t, uint32_t, uint32_t>: it inherits every other step (partitioning, copies, TMA
-// byte counts) from the general template, instantiated on a view of the same collective, and
-// replaces dequantize_A_kblock by one that picks the half from the K block: K block kb of a
-// 64-wide tile (16 values each) lies in group 2t + kb / 2.
+// tuple<uint4b_t or uint8_t, uint32_t, uint32_t>: it inherits every other step (partitioning,
+// copies, TMA byte counts) from the general template, instantiated on a view of the same
+// collective, and replaces dequantize_A_kblock by one that picks the half from the K block:
+// K block kb of a 64-wide tile (16 values each) lies in group 2t + kb / 2.
 //
-// The arithmetic, per value: w = bf16(fma(float(q), s, z)), s and z the bf16 halves widened
-// (exact). q * s is exact in float32 (8 x 4 significant bits), so the fma rounds once, in the
-// add, then once to bf16 (cvt.rn): quant/mixed_repack.mixed_dequantize computes the same bits.
+// The arithmetic, per value: w = bf16(fma(float(u), s, z)), s and z the bf16 halves widened
+// (exact). u * s is exact in float32 (8 x 8 significant bits at most), so the fma rounds once,
+// in the add, then once to bf16 (cvt.rn): quant/mixed_repack.mixed_dequantize computes the
+// same bits.
 //
-// Limits. TileK 64 (two groups a tile: checked below); the codes unsigned 4-bit (Q4_K's 0..15).
-// Not tuned: the loop converts one value at a time (nibble extract, LOP3 + FADD for the code,
+// Limits. TileK 64 (two groups a tile: checked below); the codes unsigned, 4 or 8 bits.
+// Not tuned: the loop converts one value at a time (code extract, LOP3 + FADD for the code,
 // FFMA, half an F2FP pack per value); CUTLASS's lookup / prmt conversions for int4 and a
 // reordered code layout are the next step (bench/quant_mixed_notes.md).
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include <cute/tensor.hpp>
 #include <cutlass/bfloat16.h>
@@ -61,11 +66,20 @@ struct UtilsView {
   static constexpr auto UseScaleLookupTable = C::UseScaleLookupTable;
 };
 
-// A 4-bit code (0..15) as float, exactly, without a conversion instruction (I2F / I2FP issue at
-// a fraction of the FMA pipe's rate): the float whose bits are 0x4B000000 | q is 2^23 + q.
-CUTLASS_DEVICE float code_to_float(uint32_t q) {
-  return __uint_as_float(0x4B000000u | q) - 8388608.0f;
+// A code (0..255) as float, exactly, without a conversion instruction (I2F / I2FP issue at a
+// fraction of the FMA pipe's rate): the float whose bits are 0x4B000000 | u is 2^23 + u.
+CUTLASS_DEVICE float code_to_float(uint32_t u) {
+  return __uint_as_float(0x4B000000u | u) - 8388608.0f;
 }
+
+// The code of one element of the codes' register fragment as an unsigned integer.
+CUTLASS_DEVICE uint32_t code_bits(cutlass::uint4b_t u) { return static_cast<uint32_t>(u); }
+CUTLASS_DEVICE uint32_t code_bits(uint8_t u) { return u; }
+
+// The narrow element types the specialization below takes (the codes' widths).
+template <class Narrow>
+constexpr bool kIsCode =
+    std::is_same_v<Narrow, cutlass::uint4b_t> || std::is_same_v<Narrow, uint8_t>;
 
 // The bf16 in half `half` (0 low, 1 high) of a pair, widened to float (exact).
 CUTLASS_DEVICE float pair_half(uint32_t pair, int half) {
@@ -76,24 +90,25 @@ CUTLASS_DEVICE float pair_half(uint32_t pair, int half) {
 
 namespace cutlass::gemm::collective::detail {
 
-template <int Stages, class ClusterShape, class KernelSchedule, class TileShape, class StrideA,
+template <class Narrow, int Stages, class ClusterShape, class KernelSchedule, class TileShape, class StrideA,
           class ElementB, class StrideB, class TiledMma, class GmemTiledCopyA,
           class SmemLayoutAtomA, class SmemCopyAtomA, class TransformA, class GmemTiledCopyB,
           class SmemLayoutAtomB, class SmemCopyAtomB, class TransformB>
 struct MixedInputUtils<CollectiveMma<
     MainloopSm90TmaGmmaRmemAWarpSpecializedMixedInput<Stages, ClusterShape, KernelSchedule>,
-    TileShape, cute::tuple<cutlass::uint4b_t, uint32_t, uint32_t>, StrideA, ElementB, StrideB,
+    TileShape, cute::tuple<Narrow, uint32_t, uint32_t>, StrideA, ElementB, StrideB,
     TiledMma, GmemTiledCopyA, SmemLayoutAtomA, SmemCopyAtomA, TransformA, GmemTiledCopyB,
     SmemLayoutAtomB, SmemCopyAtomB, TransformB>>
     : MixedInputUtils<argon_hopper_mixed::UtilsView<CollectiveMma<
           MainloopSm90TmaGmmaRmemAWarpSpecializedMixedInput<Stages, ClusterShape, KernelSchedule>,
-          TileShape, cute::tuple<cutlass::uint4b_t, uint32_t, uint32_t>, StrideA, ElementB,
+          TileShape, cute::tuple<Narrow, uint32_t, uint32_t>, StrideA, ElementB,
           StrideB, TiledMma, GmemTiledCopyA, SmemLayoutAtomA, SmemCopyAtomA, TransformA,
           GmemTiledCopyB, SmemLayoutAtomB, SmemCopyAtomB, TransformB>>> {
-  static constexpr bool kArgonQ4k = true;  // the kernel checks that this specialization is used
+  static constexpr bool kArgonGroups = true;  // the kernel checks that this specialization is used
   static constexpr int kGroup = 32;
+  static_assert(argon_hopper_mixed::kIsCode<Narrow>, "codes are uint4b_t or uint8_t");
   static_assert(cute::size<2>(TileShape{}) == 2 * kGroup,
-                "the Q4_K conversion packs two 32-value groups per K tile of 64");
+                "the conversion packs two 32-value groups per K tile of 64");
 
   // CUTLASS's signature (mixed_input_utils.hpp): the codes of K block k_block (registers,
   // tCrA_load), the bf16 A fragment the wgmma reads (tCrA_mma), the extra inputs as
@@ -121,10 +136,10 @@ struct MixedInputUtils<CollectiveMma<
     using Dst = typename EngineOut::value_type;
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < cute::size(src); ++i) {
-      const float q = argon_hopper_mixed::code_to_float(static_cast<uint32_t>(cutlass::uint4b_t(src(i))));
+      const float u = argon_hopper_mixed::code_to_float(argon_hopper_mixed::code_bits(Narrow(src(i))));
       const float s = argon_hopper_mixed::pair_half(static_cast<uint32_t>(scales(i)), half);
       const float z = argon_hopper_mixed::pair_half(static_cast<uint32_t>(zeros(i)), half);
-      dst(i) = Dst(__fmaf_rn(q, s, z));
+      dst(i) = Dst(__fmaf_rn(u, s, z));
     }
   }
 };

@@ -1,15 +1,16 @@
-// The experts' GEMM on Hopper (sm_90a) with Q4_K weights that are never decoded to memory: the
-// mainloop loads their 4-bit codes and per-group scales and zeros by TMA and converts them to
-// bf16 in registers before each wgmma (CUTLASS 4.2's sm90 mixed-input collective, with our
-// conversion: hopper_mixed_q4k_convert.cuh), over the padded plan's tiles like the dense padded
-// GEMM (hopper_padded_gemm.cuh). NOT YET RUN ON A GPU: compile-checked only.
+// The experts' GEMM on Hopper (sm_90a) with GGUF weights that are never decoded to memory: the
+// mainloop loads their codes (4 or 8 bits) and per-group scales and zeros by TMA and converts
+// them to bf16 in registers before each wgmma (CUTLASS 4.2's sm90 mixed-input collective, with
+// our conversion: hopper_mixed_convert.cuh), over the padded plan's tiles like the dense padded
+// GEMM (hopper_padded_gemm.cuh). Every format of 32-value affine groups takes it once repacked
+// (torch_argon/quant/mixed_repack.py: w = s * u + z per group, u unsigned).
 //
 // Algorithm. CUTLASS's mixed-input mainloop converts its A operand (the narrow one must be K-major
 // and, in registers, feeds wgmma's A: RS wgmma), so the problem is transposed: D^T = W @ X^T,
 // batched over L = n_experts. M = the weight's rows n, N = the plan's rows, K = k. A = the codes
-// [n_experts, n, k] (uint4, K-major, L stride n * k), B = the gathered activations x [rows, k]
-// with a static stride-0 L mode (TMA ignores the expert), D = d [rows, n] seen as an (M, N)
-// tensor of strides (1, n, 0) (the epilogue's TMA store writes the row-major output). The
+// [n_experts, n, k] (uint4 or uint8, K-major, L stride n * k), B = the gathered activations x
+// [rows, k] with a static stride-0 L mode (TMA ignores the expert), D = d [rows, n] seen as an
+// (M, N) tensor of strides (1, n, 0) (the epilogue's TMA store writes the row-major output). The
 // scheduler is the padded plan's (hopper_padded_scheduler.cuh) with the plan's tiles along N
 // (tag PaddedTilesTokensAlongN): output tile (m, n) of a used plan tile n has L = tile_expert[n].
 // Per K tile of 64 the producer loads the 128 x 64 codes of A, the 128 x 64 bf16 of B and the
@@ -22,9 +23,9 @@
 // warpgroup, two consumer warpgroups), persistent, tile 128 x 128 x 64, cluster 1 x 1, the
 // stages the shared memory allows after the epilogue's (StageCountAutoCarveout).
 //
-// Limits. k a multiple of 256 (Q4_K; also 32 codes = 16 bytes TMA rows), n a multiple of 8 (the
-// output's 16-byte rows), all pointers 16-byte aligned (the glue's checks), rows = 128 *
-// max_tiles_m.
+// Limits. k a multiple of 64 (the K tile; 16-byte TMA rows of codes at either width), n a
+// multiple of 8 (the output's 16-byte rows), all pointers 16-byte aligned (the glue's checks),
+// rows = 128 * max_tiles_m.
 #pragma once
 
 #include <cstdint>
@@ -39,8 +40,8 @@
 #include <cutlass/gemm/kernel/gemm_universal.hpp>
 
 #include "hopper/hopper_cutlass_launch.cuh"
-#include "hopper/hopper_mixed_q4k_convert.cuh"
-#include "hopper/hopper_mixed_q4k_gemm.h"
+#include "hopper/hopper_mixed_convert.cuh"
+#include "hopper/hopper_mixed_gemm.h"
 #include "hopper/hopper_padded_gemm.h"
 #include "hopper/hopper_padded_order.h"
 #include "hopper/hopper_padded_scheduler.cuh"
@@ -50,57 +51,69 @@ namespace argon_hopper_mixed {
 using cute::Int;
 using cute::Shape;
 
-struct MixedQ4kGemm {
+// What both code widths share: shapes, strides, the epilogue. Kept out of the template below
+// (its only parameter is the codes' element, used by the mainloop alone): gcc, nvcc's host
+// compiler, fails to parse CUTLASS's epilogue builder named from inside a class template.
+struct MixedCommon {
   using Element = cutlass::bfloat16_t;
-  using Narrow = cutlass::uint4b_t;
-  using Pair = uint32_t;  // two bf16 groups (hopper_mixed_q4k_convert.cuh)
+  using Pair = uint32_t;  // two bf16 groups (hopper_mixed_convert.cuh)
   using TileShape = Shape<Int<128>, Int<ARGON_HOPPER_PADDED_TILE_M>, Int<64>>;  // M, N (plan), K
   using ClusterShape = Shape<Int<1>, Int<1>, Int<1>>;
   using ProblemShape = Shape<int, int, int, int>;
   using StrideA = cute::Stride<int64_t, Int<1>, int64_t>;  // codes (n, k, expert)
   using StrideB = cute::Stride<int64_t, Int<1>, Int<0>>;   // x (row, k, -)
   using StrideD = cute::Stride<Int<1>, int64_t, Int<0>>;   // d^T (n, row, -)
-  static constexpr int kAlignA = 32;  // 16 bytes of 4-bit codes
   static constexpr int kAlignB = 8;
   static constexpr int kAlignD = 8;
+};
 
-  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, StrideD, kAlignD,
-      Element, StrideD, kAlignD, cutlass::epilogue::TmaWarpSpecializedCooperative,
-      cutlass::epilogue::fusion::LinearCombination<Element, float, void, float>>::CollectiveOp;
+using MixedEpilogue = cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, MixedCommon::TileShape,
+    MixedCommon::ClusterShape, cutlass::epilogue::collective::EpilogueTileAuto, float, float,
+    void, MixedCommon::StrideD, MixedCommon::kAlignD, MixedCommon::Element, MixedCommon::StrideD,
+    MixedCommon::kAlignD, cutlass::epilogue::TmaWarpSpecializedCooperative,
+    cutlass::epilogue::fusion::LinearCombination<MixedCommon::Element, float, void, float>>::
+    CollectiveOp;
+constexpr int kEpilogueSmem = static_cast<int>(sizeof(MixedEpilogue::SharedStorage));
 
+// The layout's premise (as the padded GEMM's): B's and D's tensor maps ignore the expert.
+template <class Tma>
+using LStride = cute::tuple_element_t<2, typename Tma::AuxParams::GmemStrides>;
+static_assert(cute::is_constant<0, LStride<MixedEpilogue::Params::TMA_D>>::value,
+              "d's tensor map must ignore the expert (L) coordinate");
+
+// The kernel for codes of element Narrow (cutlass::uint4b_t or uint8_t).
+template <class NarrowElement>
+struct MixedGemm : MixedCommon {
+  using Narrow = NarrowElement;
+  static constexpr int kAlignA = 128 / cutlass::sizeof_bits<Narrow>::value;  // 16 bytes of codes
+  using CollectiveEpilogue = MixedEpilogue;
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cute::tuple<Narrow, Pair, Pair>,
       StrideA, kAlignA, Element, StrideB, kAlignB, float, TileShape, ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
-          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      cutlass::gemm::collective::StageCountAutoCarveout<kEpilogueSmem>,
       cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
 
-  // The collective converts with our Q4_K specialization, not CUTLASS's general one.
-  static_assert(cutlass::gemm::collective::detail::MixedInputUtils<CollectiveMainloop>::kArgonQ4k,
-                "the Q4_K conversion specialization must match the built collective");
+  // The collective converts with our specialization, not CUTLASS's general one.
+  static_assert(
+      cutlass::gemm::collective::detail::MixedInputUtils<CollectiveMainloop>::kArgonGroups,
+      "the group conversion specialization must match the built collective");
   static_assert(CollectiveMainloop::KernelConversionMode ==
                     cutlass::detail::ConversionMode::ConvertAndScaleWithZero,
                 "scales and zeros");
-  // The layout's premise (as the padded GEMM's): B's and D's tensor maps ignore the expert.
-  template <class Tma>
-  using LStride = cute::tuple_element_t<2, typename Tma::AuxParams::GmemStrides>;
   static_assert(cute::is_constant<0, LStride<typename CollectiveMainloop::Params::TMA_B>>::value,
                 "x's tensor map must ignore the expert (L) coordinate");
-  static_assert(cute::is_constant<0, LStride<typename CollectiveEpilogue::Params::TMA_D>>::value,
-                "d's tensor map must ignore the expert (L) coordinate");
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop,
-                                                      CollectiveEpilogue,
+                                                      MixedEpilogue,
                                                       argon_hopper_padded::PaddedTilesTokensAlongN>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 };
 
-constexpr const char* kKernel = "hopper mixed Q4_K GEMM";
+constexpr const char* kKernel = "hopper mixed-input GEMM";
 
 template <class G>
-int run(const ArgonHopperMixedQ4kGemm& p, char* err, int err_len) {
+int run(const ArgonHopperMixedGemm& p, char* err, int err_len) {
   using Mainloop = typename G::CollectiveMainloop;
   using StrideScale = typename Mainloop::StrideScale;
   const int rows = p.max_tiles_m * ARGON_HOPPER_PADDED_TILE_M;
@@ -116,7 +129,7 @@ int run(const ArgonHopperMixedQ4kGemm& p, char* err, int err_len) {
   mainloop.dB = typename G::StrideB{k, Int<1>{}, Int<0>{}};
   mainloop.ptr_S = static_cast<const typename G::Pair*>(p.scales);
   mainloop.dS = StrideScale{Int<1>{}, n, n * (k / 64)};
-  mainloop.group_size = 64;  // one pair per K tile (hopper_mixed_q4k_convert.cuh)
+  mainloop.group_size = 64;  // one pair per K tile (hopper_mixed_convert.cuh)
   mainloop.ptr_Z = static_cast<const typename G::Pair*>(p.zeros);
 
   typename G::Gemm::Arguments args{
