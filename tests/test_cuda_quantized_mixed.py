@@ -3,16 +3,20 @@
 mixed-input mainloop with our per-32-group conversion, over the padded plan).
 
 On every machine: where the registry puts it and why it declines (on the CPU; neither GEMM
-Q4_K, plain-float parts, fp16, tile_m other than 128; under path="auto" / "triton" always:
-"not yet measured on a GPU"), the op's fakes and their argument errors, the repack cache, the
+Q4_K, plain-float parts, fp16, tile_m other than 128; under path="auto" / "triton" below the
+rows per expert of experts/quantized_crossover.py MIXED_FROM_ROWS for its split of GEMMs, at an
+unknown count and for a split without a row; gpuq's GEMMs declining for it from there), the op's
+fakes and their argument errors, the repack cache, the
 decoded GEMMs' workspace, the implementation's stages with the CUDA ops (the mixed-input GEMM,
 and the padded dense GEMM of a decoded GEMM: Q4_K gate/up with Q6_K down, Q5_K gate/up with
 Q4_K down) emulated in torch. On a
-GPU of compute capability 9.0 with the Hopper units built (NOT YET RUN: the kernel is
-compile-checked only): the GEMM on every used tile against float64 on the kernel's own weights
+GPU of compute capability 9.0 with the Hopper units built (99 passed on an H100, 2026-12-06):
+the GEMM on every used tile against float64 on the kernel's own weights
 (mixed_dequantize: tight) and on the exact dequant (the scaled tolerance), -1 ids, experts with
 0 rows, T = 0, garbage-filled outputs (tiles past the used count untouched), the whole experts
 path against the layer reference (all Q4_K, and the hybrids), CUDA graph replay."""
+import dataclasses
+
 import pytest
 import torch
 
@@ -22,7 +26,7 @@ from hopper_cases import assert_bits_equal, assert_replays_like_eager
 from routing_cases import garbage_like, make_ids, make_weights
 from torch_argon import reference
 from torch_argon.experts import (ExpertsCall, cuda_hopper_padded, cuda_quantized_dequant,
-                                  cuda_quantized_mixed, registry)
+                                  cuda_quantized_mixed, quantized_crossover, registry)
 from torch_argon.hopper import configs, mixed_ops
 from torch_argon.testing import backends  # noqa: F401  (torch_argon._C_test: gpuq's CPU emulation)
 from torch_argon.quant import (QuantizedExperts, QuantizedWeight, dequantize_reference,
@@ -74,9 +78,10 @@ def on_hopper(monkeypatch):
 
 # ---- where it sits and why it declines (every machine) -----------------------------------------
 
-def test_registry_lists_it_by_name_after_the_dequant_path():
+def test_registry_lists_it_after_gpuq_and_before_the_dequant_path():
     names = [impl.name for impl in registry.IMPLEMENTATIONS]
-    assert names.index("cuda_quantized_dequant") + 1 == names.index("cuda_quantized_mixed")
+    assert (names.index("cuda_quantized") < names.index("cuda_quantized_mixed")
+            == names.index("cuda_quantized_dequant") - 1)
     assert (MIXED.path, MIXED.kind, MIXED.fuses_gather) == ("triton", "quantized", False)
     assert "cuda_quantized_mixed" in registry.PATHS
 
@@ -85,18 +90,6 @@ def test_on_the_cpu_it_says_cuda():
     x = torch.randn(8, 256, dtype=torch.bfloat16)
     why = dict(torch_argon.experts.explain(x, q_experts(), activation_quant="none"))
     assert why["cuda_quantized_mixed"] == "the Hopper GEMMs run on CUDA tensors, not cpu"
-
-
-def test_auto_declines_as_not_measured_and_the_name_runs_it(on_hopper):
-    call = cuda_call(q_experts())
-    assert MIXED.supports(call) == ""
-    auto = dict(registry.explain(call, "auto"))["cuda_quantized_mixed"]
-    assert auto.startswith("not yet measured on a GPU")
-    assert "path='cuda_quantized_mixed' runs it" in auto
-    assert dict(registry.explain(call, "triton"))["cuda_quantized_mixed"] == auto
-    assert dict(registry.explain(call, "cuda_quantized_mixed"))["cuda_quantized_mixed"] == ""
-    assert registry.choose(call, "auto") is not MIXED
-    assert registry.choose(call, "cuda_quantized_mixed") is MIXED
 
 
 @pytest.mark.parametrize("kwargs,formats", [
@@ -125,8 +118,8 @@ def test_it_takes_either_gemm_in_q4k_the_other_decoded(on_hopper, kwargs, q4k):
     q = q_experts(**kwargs)
     assert cuda_quantized_mixed.q4k_gemms(q) == q4k
     assert MIXED.supports(cuda_call(q)) == ""
-    auto = dict(registry.explain(cuda_call(q), "auto"))["cuda_quantized_mixed"]
-    assert auto.startswith("not yet measured on a GPU")
+    assert MIXED.gemm_split(q) == tuple("Q4_K" if role in q4k else "decoded"
+                                        for role in ("gate_up", "down"))
 
 
 def test_it_declines_plain_float_parts_naming_the_formats(on_hopper):
@@ -146,6 +139,129 @@ def test_a_decoded_gemm_needs_gpuq(on_hopper, monkeypatch):
     assert MIXED.supports(cuda_call(q_experts())) == ""  # nothing decoded
     assert MIXED.supports(cuda_call(q_experts(down_name="Q6_K"))) == (
         "no gpuq here: the non-Q4_K GEMM's weights (gate_up Q4_K, down Q6_K) are decoded by gpuq")
+
+
+# ---- the automatic choice: experts/quantized_crossover.py MIXED_FROM_ROWS ----------------------
+
+GPUQ = registry.BY_NAME["cuda_quantized"]
+DEQUANT = registry.BY_NAME["cuda_quantized_dequant"]
+
+# (the experts' formats, their split: how gate/up and down run, the split in the reasons' words)
+SPLITS = [
+    (dict(), ("Q4_K", "Q4_K"), "gate_up Q4_K, down Q4_K"),
+    (dict(fused=False), ("Q4_K", "Q4_K"), "gate_up Q4_K, down Q4_K"),
+    (dict(down_name="Q6_K"), ("Q4_K", "decoded"), "gate_up Q4_K, down decoded"),  # Q4_K_M's
+]
+
+
+@pytest.fixture
+def on_h100(on_hopper, monkeypatch):
+    """Every CUDA quantized path past its device checks (the dequant path's Triton GEMMs too),
+    as on the H100 the rows were measured on."""
+    monkeypatch.setattr(cuda_quantized_dequant, "triton_refusal", lambda call: "")
+
+
+def rows_call(experts, rows, **kwargs):
+    """A CUDA call of `rows` mean rows per expert (q_experts' 4 experts, top-2)."""
+    return cuda_call(experts, T=2 * rows, K=2, **kwargs)
+
+
+def test_the_measured_rows():
+    """bench/results/h100_quant_mixed.json: all Q4_K between 20 rows per expert (gpuq 0.93x
+    its time) and 32 (it 0.75x gpuq's); down decoded between 40 (level) and 64 (0.76x)."""
+    assert quantized_crossover.MIXED_FROM_ROWS == {("Q4_K", "Q4_K"): 24,
+                                                   ("Q4_K", "decoded"): 48}
+
+
+@pytest.mark.parametrize("kwargs,split,words", SPLITS)
+def test_auto_takes_it_from_its_split_rows_per_expert(on_h100, kwargs, split, words):
+    q = q_experts(**kwargs)
+    start = quantized_crossover.MIXED_FROM_ROWS[split]
+    below, at = rows_call(q, start - 1), rows_call(q, start)
+    assert MIXED.supports(below) == MIXED.supports(at) == ""
+    for path in ("auto", "triton"):
+        assert dict(registry.explain(below, path))["cuda_quantized_mixed"] == (
+            f"{start - 1} rows per expert: with {words} it runs from {start}, where it measured "
+            "faster than gpuq's GEMMs (experts/quantized_crossover.py)")
+        assert registry.choose(below, path) is GPUQ
+        assert dict(registry.explain(at, path))["cuda_quantized_mixed"] == ""
+        assert registry.choose(at, path) is MIXED
+    assert registry.choose(below, "cuda_quantized_mixed") is MIXED  # its name: at any rows
+
+
+@pytest.mark.parametrize("kwargs,split,words", SPLITS)
+def test_gpuq_declines_for_it_from_its_rows(on_h100, kwargs, split, words):
+    q = q_experts(**kwargs)
+    start = quantized_crossover.MIXED_FROM_ROWS[split]
+    assert start < quantized_crossover.dequant_from_rows(q)  # so it is not the dequant path's
+    assert GPUQ.supports(rows_call(q, start - 1)) == ""
+    assert GPUQ.supports(rows_call(q, start)) == (
+        f"{start} rows per expert: from {start}, cuda_quantized_mixed is faster "
+        "(experts/quantized_crossover.py)")
+
+
+def test_a_decoded_gemm_needs_more_rows(on_h100):
+    """At 32 rows per expert (E128 T=512: 0.75x gpuq's time all Q4_K, 1.19x with Q6_K down)
+    the all-Q4_K layer takes it and the one with a decoded down does not, until 48."""
+    hybrid = q_experts(down_name="Q6_K")
+    assert registry.choose(rows_call(q_experts(), 32)) is MIXED
+    assert registry.choose(rows_call(hybrid, 32)) is GPUQ
+    assert "it runs from 48" in MIXED.auto_refusal(rows_call(hybrid, 32))
+    assert registry.choose(rows_call(hybrid, 48)) is MIXED
+
+
+def test_unknown_rows_per_expert_leave_the_call_to_gpuq(on_h100):
+    call = dataclasses.replace(rows_call(q_experts(), 128), n_entries=None)
+    assert MIXED.supports(call) == ""
+    assert MIXED.auto_refusal(call) == (
+        "an unknown count of rows per expert: with gate_up Q4_K, down Q4_K it runs from 24, "
+        "where it measured faster than gpuq's GEMMs (experts/quantized_crossover.py)")
+    assert GPUQ.supports(call) == "" and registry.choose(call) is GPUQ
+
+
+def test_gpuq_keeps_what_it_cannot_run(on_h100, monkeypatch):
+    """From its rows (32 here; the dequant path's 55 not reached) gpuq's GEMMs still take the
+    calls the mixed GEMM declines: fp16, another tile_m, q8, a GPU without the mixed GEMM."""
+    q = q_experts()
+    q8 = dataclasses.replace(rows_call(q, 32), activation_quant="q8")
+    for call in (rows_call(q, 32, dtype=torch.float16), rows_call(q, 32, tile_m=32), q8):
+        assert MIXED.supports(call) or registry.refusal(MIXED, call)
+        assert GPUQ.supports(call) == "" and registry.choose(call) is GPUQ
+    monkeypatch.setattr(cuda_quantized_mixed.mixed_ops, "refusal", lambda device: "not sm_90")
+    assert GPUQ.supports(rows_call(q, 32)) == "" and registry.choose(rows_call(q, 32)) is GPUQ
+
+
+def test_it_comes_before_the_dequant_path(on_h100):
+    """All Q4_K from the dequant path's rows: both run the call, this one is taken."""
+    q = q_experts()
+    call = rows_call(q, 128)
+    assert registry.refusal(DEQUANT, call) == "" and registry.refusal(MIXED, call) == ""
+    assert registry.choose(call) is MIXED
+    assert "cuda_quantized_mixed is faster" in GPUQ.supports(call)
+
+
+@pytest.mark.parametrize("name", ["Q6_K", "Q8_0", "IQ4_XS"])
+def test_other_formats_still_take_the_dequant_path(on_h100, name):
+    call = rows_call(q_experts(name=name), 128)
+    assert MIXED.supports(call).startswith("neither GEMM's weights are Q4_K")
+    assert registry.choose(call) is DEQUANT
+    assert "cuda_quantized_dequant is faster" in GPUQ.supports(call)
+
+
+def test_a_split_without_a_row_is_declined_until_one_is_added(on_h100, monkeypatch):
+    """gate/up decoded, down Q4_K: not measured, the dequant path runs it (gate/up's Q5_K from
+    48 rows); one row of MIXED_FROM_ROWS makes the automatic choice take it from there."""
+    q = q_experts(name="Q5_K", down_name="Q4_K")
+    call = rows_call(q, 128)
+    assert MIXED.auto_refusal(call) == (
+        "not measured with gate_up decoded, down Q4_K (experts/quantized_crossover.py "
+        "MIXED_FROM_ROWS has no row for it): path='cuda_quantized_mixed' runs it")
+    assert registry.choose(call) is DEQUANT
+    assert registry.choose(call, "cuda_quantized_mixed") is MIXED
+    monkeypatch.setitem(quantized_crossover.MIXED_FROM_ROWS, ("decoded", "Q4_K"), 100)
+    assert registry.choose(call) is MIXED
+    assert "from 100, cuda_quantized_mixed is faster" in GPUQ.supports(call)
+    assert registry.choose(rows_call(q, 99)) is DEQUANT
 
 
 def cpu_call(experts, T=8, requires_grad=False):
@@ -390,7 +506,7 @@ def test_opcheck_of_the_fakes():
                           test_utils=("test_schema", "test_faketensor"))
 
 
-# ---- on a Hopper GPU with the units built (not yet run) ---------------------------------------
+# ---- on a Hopper GPU with the units built ---------------------------------------------------
 
 def plan_for(ids, w, E):
     return torch_argon.argon_ops.moe_plan(ids.cuda(), w.cuda(), E, TILE)
