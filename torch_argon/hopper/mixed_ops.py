@@ -5,8 +5,8 @@ The Q4_K mixed-input GEMM multiplies the padded plan's rows by Q4_K weights repa
 (torch_argon/quant/mixed_repack.py: 4-bit codes, a bf16 scale and zero per 32 values) without
 decoding them to memory: CUTLASS's sm90 mixed-input mainloop converts the codes in registers
 (csrc/hopper/hopper_mixed_q4k_gemm.cuh). It runs where the other Hopper GEMMs do (the same
-units' build, compute capability 9.0). Compile-checked for sm_90a; NOT YET RUN ON A GPU
-(bench/quant_mixed_notes.md).
+units' build, compute capability 9.0). Ran on an H100 (2026-12-06: its 99 GPU tests pass;
+bench/results/h100_quant_mixed.json).
 """
 import torch
 
