@@ -19,7 +19,7 @@ set -uo pipefail
 here="$(dirname "$0")"
 . "$here/one_call.sh"
 start_call 560
-grep -E "mixed q4k|GEMM kernels" "$OUT/step_build.txt" | head -5
+grep -E "GEMM mixed|GEMM kernels" "$OUT/step_build.txt" | head -5
 
 r=$(left 120)
 [ "$r" -gt 20 ] && {

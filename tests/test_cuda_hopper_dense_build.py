@@ -78,18 +78,21 @@ def test_nvcc_command_targets_sm90a_with_cutlass_includes(clean_env, tmp_path):
     units = sorted(os.path.basename(c[1][-3]) for c in cmds)
     configs = ("cooperative_128x256", "pingpong_128x128", "pingpong_64x128")
     padded = ("cooperative_128x256", "pingpong_128x128")  # the padded-plan GEMM's
-    assert units == sorted(["hopper_entry.cu", "hopper_padded_entry.cu"] +
+    entries = ["hopper_entry.cu", "hopper_padded_entry.cu", "hopper_mixed_entry.cu"]
+    assert units == sorted(entries +
                            [f"hopper_gemm_{dtype}_{config}.cu"
                             for dtype in ("bf16", "fp16") for config in configs] +
                            [f"hopper_padded_{dtype}_{config}.cu"
                             for dtype in ("bf16", "fp16") for config in padded] +
-                           ["hopper_mixed_q4k_bf16_cooperative_128x128.cu"])  # Q4_K mixed
+                           [f"hopper_mixed_{codes}_bf16_cooperative_128x128.cu"
+                            for codes in ("u4", "u8")])  # the mixed-input GEMM's code widths
     for _, cmd in cmds:
         assert "-gencode=arch=compute_90a,code=sm_90a" in cmd
         assert f"-I{root}/include" in cmd and f"-I{root}/tools/util/include" in cmd
 
 
-@pytest.mark.parametrize("entry", ["hopper_entry.cu", "hopper_padded_entry.cu"])
+@pytest.mark.parametrize("entry", ["hopper_entry.cu", "hopper_padded_entry.cu",
+                                   "hopper_mixed_entry.cu"])
 def test_the_entry_unit_compiles_with_nvcc(tmp_path, entry):
     """The C entry points and their headers' structs under nvcc for sm_90a, for the grouped and
     the padded GEMM (the CUTLASS units: tools/hopper_unit_check.py)."""

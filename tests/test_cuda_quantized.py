@@ -57,10 +57,14 @@ def call_of(experts, T=8, K=2, dtype=torch.float16, requires_grad=False, n_entri
 @pytest.fixture
 def on_cuda(monkeypatch):
     """supports() past its device checks (this machine has no GPU): what it decides from the
-    call's shapes, dtypes and weights."""
+    call's shapes, dtypes and weights; on a GPU without the Q4_K mixed-input GEMM (not sm_90),
+    so that its choice between gpuq's GEMMs and the dequant path is the same on every machine
+    (tests/test_cuda_quantized_mixed.py: the choice where the mixed GEMM runs)."""
     from torch_argon.experts import cuda_quantized_dequant as module
+    from torch_argon.hopper import mixed_ops
     monkeypatch.setattr(module, "triton_refusal", lambda call: "")
     monkeypatch.setattr(module.gpuq, "refusal", lambda device: "")
+    monkeypatch.setattr(mixed_ops, "refusal", lambda device: "not sm_90 (emulated)")
 
 
 # ---- the workspace ---------------------------------------------------------------------------
@@ -335,14 +339,15 @@ def test_dequant_path_cuda(dtype, name, split, down):
 @pytest.fixture
 def on_padded_gemms(monkeypatch):
     """A Hopper GPU named as the one the padded path's table has rows for (the H100), and a
-    Q4_K call of 350 rows per expert (above its band): the decoded experts run on the padded
-    GEMMs. Yields (x, ids, w, experts) on the GPU."""
+    Q6_K call of 350 rows per expert (above its band; a format the Q4_K mixed-input GEMM does
+    not run, so the automatic choice takes the dequant path): the decoded experts run on the
+    padded GEMMs. Yields (x, ids, w, experts) on the GPU."""
     from hopper_cases import hopper_refusal
     if hopper_refusal():
         pytest.skip(hopper_refusal())
     from torch_argon.experts import cuda_hopper_dense
     monkeypatch.setattr(cuda_hopper_dense, "device_name", lambda device: "NVIDIA H100 80GB HBM3")
-    experts = quantized_experts("Q4_K", E=4).to("cuda")
+    experts = quantized_experts("Q6_K", E=4).to("cuda")
     T, K = 700, 2
     x = (torch.randn(T, experts.hidden) * 0.5).to(torch.bfloat16).cuda()
     ids, w = make_ids(T, K, 4, "neg_some", seed=2).cuda(), make_weights(T, K, seed=2).cuda()

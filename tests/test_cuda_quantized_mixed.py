@@ -1,18 +1,22 @@
-"""The Q4_K mixed-input Hopper experts (experts/cuda_quantized_mixed.py) and their GEMM op
-(argon::hopper_mixed_q4k_mm, csrc/hopper/hopper_mixed_q4k_gemm.cuh: CUTLASS 4.2's sm90
-mixed-input mainloop with our per-32-group conversion, over the padded plan).
+"""The mixed-input Hopper experts (experts/cuda_quantized_mixed.py) and their GEMM op
+(argon::hopper_mixed_mm, csrc/hopper/hopper_mixed_gemm.cuh: CUTLASS 4.2's sm90 mixed-input
+mainloop with our per-32-group conversion of 4- or 8-bit codes, over the padded plan).
 
-On every machine: where the registry puts it and why it declines (on the CPU; neither GEMM
-Q4_K, plain-float parts, fp16, tile_m other than 128; under path="auto" / "triton" always:
-"not yet measured on a GPU"), the op's fakes and their argument errors, the repack cache, the
+On every machine: where the registry puts it and why it declines (on the CPU; neither GEMM in
+a format it converts, plain-float parts, fp16, tile_m other than 128; under path="auto" / "triton" below the
+rows per expert of experts/quantized_crossover.py MIXED_FROM_ROWS for its split of GEMMs, at an
+unknown count and for a split without a row; gpuq's GEMMs declining for it from there), the op's
+fakes and their argument errors, the repack cache, the
 decoded GEMMs' workspace, the implementation's stages with the CUDA ops (the mixed-input GEMM,
-and the padded dense GEMM of a decoded GEMM: Q4_K gate/up with Q6_K down, Q5_K gate/up with
-Q4_K down) emulated in torch. On a
-GPU of compute capability 9.0 with the Hopper units built (NOT YET RUN: the kernel is
-compile-checked only): the GEMM on every used tile against float64 on the kernel's own weights
-(mixed_dequantize: tight) and on the exact dequant (the scaled tolerance), -1 ids, experts with
-0 rows, T = 0, garbage-filled outputs (tiles past the used count untouched), the whole experts
-path against the layer reference (all Q4_K, and the hybrids), CUDA graph replay."""
+and the padded dense GEMM of a decoded GEMM: Q4_K gate/up with Q6_K down, Q6_K gate/up with
+Q4_K down) emulated in torch. On a GPU of compute capability 9.0 with the Hopper units built
+(Q4_K's 99 passed on an H100, 2026-12-06): the GEMM of every format on every used tile against
+float64 on the kernel's own weights (mixed_dequantize: tight) and on the exact dequant (the
+scaled tolerance), -1 ids, experts with 0 rows, T = 0, garbage-filled outputs (tiles past the
+used count untouched), the whole experts path against the layer reference (one format, two
+formats of one width, the hybrids), CUDA graph replay."""
+import dataclasses
+
 import pytest
 import torch
 
@@ -22,7 +26,7 @@ from hopper_cases import assert_bits_equal, assert_replays_like_eager
 from routing_cases import garbage_like, make_ids, make_weights
 from torch_argon import reference
 from torch_argon.experts import (ExpertsCall, cuda_hopper_padded, cuda_quantized_dequant,
-                                  cuda_quantized_mixed, registry)
+                                  cuda_quantized_mixed, quantized_crossover, registry)
 from torch_argon.hopper import configs, mixed_ops
 from torch_argon.testing import backends  # noqa: F401  (torch_argon._C_test: gpuq's CPU emulation)
 from torch_argon.quant import (QuantizedExperts, QuantizedWeight, dequantize_reference,
@@ -74,9 +78,10 @@ def on_hopper(monkeypatch):
 
 # ---- where it sits and why it declines (every machine) -----------------------------------------
 
-def test_registry_lists_it_by_name_after_the_dequant_path():
+def test_registry_lists_it_after_gpuq_and_before_the_dequant_path():
     names = [impl.name for impl in registry.IMPLEMENTATIONS]
-    assert names.index("cuda_quantized_dequant") + 1 == names.index("cuda_quantized_mixed")
+    assert (names.index("cuda_quantized") < names.index("cuda_quantized_mixed")
+            == names.index("cuda_quantized_dequant") - 1)
     assert (MIXED.path, MIXED.kind, MIXED.fuses_gather) == ("triton", "quantized", False)
     assert "cuda_quantized_mixed" in registry.PATHS
 
@@ -87,46 +92,42 @@ def test_on_the_cpu_it_says_cuda():
     assert why["cuda_quantized_mixed"] == "the Hopper GEMMs run on CUDA tensors, not cpu"
 
 
-def test_auto_declines_as_not_measured_and_the_name_runs_it(on_hopper):
-    call = cuda_call(q_experts())
-    assert MIXED.supports(call) == ""
-    auto = dict(registry.explain(call, "auto"))["cuda_quantized_mixed"]
-    assert auto.startswith("not yet measured on a GPU")
-    assert "path='cuda_quantized_mixed' runs it" in auto
-    assert dict(registry.explain(call, "triton"))["cuda_quantized_mixed"] == auto
-    assert dict(registry.explain(call, "cuda_quantized_mixed"))["cuda_quantized_mixed"] == ""
-    assert registry.choose(call, "auto") is not MIXED
-    assert registry.choose(call, "cuda_quantized_mixed") is MIXED
-
-
 @pytest.mark.parametrize("kwargs,formats", [
-    (dict(name="Q8_0"), "gate_up Q8_0, down Q8_0"),
-    (dict(name="Q5_K", down_name="Q6_K"), "gate_up Q5_K, down Q6_K"),
-    # gate Q4_K but up not: the gate/up GEMM is not Q4_K, nor is down
-    (dict(fused=False, up_name="Q5_K", down_name="Q6_K"), "gate Q4_K, up Q5_K, down Q6_K"),
+    (dict(name="Q6_K"), "gate_up Q6_K, down Q6_K"),
+    (dict(name="IQ2_XS", down_name="Q3_K"), "gate_up IQ2_XS, down Q3_K"),
+    # gate Q4_K, up Q8_0: two code widths, not one stack; down 16-value groups
+    (dict(fused=False, up_name="Q8_0", down_name="Q6_K"), "gate Q4_K, up Q8_0, down Q6_K"),
 ])
-def test_it_declines_where_neither_gemm_is_q4k(on_hopper, kwargs, formats):
+def test_it_declines_where_neither_gemm_is_in_its_formats(on_hopper, kwargs, formats):
     assert MIXED.supports(cuda_call(q_experts(**kwargs))) == (
-        f"neither GEMM's weights are Q4_K ({formats}): the mixed-input GEMM runs Q4_K weights "
-        "(gate/up, with gate and up both Q4_K where they are two parts, or down at least, the "
-        "other decoded); cuda_quantized_dequant decodes both")
+        f"neither GEMM's weights are in a format it converts ({formats}): the mixed-input GEMM "
+        "takes Q4_K, Q4_0, Q5_K, Q5_0, Q8_0, IQ4_NL, IQ4_XS (gate/up, with gate and up of one "
+        "code width where they are two parts, or down at least, the other decoded); "
+        "cuda_quantized_dequant decodes both")
 
 
-@pytest.mark.parametrize("kwargs,q4k", [
-    (dict(), ("gate_up", "down")),
-    (dict(fused=False), ("gate_up", "down")),
-    (dict(down_name="Q6_K"), ("gate_up",)),         # Q4_K_M's usual layer
-    (dict(down_name="Q5_K"), ("gate_up",)),
-    (dict(down_name="Q8_0"), ("gate_up",)),
-    (dict(name="Q5_K", down_name="Q4_K"), ("down",)),
-    (dict(fused=False, up_name="Q6_K"), ("down",)),  # up not Q4_K: gate/up decoded
+@pytest.mark.parametrize("kwargs,mixed,split", [
+    (dict(), ("gate_up", "down"), ("Q4_K", "Q4_K")),
+    (dict(fused=False), ("gate_up", "down"), ("Q4_K", "Q4_K")),
+    (dict(down_name="Q6_K"), ("gate_up",), ("Q4_K", "decoded")),  # Q4_K_M's usual layer
+    (dict(down_name="Q5_K"), ("gate_up", "down"), ("Q4_K", "Q5_K")),
+    (dict(name="IQ4_XS", down_name="Q8_0"), ("gate_up", "down"), ("IQ4_XS", "Q8_0")),
+    (dict(name="Q6_K", down_name="Q4_K"), ("down",), ("decoded", "Q4_K")),
+    (dict(fused=False, up_name="Q4_0"), ("gate_up", "down"), ("Q4_0+Q4_K", "Q4_K")),
+    (dict(fused=False, up_name="Q8_0"), ("down",), ("decoded", "Q4_K")),  # two widths
 ])
-def test_it_takes_either_gemm_in_q4k_the_other_decoded(on_hopper, kwargs, q4k):
+def test_it_takes_either_gemm_in_its_formats_the_other_decoded(on_hopper, kwargs, mixed, split):
     q = q_experts(**kwargs)
-    assert cuda_quantized_mixed.q4k_gemms(q) == q4k
+    assert cuda_quantized_mixed.mixed_gemms(q) == mixed
     assert MIXED.supports(cuda_call(q)) == ""
-    auto = dict(registry.explain(cuda_call(q), "auto"))["cuda_quantized_mixed"]
-    assert auto.startswith("not yet measured on a GPU")
+    assert MIXED.gemm_split(q) == split
+
+
+def test_it_declines_a_k_not_a_multiple_of_64(on_hopper):
+    """Q8_0 rows of 96 values: three 32-value blocks, one and a half of the GEMM's K tiles."""
+    q = q_experts(name="Q8_0", H=96, I=64)
+    assert MIXED.supports(cuda_call(q)) == (
+        "gate_up is [128, 96]: the mixed-input GEMM needs K a multiple of 64 and N of 8")
 
 
 def test_it_declines_plain_float_parts_naming_the_formats(on_hopper):
@@ -137,15 +138,150 @@ def test_it_declines_plain_float_parts_naming_the_formats(on_hopper):
                                256)
         hybrid = QuantizedExperts(down=down, gate_up=q.gate_up)
         assert MIXED.supports(cuda_call(hybrid)) == (
-            f"down stored as plain floats (gate_up Q4_K, down {fmt}): it runs Q4_K blocks and "
-            "decodes the other GGUF block formats only")
+            f"down stored as plain floats (gate_up Q4_K, down {fmt}): it runs GGUF blocks and "
+            "decodes the formats it cannot convert only")
 
 
 def test_a_decoded_gemm_needs_gpuq(on_hopper, monkeypatch):
     monkeypatch.setattr(cuda_quantized_mixed.gpuq, "refusal", lambda device: "no gpuq here")
     assert MIXED.supports(cuda_call(q_experts())) == ""  # nothing decoded
     assert MIXED.supports(cuda_call(q_experts(down_name="Q6_K"))) == (
-        "no gpuq here: the non-Q4_K GEMM's weights (gate_up Q4_K, down Q6_K) are decoded by gpuq")
+        "no gpuq here: the other GEMM's weights (gate_up Q4_K, down Q6_K) are decoded by gpuq")
+
+
+# ---- the automatic choice: experts/quantized_crossover.py MIXED_FROM_ROWS ----------------------
+
+GPUQ = registry.BY_NAME["cuda_quantized"]
+DEQUANT = registry.BY_NAME["cuda_quantized_dequant"]
+
+# (the experts' formats, their split: how gate/up and down run, the split in the reasons' words)
+SPLITS = [
+    (dict(), ("Q4_K", "Q4_K"), "gate_up Q4_K, down Q4_K"),
+    (dict(fused=False), ("Q4_K", "Q4_K"), "gate_up Q4_K, down Q4_K"),
+    (dict(down_name="Q6_K"), ("Q4_K", "decoded"), "gate_up Q4_K, down decoded"),  # Q4_K_M's
+]
+
+
+@pytest.fixture
+def on_h100(on_hopper, monkeypatch):
+    """Every CUDA quantized path past its device checks (the dequant path's Triton GEMMs too),
+    as on the H100 the rows were measured on."""
+    monkeypatch.setattr(cuda_quantized_dequant, "triton_refusal", lambda call: "")
+
+
+def rows_call(experts, rows, **kwargs):
+    """A CUDA call of `rows` mean rows per expert (q_experts' 4 experts, top-2)."""
+    return cuda_call(experts, T=2 * rows, K=2, **kwargs)
+
+
+def test_the_measured_rows():
+    """bench/results/h100_quant_mixed.json: all Q4_K between 20 rows per expert (gpuq 0.93x
+    its time) and 32 (it 0.75x gpuq's); down decoded between 40 (level) and 64 (0.76x)."""
+    assert quantized_crossover.MIXED_FROM_ROWS == {("Q4_K", "Q4_K"): 24,
+                                                   ("Q4_K", "decoded"): 48}
+
+
+@pytest.mark.parametrize("kwargs,split,words", SPLITS)
+def test_auto_takes_it_from_its_split_rows_per_expert(on_h100, kwargs, split, words):
+    q = q_experts(**kwargs)
+    start = quantized_crossover.MIXED_FROM_ROWS[split]
+    below, at = rows_call(q, start - 1), rows_call(q, start)
+    assert MIXED.supports(below) == MIXED.supports(at) == ""
+    for path in ("auto", "triton"):
+        assert dict(registry.explain(below, path))["cuda_quantized_mixed"] == (
+            f"{start - 1} rows per expert: with {words} it runs from {start}, where it measured "
+            "faster than gpuq's GEMMs (experts/quantized_crossover.py)")
+        assert registry.choose(below, path) is GPUQ
+        assert dict(registry.explain(at, path))["cuda_quantized_mixed"] == ""
+        assert registry.choose(at, path) is MIXED
+    assert registry.choose(below, "cuda_quantized_mixed") is MIXED  # its name: at any rows
+
+
+@pytest.mark.parametrize("kwargs,split,words", SPLITS)
+def test_gpuq_declines_for_it_from_its_rows(on_h100, kwargs, split, words):
+    q = q_experts(**kwargs)
+    start = quantized_crossover.MIXED_FROM_ROWS[split]
+    assert start < quantized_crossover.dequant_from_rows(q)  # so it is not the dequant path's
+    assert GPUQ.supports(rows_call(q, start - 1)) == ""
+    assert GPUQ.supports(rows_call(q, start)) == (
+        f"{start} rows per expert: from {start}, cuda_quantized_mixed is faster "
+        "(experts/quantized_crossover.py)")
+
+
+def test_a_decoded_gemm_needs_more_rows(on_h100):
+    """At 32 rows per expert (E128 T=512: 0.75x gpuq's time all Q4_K, 1.19x with Q6_K down)
+    the all-Q4_K layer takes it and the one with a decoded down does not, until 48."""
+    hybrid = q_experts(down_name="Q6_K")
+    assert registry.choose(rows_call(q_experts(), 32)) is MIXED
+    assert registry.choose(rows_call(hybrid, 32)) is GPUQ
+    assert "it runs from 48" in MIXED.auto_refusal(rows_call(hybrid, 32))
+    assert registry.choose(rows_call(hybrid, 48)) is MIXED
+
+
+def test_unknown_rows_per_expert_leave_the_call_to_gpuq(on_h100):
+    call = dataclasses.replace(rows_call(q_experts(), 128), n_entries=None)
+    assert MIXED.supports(call) == ""
+    assert MIXED.auto_refusal(call) == (
+        "an unknown count of rows per expert: with gate_up Q4_K, down Q4_K it runs from 24, "
+        "where it measured faster than gpuq's GEMMs (experts/quantized_crossover.py)")
+    assert GPUQ.supports(call) == "" and registry.choose(call) is GPUQ
+
+
+def test_gpuq_keeps_what_it_cannot_run(on_h100, monkeypatch):
+    """From its rows (32 here; the dequant path's 55 not reached) gpuq's GEMMs still take the
+    calls the mixed GEMM declines: fp16, another tile_m, q8, a GPU without the mixed GEMM."""
+    q = q_experts()
+    q8 = dataclasses.replace(rows_call(q, 32), activation_quant="q8")
+    for call in (rows_call(q, 32, dtype=torch.float16), rows_call(q, 32, tile_m=32), q8):
+        assert registry.refusal(MIXED, call)  # its supports() or its activation_quant
+        assert GPUQ.supports(call) == "" and registry.choose(call) is GPUQ
+    monkeypatch.setattr(cuda_quantized_mixed.mixed_ops, "refusal", lambda device: "not sm_90")
+    assert GPUQ.supports(rows_call(q, 32)) == "" and registry.choose(rows_call(q, 32)) is GPUQ
+
+
+def test_it_comes_before_the_dequant_path(on_h100):
+    """All Q4_K from the dequant path's rows: both run the call, this one is taken."""
+    q = q_experts()
+    call = rows_call(q, 128)
+    assert registry.refusal(DEQUANT, call) == "" and registry.refusal(MIXED, call) == ""
+    assert registry.choose(call) is MIXED
+    assert "cuda_quantized_mixed is faster" in GPUQ.supports(call)
+
+
+@pytest.mark.parametrize("name", ["Q6_K", "IQ2_XS"])
+def test_other_formats_still_take_the_dequant_path(on_h100, name):
+    call = rows_call(q_experts(name=name), 128)
+    assert MIXED.supports(call).startswith("neither GEMM's weights are in a format it converts")
+    assert registry.choose(call) is DEQUANT
+    assert "cuda_quantized_dequant is faster" in GPUQ.supports(call)
+
+
+@pytest.mark.parametrize("name", ["Q8_0", "IQ4_XS", "Q4_0", "Q5_K"])
+def test_formats_it_converts_but_not_measured_take_the_dequant_path(on_h100, name):
+    """Converted by the 8- or 4-bit GEMM but with no measured row: by name only."""
+    call = rows_call(q_experts(name=name), 128)
+    assert MIXED.supports(call) == ""
+    assert MIXED.auto_refusal(call) == (
+        f"not measured with gate_up {name}, down {name} (experts/quantized_crossover.py "
+        "MIXED_FROM_ROWS has no row for it): path='cuda_quantized_mixed' runs it")
+    assert registry.choose(call) is DEQUANT
+    assert registry.choose(call, "cuda_quantized_mixed") is MIXED
+
+
+def test_a_split_without_a_row_is_declined_until_one_is_added(on_h100, monkeypatch):
+    """gate/up decoded, down Q4_K: not measured, the dequant path runs it (gate/up's Q6_K from
+    54 rows); one row of MIXED_FROM_ROWS makes the automatic choice take it from there."""
+    q = q_experts(name="Q6_K", down_name="Q4_K")
+    call = rows_call(q, 128)
+    assert MIXED.auto_refusal(call) == (
+        "not measured with gate_up decoded, down Q4_K (experts/quantized_crossover.py "
+        "MIXED_FROM_ROWS has no row for it): path='cuda_quantized_mixed' runs it")
+    assert registry.choose(call) is DEQUANT
+    assert registry.choose(call, "cuda_quantized_mixed") is MIXED
+    monkeypatch.setitem(quantized_crossover.MIXED_FROM_ROWS, ("decoded", "Q4_K"), 100)
+    assert registry.choose(call) is MIXED
+    assert "from 100, cuda_quantized_mixed is faster" in GPUQ.supports(call)
+    assert registry.choose(rows_call(q, 99)) is DEQUANT
 
 
 def cpu_call(experts, T=8, requires_grad=False):
@@ -165,11 +301,11 @@ def test_workspace_holds_the_decoded_gemms_only(shared_workspace):
     assert MIXED.workspace(cpu_call(q_experts(E=E)), 128) == {}
     ws = MIXED.workspace(cpu_call(q_experts(E=E, down_name="Q6_K")), 128)
     assert list(ws) == ["down"] and ws["down"].shape == (E, H, I)
-    ws = MIXED.workspace(cpu_call(q_experts(E=E, name="Q5_K", down_name="Q4_K")), 128)
+    ws = MIXED.workspace(cpu_call(q_experts(E=E, name="Q6_K", down_name="Q4_K")), 128)
     assert list(ws) == ["gate_up"] and ws["gate_up"].shape == (E, 2 * I, H)
     assert ws["gate_up"].dtype == torch.bfloat16
     # cuda_quantized_dequant's shared buffer, the same at the next call
-    again = MIXED.workspace(cpu_call(q_experts(E=E, name="Q5_K", down_name="Q4_K")), 128)
+    again = MIXED.workspace(cpu_call(q_experts(E=E, name="Q6_K", down_name="Q4_K")), 128)
     assert again["gate_up"].data_ptr() == ws["gate_up"].data_ptr()
     assert {key[0] for key in shared_workspace.buffers} == {"gate_up", "down"}
     # fresh where the decoded weights must outlive the call (here: autograd)
@@ -198,11 +334,10 @@ def test_it_declines_fp16_other_tile_m_and_autograd(on_hopper):
 
 
 def test_the_op_refuses_cpu_tensors_naming_the_device():
-    m = mr.repack_q4k(q_experts(E=1).down.data, 256)
+    m = mr.repack(q_experts(E=1).down.data, "Q4_K", 256)
     with pytest.raises(NotImplementedError, match="run on CUDA tensors, not cpu"):
-        mixed_ops.mixed_q4k_mm(torch.zeros(TILE, 256, dtype=torch.bfloat16), m,
-                               torch.zeros(1, dtype=torch.int32),
-                               torch.zeros(4, dtype=torch.int32))
+        mixed_ops.mixed_mm(torch.zeros(TILE, 256, dtype=torch.bfloat16), m,
+                           torch.zeros(1, dtype=torch.int32), torch.zeros(4, dtype=torch.int32))
 
 
 def test_repack_cache_follows_the_weights_version():
@@ -229,7 +364,7 @@ def test_separate_gate_and_up_are_concatenated_once():
     up = QuantizedWeight(q.gate_up.data[:, 256:].clone(), "Q4_K", 256)
     first = cuda_quantized_mixed.CACHE.get_pair(gate, up)
     assert cuda_quantized_mixed.CACHE.get_pair(gate, up) is first
-    want = mr.repack_q4k(q.gate_up.data, 256)
+    want = mr.repack(q.gate_up.data, "Q4_K", 256)
     assert torch.equal(first.codes, want.codes) and torch.equal(first.scales, want.scales)
     up.data[0, 0, 4] ^= 1  # a change to either part repacks the pair
     assert cuda_quantized_mixed.CACHE.get_pair(gate, up) is not first
@@ -278,7 +413,7 @@ def emulated_ops(monkeypatch):
 
     monkeypatch.setattr(cuda_quantized_mixed.mixed_ops, "refusal", lambda device: "")
     monkeypatch.setattr(cuda_quantized_mixed.gpuq, "refusal", lambda device: "")
-    monkeypatch.setattr(cuda_quantized_mixed.mixed_ops, "mixed_q4k_mm", mixed)
+    monkeypatch.setattr(cuda_quantized_mixed.mixed_ops, "mixed_mm", mixed)
     monkeypatch.setattr(cuda_hopper_padded.hopper, "padded_mm", padded)
     torch_argon.experts.clear_cuda_dequant_workspace()
     yield calls, calls_configs
@@ -294,8 +429,10 @@ def padded_configs_wanted(T, K, E, H, I):
     return {2 * I: gate_up, H: down}
 
 
-FLOW_CASES = [(f, fused) for f in (("Q4_K", "Q4_K"), ("Q4_K", "Q6_K"), ("Q5_K", "Q4_K"))
-              for fused in (True, False)] + [(("Q4_K", "Q4_K", "Q6_K"), False)]
+FLOW_CASES = [(f, fused) for f in (("Q4_K", "Q4_K"), ("Q4_K", "Q6_K"), ("Q6_K", "Q4_K"),
+                                   ("IQ4_XS", "Q8_0"))
+              for fused in (True, False)] + [(("Q4_K", "Q4_K", "Q6_K"), False),
+                                             (("Q4_K", "Q4_K", "Q4_0"), False)]
 
 
 @pytest.mark.parametrize("formats,fused", FLOW_CASES,
@@ -304,7 +441,7 @@ FLOW_CASES = [(f, fused) for f in (("Q4_K", "Q4_K"), ("Q4_K", "Q6_K"), ("Q5_K", 
                                     ("uniform", 0)])
 def test_experts_flow_on_the_cpu_with_the_ops_emulated(emulated_ops, formats, fused, dist, T):
     """The implementation's stages (plan of tile_m 128, gather, the repack (gate and up
-    concatenated where they are two stacks) of the Q4_K GEMMs, the decode of the others into
+    concatenated where they are two stacks) of the GEMMs in its formats, the decode of the others into
     the workspace, gate/up, swiglu, down, combine) with the CUDA GEMMs replaced by their
     contracts in torch: the layer's output within the scaled tolerance of the exact
     dequant's. neg_some: -1 ids; empty: experts with 0 rows; T = 0. formats: (gate/up, down),
@@ -327,8 +464,9 @@ def test_experts_flow_on_the_cpu_with_the_ops_emulated(emulated_ops, formats, fu
                                   activation_quant="none")
     assert got.shape == want.shape and got.dtype == torch.bfloat16
     calls, calls_configs = emulated_ops
-    decoded = {2 * I: not (name == "Q4_K" and up_name in (None, "Q4_K")),
-               H: down_name != "Q4_K"}  # by the GEMM's N: gate/up 2I, down H
+    widths = {mr.code_bits(f) for f in (name, up_name or name)}
+    decoded = {2 * I: len(widths) != 1 or 0 in widths,
+               H: mr.code_bits(down_name) == 0}  # by the GEMM's N: gate/up 2I, down H
     assert calls == {"mixed": 2 - sum(decoded.values()), "padded": sum(decoded.values())}
     # the decoded GEMMs ran on the padded GEMM with the configuration of their role
     wanted = padded_configs_wanted(T, K, E, H, I)
@@ -353,16 +491,18 @@ def fake_args(tiles=3, K=512, N=48, E=4):
 
 def test_fake_gives_out_shape_and_checks_arguments():
     mode, (x, codes, scales, zeros, tile_expert, meta) = fake_args()
-    op, op_out = torch.ops.argon.hopper_mixed_q4k_mm, torch.ops.argon.hopper_mixed_q4k_mm_out
+    op, op_out = torch.ops.argon.hopper_mixed_mm, torch.ops.argon.hopper_mixed_mm_out
     with mode:
         out = op(x, codes, scales, zeros, tile_expert, meta)
         assert tuple(out.shape) == (3 * TILE, 48) and out.dtype == torch.bfloat16
         op_out(x, codes, scales, zeros, tile_expert, meta, out)
+        bytes_codes = torch.empty(4, 48, 512, dtype=torch.uint8)  # 8-bit codes: one a value
+        assert tuple(op(x, bytes_codes, scales, zeros, tile_expert, meta).shape) == (384, 48)
         with pytest.raises(ValueError, match="x must be bfloat16"):
             op(x.half(), codes, scales, zeros, tile_expert, meta)
-        with pytest.raises(ValueError, match="multiple of 256"):
-            op(x[:, :320], codes, scales, zeros, tile_expert, meta)
-        with pytest.raises(ValueError, match=r"codes must be uint8 \[E, N, K / 2\]"):
+        with pytest.raises(ValueError, match="multiple of 64"):
+            op(x[:, :480], codes, scales, zeros, tile_expert, meta)
+        with pytest.raises(ValueError, match=r"codes must be uint8 \[E, N, K / 2\] \(4-bit\) or"):
             op(x, codes[:, :, :128], scales, zeros, tile_expert, meta)
         with pytest.raises(ValueError, match="multiple of 8"):
             op(x, codes[:, :44], scales[:, :, :44], zeros[:, :, :44], tile_expert, meta)
@@ -386,33 +526,34 @@ def test_opcheck_of_the_fakes():
     checked by the GPU tests)."""
     _, args = fake_args()
     meta_args = [torch.empty(a.shape, dtype=a.dtype, device="meta") for a in args]
-    torch.library.opcheck(torch.ops.argon.hopper_mixed_q4k_mm.default, meta_args,
+    torch.library.opcheck(torch.ops.argon.hopper_mixed_mm.default, meta_args,
                           test_utils=("test_schema", "test_faketensor"))
 
 
-# ---- on a Hopper GPU with the units built (not yet run) ---------------------------------------
+# ---- on a Hopper GPU with the units built ---------------------------------------------------
 
 def plan_for(ids, w, E):
     return torch_argon.argon_ops.moe_plan(ids.cuda(), w.cuda(), E, TILE)
 
 
 @needs_mixed
+@pytest.mark.parametrize("qtype", list(mr.FORMATS))
 @pytest.mark.parametrize("dist", ["uniform", "one_expert", "empty", "neg_some"])
 @pytest.mark.parametrize("N", [256, 200])  # 200: a last M tile the TMA bounds clip
-def test_gemm_on_every_used_tile(dist, N):
+def test_gemm_on_every_used_tile(dist, N, qtype):
     T, K, E, Kd = 200, 4, 8, 512
     ids, w = make_ids(T, K, E, dist, seed=3), make_weights(T, K, seed=3)
     plan = plan_for(ids, w, E)
     g = torch.Generator().manual_seed(4)
     x = (torch.randn(plan.sorted_token.shape[0], Kd, generator=g) * 0.5).bfloat16().cuda()
-    w_q = random_quantized("Q4_K", N, Kd, leading=(E,), std=0.05, generator=g)
-    m = mr.repack_q4k(w_q.cuda(), Kd)
-    kernel_w = mr.mixed_dequantize(m.__class__(*(t.cpu() for t in m[:3]), m.n_in),
-                                   torch.float64)
-    exact_w = dequantize_reference(w_q, "Q4_K", Kd).double()
+    w_q = random_quantized(qtype, N, Kd, leading=(E,), std=0.05, generator=g)
+    m = mr.repack(w_q.cuda(), qtype, Kd)
+    kernel_w = mr.mixed_dequantize(m._replace(codes=m.codes.cpu(), scales=m.scales.cpu(),
+                                              zeros=m.zeros.cpu()), torch.float64)
+    exact_w = dequantize_reference(w_q, qtype, Kd).double()
     out = garbage_like(torch.empty(x.shape[0], N, dtype=torch.bfloat16, device="cuda"))
     before = out.clone()
-    mixed_ops.mixed_q4k_mm(x, m, plan.tile_expert, plan.meta, out=out)
+    mixed_ops.mixed_mm(x, m, plan.tile_expert, plan.meta, out=out)
     used = plan.n_tiles * TILE
     x64 = x.double().cpu()
     for t, e in enumerate(plan.tile_expert.cpu().tolist()[:plan.n_tiles]):
@@ -423,30 +564,33 @@ def test_gemm_on_every_used_tile(dist, N):
         exact = x64[rows] @ exact_w[e].T
         assert (got - exact).norm() <= SCALED_TOL * exact.norm() + 1e-6, t
     assert_bits_equal(out[used:], before[used:])  # the unused tiles, as they were
-    functional = mixed_ops.mixed_q4k_mm(x, m, plan.tile_expert, plan.meta)
+    functional = mixed_ops.mixed_mm(x, m, plan.tile_expert, plan.meta)
     assert_bits_equal(functional[:used], out[:used])
     assert not functional[used:].any()
 
 
 @needs_mixed
-def test_gemm_with_no_used_tiles_writes_nothing_and_t_0():
+@pytest.mark.parametrize("qtype", ["Q4_K", "Q8_0"])  # both code widths
+def test_gemm_with_no_used_tiles_writes_nothing_and_t_0(qtype):
     E = 4
     plan = plan_for(torch.full((6, 2), -1, dtype=torch.int64), make_weights(6, 2), E)
     assert plan.n_tiles == 0
-    m = mr.repack_q4k(q_experts(E=E, device="cuda").down.data, 256)
+    m = mr.repack(q_experts(E=E, name=qtype, device="cuda").down.data, qtype, 256)
     x = torch.randn(plan.sorted_token.shape[0], 256, dtype=torch.bfloat16, device="cuda")
     out = garbage_like(torch.empty(x.shape[0], 256, dtype=torch.bfloat16, device="cuda"))
     before = out.clone()
-    mixed_ops.mixed_q4k_mm(x, m, plan.tile_expert, plan.meta, out=out)
+    mixed_ops.mixed_mm(x, m, plan.tile_expert, plan.meta, out=out)
     assert_bits_equal(out, before)
     empty = torch.empty(0, 256, dtype=torch.bfloat16, device="cuda")
-    got = mixed_ops.mixed_q4k_mm(empty, m, torch.empty(0, dtype=torch.int32, device="cuda"),
-                                 plan.meta)
+    got = mixed_ops.mixed_mm(empty, m, torch.empty(0, dtype=torch.int32, device="cuda"),
+                             plan.meta)
     assert got.shape == (0, 256)
 
 
-# (gate/up, down) formats: all Q4_K, and the hybrids (one GEMM decoded onto the padded GEMM)
-FORMATS = [("Q4_K", "Q4_K"), ("Q4_K", "Q6_K"), ("Q5_K", "Q4_K")]
+# (gate/up, down) formats: one format (4- and 8-bit codes), two widths in one layer, and the
+# hybrids (one GEMM decoded onto the padded GEMM)
+FORMATS = [("Q4_K", "Q4_K"), ("IQ4_XS", "IQ4_XS"), ("Q8_0", "Q8_0"), ("Q4_0", "Q5_K"),
+           ("IQ4_NL", "Q5_0"), ("Q4_K", "Q6_K"), ("Q6_K", "Q4_K")]
 
 
 def experts_case(T, dist, E=8, K=4, H=512, I=256, seed=1, formats=("Q4_K", "Q4_K")):

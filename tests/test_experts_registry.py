@@ -73,8 +73,8 @@ def test_quantized_experts_choose_the_quantized_ops_on_the_cpu():
     chosen = registry_api.choose(x, q, n_entries=T * K)
     assert (chosen.name, chosen.path, chosen.tile_m) == ("ops_quantized", "ops", 1)
     assert [name for name, _ in chosen.declined] == ["cuda_quantized", "cuda_quantized_tiled",
-                                                    "cuda_quantized_dequant",
-                                                    "cuda_quantized_mixed", "triton_quantized"]
+                                                    "cuda_quantized_mixed",
+                                                    "cuda_quantized_dequant", "triton_quantized"]
 
 
 def test_float_parts_are_declined_by_the_quantized_ops_with_the_way_out():

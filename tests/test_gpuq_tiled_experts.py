@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from gpuq_cases import NAMES
-from test_cuda_quantized import call_of, layer_error, quantized_experts
+from test_cuda_quantized import (call_of, layer_error, quantized_experts,
+                                 on_cuda)  # noqa: F401 (a fixture)
 from torch_argon import reference
 
 import torch_argon
@@ -58,15 +59,6 @@ def test_layer_path_no_tokens():
     ids, w = torch.empty(0, 2, dtype=torch.long), torch.empty(0, 2)
     got = torch_argon.experts.run_implementation("cuda_quantized_tiled", x, ids, w, experts)
     assert got.shape == (0, experts.hidden)
-
-
-@pytest.fixture
-def on_cuda(monkeypatch):
-    """supports() past its device checks (this machine has no GPU): what the implementations
-    decide from the call's shapes, dtypes and weights."""
-    from torch_argon.experts import cuda_quantized_dequant as module
-    monkeypatch.setattr(module, "triton_refusal", lambda call: "")
-    monkeypatch.setattr(module.gpuq, "refusal", lambda device: "")
 
 
 def test_not_chosen_automatically_until_measured(on_cuda):

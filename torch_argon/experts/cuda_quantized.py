@@ -14,16 +14,19 @@ Why first among the quantized implementations: up to a few dozen rows per expert
 reads weights more than it computes, and this path reads the GGUF bytes once per 8-32 rows;
 it beats the bf16 GEMMs on most formats at T = 128 (0.64-0.97x bf16 at E=512 on the H100) and
 the Triton quantized path on all. From the rows per expert of experts/quantized_crossover.py
-("none" only) it declines for cuda_quantized_dequant, which is faster there.
+("none" only) it declines for the path measured faster there where that one runs the call:
+cuda_quantized_mixed (Q4_K layers on sm_90), else cuda_quantized_dequant.
 """
 from .. import gpuq
 from .base import Experts, fused_call_refusal
 from .cuda_quantized_dequant import CudaQuantizedDequant
+from .cuda_quantized_mixed import CudaQuantizedMixed
 from .ops_quantized import float_parts
 from .quantized_crossover import dequant_from_rows
 from .triton_dense import HALF_DTYPES
 
 _DEQUANT = CudaQuantizedDequant()
+_MIXED = CudaQuantizedMixed()
 
 
 def gpuq_call_refusal(call) -> str:
@@ -53,10 +56,16 @@ class CudaQuantized(Experts):
         q8 = call.activation_quant == "q8"
         if not q8 and x.dtype not in HALF_DTYPES:
             return "the gpuq GEMMs need fp16 / bf16 activations (or activation_quant='q8')"
-        rows, start = call.rows_per_expert(), dequant_from_rows(call.weights)
-        if not q8 and rows is not None and rows >= start and not _DEQUANT.supports(call):
-            return (f"{rows:.3g} rows per expert: from {start}, cuda_quantized_dequant is faster "
-                    "(experts/quantized_crossover.py)")
+        rows = call.rows_per_expert()
+        if q8 or rows is None:
+            return ""
+        # the paths measured faster from some rows per expert on, in registry order: the first
+        # that runs the call is the one the automatic choice takes instead
+        for faster, start in ((_MIXED, _MIXED.auto_from_rows(call.weights)),
+                              (_DEQUANT, dequant_from_rows(call.weights))):
+            if start is not None and rows >= start and not faster.supports(call):
+                return (f"{rows:.3g} rows per expert: from {start}, {faster.name} is faster "
+                        "(experts/quantized_crossover.py)")
         return ""
 
     def default_tile_m(self, call, n_entries):

@@ -39,9 +39,13 @@ Numerics: each weight is bf16(u * s + z) with s and z rounded to bf16 once
 fp32 accumulation: the scaled path's tolerance (tests/gpuq_cases.py SCALED_TOL). A decoded
 GEMM's weights are dequantize_reference's rounded to bf16 once, then fp32 accumulation.
 
-Status: compile-checked for sm_90a, NOT YET RUN ON A GPU. By name only: path="auto" (and the
-"triton" family) decline it ("not yet measured on a GPU"); path="cuda_quantized_mixed" runs it
-where it can run.
+Status: Q4_K ran on an H100 (2026-12-06: its 99 GPU tests pass; bench/results/
+h100_quant_mixed.json). path="auto" (and the "triton" family) take it on every compute
+capability 9.0 GPU from the rows per expert where it measured faster than gpuq's GEMMs and the
+dequant path (experts/quantized_crossover.py MIXED_FROM_ROWS: 24 with both GEMMs Q4_K, 48 with
+Q4_K gate/up and down decoded) and decline it below them, at an unknown count of rows and for
+the splits without a row (every format but Q4_K until measured); path="cuda_quantized_mixed"
+runs it wherever it can run.
 """
 import threading
 
@@ -57,11 +61,9 @@ from . import cuda_quantized_dequant as dequant
 from .base import Experts, fused_call_refusal
 from .cuda_hopper_padded import CudaHopperPadded
 from .ops_quantized import float_parts
+from .quantized_crossover import MIXED_DECODED, mixed_from_rows
 
 _PADDED = CudaHopperPadded()  # its configurations and GEMM for the decoded weights
-
-NOT_MEASURED = ("not yet measured on a GPU: the Q4_K mixed-input Hopper GEMM is compile-checked "
-                "only (bench/quant_mixed_notes.md); path='cuda_quantized_mixed' runs it")
 
 
 def _version(t):
@@ -183,7 +185,30 @@ class CudaQuantizedMixed(Experts):
         return ""
 
     def auto_refusal(self, call):
-        return NOT_MEASURED
+        split = self.gemm_split(call.weights)
+        described = ", ".join(f"{role} {how}" for role, how in zip(ROLES, split))
+        start = mixed_from_rows(*split)
+        if start is None:
+            return (f"not measured with {described} (experts/quantized_crossover.py "
+                    "MIXED_FROM_ROWS has no row for it): path='cuda_quantized_mixed' runs it")
+        rows = call.rows_per_expert()
+        if rows is None or rows < start:
+            known = "an unknown count of" if rows is None else f"{rows:.3g}"
+            return (f"{known} rows per expert: with {described} it runs from {start}, where it "
+                    "measured faster than gpuq's GEMMs (experts/quantized_crossover.py)")
+        return ""
+
+    def gemm_split(self, w) -> tuple:
+        """How each GEMM of `w` runs ((gate/up, down): the format the mixed-input GEMM reads,
+        or MIXED_DECODED): the key of experts/quantized_crossover.py MIXED_FROM_ROWS."""
+        mixed = mixed_gemms(w)
+        return tuple("+".join(sorted({p.qtype.name for p in gemm_parts(w, role).values()}))
+                     if role in mixed else MIXED_DECODED for role in ROLES)
+
+    def auto_from_rows(self, w):
+        """The rows per expert from which the automatic choice takes this path for `w`, or
+        None where its split has no measured row."""
+        return mixed_from_rows(*self.gemm_split(w))
 
     def default_tile_m(self, call, n_entries):
         """128: the GEMM's tile along the plan's rows, so that every tile holds one expert."""

@@ -12,6 +12,10 @@ bf16 values written) over the measured copy bandwidth (2.42 TB/s); both configs 
 H100, bench/results/h200_quant.json) brackets every listed format's crossover between 40 rows
 (E=512, T=2048: gpuq faster by 1.3-2.0x) and 128 (E=128, T=2048: the dequant path faster by
 1.04-1.7x); the modelled values sit inside it except IQ2_XS's, raised to the bracket's middle.
+
+Below it, the rows per expert from which the automatic choice takes the tile-decode GEMM
+(cuda_quantized_tiled) and the Q4_K mixed-input Hopper GEMM (cuda_quantized_mixed), each with
+its measurements.
 """
 
 # format -> rows per expert from which the dequant path runs (E512 / E128 crossovers)
@@ -51,3 +55,37 @@ def tiled_from_rows(weights):
     format has none (not measured: the automatic choice declines it)."""
     rows = [TILED_FROM_ROWS.get(w.qtype.name) for w in weights.parts().values()]
     return None if any(r is None for r in rows) else max(rows)
+
+
+# The mixed-input Hopper GEMM (cuda_quantized_mixed): (gate/up, down) -> rows per expert from
+# which the layer's automatic choice runs it, each GEMM named by the format it runs on the
+# mixed-input GEMM or MIXED_DECODED where that path decodes it to bf16 for the dense padded GEMM.
+# Keyed per GEMM because what decides the crossover is which GEMMs skip the decode pass (a
+# decoded GEMM pays it as the dequant path does, whatever its format: the pass writes bf16) and
+# the format the mixed GEMM reads; a format added to the mixed GEMM, or the split not measured
+# yet (gate/up decoded, down mixed), is one more row. No row: the automatic choice declines it.
+# bench/results/h100_quant_mixed.json (H100 80GB HBM3, 2026-12-06; us, E128: E=128 K=8 H=2048
+# I=768, E512: E=512 K=10 H=2048 I=512; rows per expert T * K / E):
+# - all Q4_K: E512 T=1024 (20 rows) gpuq 1068, mixed 1147 (gpuq 0.93x); E128 T=512 (32) gpuq
+#   574, mixed 431 (mixed 0.75x); from there mixed leads gpuq (E512 T=2048, 40: 1200 vs 1889)
+#   and the dequant path at every point up to T=16384 (E128: 3682 vs 3713, E512: 3758 vs 5389)
+# - gate/up Q4_K, down Q6_K decoded: E512 T=2048 (40) gpuq 2047, mixed 2049 (level); E128
+#   T=1024 (64) gpuq 1023, mixed 774 (0.76x); from there mixed leads gpuq (E512 T=4096, 80:
+#   2154 vs 3253) and the dequant path at every point but one, level: E128 T=16384 (3762 vs
+#   3664, 1.03x)
+MIXED_DECODED = "decoded"
+MIXED_FROM_ROWS = {
+    ("Q4_K", "Q4_K"): 24,           # between 20 (gpuq faster) and 32 (mixed faster)
+    ("Q4_K", MIXED_DECODED): 48,    # between 40 (level) and 64 (mixed faster)
+}
+
+
+def mixed_from_rows(gate_up, down):
+    """The rows per expert from which the automatic choice runs cuda_quantized_mixed on a layer
+    whose gate/up and down GEMMs run as `gate_up` and `down` (the format the mixed-input GEMM
+    reads, or MIXED_DECODED), or None where that split has no measured row.
+
+    Measured on an H100, applied on every device the kernel runs on (compute capability 9.0:
+    the H200 too, not measured there): the H200 has the H100's SMs with faster memory, and one
+    table for sm_90 keeps the choice the same on both until an H200 run says otherwise."""
+    return MIXED_FROM_ROWS.get((gate_up, down))

@@ -28,7 +28,7 @@
 // a coordinate past B's last expert, which TMA reads as zeros: that tile of d is written with
 // zeros and no memory outside the operands is touched.
 //
-// Transposed problems. The mixed-input GEMM (hopper_mixed_q4k_gemm.cuh) computes D^T = W @ X^T:
+// Transposed problems. The mixed-input GEMM (hopper_mixed_gemm.cuh) computes D^T = W @ X^T:
 // its M mode is the weight's rows and its N mode the plan's token rows. Its tag,
 // PaddedTilesTokensAlongN, selects the same scheduler with the two roles swapped: the plan's
 // tiles (and tile_expert) index the CTA tile's N coordinate, the weight's tiles its M
