@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# One device call for the Q4_K mixed-input Hopper GEMM (issue 43; bench/quant_mixed_notes.md),
-# whose kernel has only been compile-checked: its first run on a GPU. Each step is capped so
-# that the whole ends before DEADLINE_S (default 560 s):
+# One device call for the mixed-input Hopper GEMM (issue 43; bench/quant_mixed_notes.md): its
+# tests and its timing beside gpuq's GEMMs and the dequant path. Each step is capped so that
+# the whole ends before DEADLINE_S (default 560 s):
 #   1. the build (as h200_dequant.sh's) and the Hopper units' SASS check (h200_hopper.sh
-#      --build: the mixed unit's kernel among them: HGMMA, no local memory)
-#   2. tests/test_cuda_quantized_mixed.py (the op on every used tile against float64 on the
-#      kernel's own weights and on the exact dequant, -1 ids, 0-row experts, T = 0, garbage-filled
-#      outputs, the experts path, CUDA graph replay), then the padded GEMM's tests (its scheduler
-#      was templated for the transposed problem)
-#   3. bench_quant.py, Q4_K, then Q4_K/Q6_K (gate/up Q4_K, down Q6_K: the hybrid, a Q4_K_M
-#      file's usual layer) in what the budget leaves: cuda_quantized_mixed against
-#      cuda_quantized_dequant and the bf16 column, E=128 K=8 H=2048 I=768 and E=512 K=10 H=2048
-#      I=512, T = 2048 / 8192 / 16384 (run whatever step 2 said: each record carries its
-#      rel_err against the dense path)
+#      --build: the mixed units' kernels among them: HGMMA, no local memory)
+#   2. tests/test_cuda_quantized_mixed.py (the op of every format on every used tile against
+#      float64 on the kernel's own weights and on the exact dequant, -1 ids, 0-row experts,
+#      T = 0, garbage-filled outputs, the experts path, CUDA graph replay), then the padded
+#      GEMM's tests (its scheduler serves both)
+#   3. bench_quant.py on MIXED_FORMATS (default Q4_K, then Q4_K/Q6_K: gate/up Q4_K, down Q6_K,
+#      a Q4_K_M file's usual layer) in what the budget leaves: MIXED_IMPLS (default
+#      cuda_quantized_mixed and cuda_quantized_dequant) beside the bf16 column, E=128 K=8
+#      H=2048 I=768 and E=512 K=10 H=2048 I=512, T = MIXED_T (default 2048 / 8192 / 16384)
+#      (run whatever step 2 said: each record carries its rel_err against the dense path)
 # Run through bench/h200_session.sh mixed. Writes under $OUT: step_build.txt, tests.log,
 # mixed.json, mixed.log.
 set -uo pipefail
@@ -36,9 +36,10 @@ r=$(left 90)
 }
 r=$(left 240)
 [ "$r" -gt 40 ] && {
-  timeout "$r" python3 bench/bench_quant.py --json "$OUT/mixed.json" --formats Q4_K,Q4_K/Q6_K \
-    --configs E128,E512 --T 2048,8192,16384 --budget-s $((r - 30)) \
-    --impls cuda_quantized_dequant,cuda_quantized_mixed 2>&1 | tee "$OUT/mixed.log" |
+  timeout "$r" python3 bench/bench_quant.py --json "$OUT/mixed.json" \
+    --formats "${MIXED_FORMATS:-Q4_K,Q4_K/Q6_K}" --configs E128,E512 \
+    --T "${MIXED_T:-2048,8192,16384}" --budget-s $((r - 30)) \
+    --impls "${MIXED_IMPLS:-cuda_quantized_dequant,cuda_quantized_mixed}" 2>&1 | tee "$OUT/mixed.log" |
     grep -v "^  compiled"
   echo "== bench_quant at ${SECONDS}s"
 }
