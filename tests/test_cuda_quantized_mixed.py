@@ -176,9 +176,12 @@ def rows_call(experts, rows, **kwargs):
 
 def test_the_measured_rows():
     """bench/results/h100_quant_mixed.json: all Q4_K between 20 rows per expert (gpuq 0.93x
-    its time) and 32 (it 0.75x gpuq's); down decoded between 40 (level) and 64 (0.76x)."""
-    assert quantized_crossover.MIXED_FROM_ROWS == {("Q4_K", "Q4_K"): 24,
-                                                   ("Q4_K", "decoded"): 48}
+    its time) and 32 (it 0.75x gpuq's); down decoded between 40 (level) and 64 (0.76x);
+    h100_quant_mixed_formats.json: the other formats (experts/quantized_crossover.py)."""
+    assert quantized_crossover.MIXED_FROM_ROWS == {
+        ("Q4_K", "Q4_K"): 24, ("Q4_K", "decoded"): 48, ("IQ4_XS", "IQ4_XS"): 24,
+        ("Q4_0", "Q4_0"): 24, ("IQ4_NL", "IQ4_NL"): 24, ("Q5_K", "Q5_K"): 24,
+        ("Q5_0", "Q5_0"): 16, ("Q8_0", "Q8_0"): 10, ("Q5_K", "decoded"): 40}
 
 
 @pytest.mark.parametrize("kwargs,split,words", SPLITS)
@@ -256,13 +259,22 @@ def test_other_formats_still_take_the_dequant_path(on_h100, name):
     assert "cuda_quantized_dequant is faster" in GPUQ.supports(call)
 
 
-@pytest.mark.parametrize("name", ["Q8_0", "IQ4_XS", "Q4_0", "Q5_K"])
-def test_formats_it_converts_but_not_measured_take_the_dequant_path(on_h100, name):
-    """Converted by the 8- or 4-bit GEMM but with no measured row: by name only."""
-    call = rows_call(q_experts(name=name), 128)
+@pytest.mark.parametrize("name", ["Q8_0", "IQ4_XS", "Q4_0", "IQ4_NL", "Q5_K", "Q5_0"])
+def test_the_measured_formats_take_it_from_their_rows(on_h100, name):
+    q = q_experts(name=name)
+    start = quantized_crossover.MIXED_FROM_ROWS[(name, name)]
+    assert registry.choose(rows_call(q, start)) is MIXED
+    assert registry.choose(rows_call(q, start - 1)) is GPUQ
+    assert registry.choose(rows_call(q, 128)) is MIXED  # before the dequant path
+
+
+def test_formats_it_converts_in_an_unmeasured_split_take_the_dequant_path(on_h100):
+    """Both GEMMs converted (IQ4_XS gate/up, Q8_0 down) but that split has no measured row:
+    by name only."""
+    call = rows_call(q_experts(name="IQ4_XS", down_name="Q8_0"), 128)
     assert MIXED.supports(call) == ""
     assert MIXED.auto_refusal(call) == (
-        f"not measured with gate_up {name}, down {name} (experts/quantized_crossover.py "
+        "not measured with gate_up IQ4_XS, down Q8_0 (experts/quantized_crossover.py "
         "MIXED_FROM_ROWS has no row for it): path='cuda_quantized_mixed' runs it")
     assert registry.choose(call) is DEQUANT
     assert registry.choose(call, "cuda_quantized_mixed") is MIXED

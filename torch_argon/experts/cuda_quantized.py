@@ -15,7 +15,7 @@ reads weights more than it computes, and this path reads the GGUF bytes once per
 it beats the bf16 GEMMs on most formats at T = 128 (0.64-0.97x bf16 at E=512 on the H100) and
 the Triton quantized path on all. From the rows per expert of experts/quantized_crossover.py
 ("none" only) it declines for the path measured faster there where that one runs the call:
-cuda_quantized_mixed (Q4_K layers on sm_90), else cuda_quantized_dequant.
+cuda_quantized_mixed (the formats of 32-value groups on sm_90), else cuda_quantized_dequant.
 """
 from .. import gpuq
 from .base import Experts, fused_call_refusal

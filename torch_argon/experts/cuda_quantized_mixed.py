@@ -39,13 +39,13 @@ Numerics: each weight is bf16(u * s + z) with s and z rounded to bf16 once
 fp32 accumulation: the scaled path's tolerance (tests/gpuq_cases.py SCALED_TOL). A decoded
 GEMM's weights are dequantize_reference's rounded to bf16 once, then fp32 accumulation.
 
-Status: Q4_K ran on an H100 (2026-12-06: its 99 GPU tests pass; bench/results/
-h100_quant_mixed.json). path="auto" (and the "triton" family) take it on every compute
-capability 9.0 GPU from the rows per expert where it measured faster than gpuq's GEMMs and the
-dequant path (experts/quantized_crossover.py MIXED_FROM_ROWS: 24 with both GEMMs Q4_K, 48 with
-Q4_K gate/up and down decoded) and decline it below them, at an unknown count of rows and for
-the splits without a row (every format but Q4_K until measured); path="cuda_quantized_mixed"
-runs it wherever it can run.
+Status: ran on an H100 (2026-12-06: its tests pass for every format, 231 of them;
+bench/results/h100_quant_mixed.json and h100_quant_mixed_formats.json). path="auto" (and the
+"triton" family) take it on every compute capability 9.0 GPU from the rows per expert where it
+measured faster than gpuq's GEMMs and the dequant path (experts/quantized_crossover.py
+MIXED_FROM_ROWS: 10-24 with both GEMMs in one format, 40-48 with down decoded) and decline it
+below them, at an unknown count of rows and for the splits without a row;
+path="cuda_quantized_mixed" runs it wherever it can run.
 """
 import threading
 

@@ -73,10 +73,26 @@ def tiled_from_rows(weights):
 #   T=1024 (64) gpuq 1023, mixed 774 (0.76x); from there mixed leads gpuq (E512 T=4096, 80:
 #   2154 vs 3253) and the dequant path at every point but one, level: E128 T=16384 (3762 vs
 #   3664, 1.03x)
+# bench/results/h100_quant_mixed_formats.json (the same card and configs, 2026-12-06; the other
+# formats of 32-value groups, both GEMMs in one format unless named): the mixed path leads the
+# dequant path at every point from T = 1024 (level at E128 T=16384) and crosses gpuq's GEMMs at
+# - IQ4_XS, Q4_0, IQ4_NL, Q5_K: between 20 rows (E512 T=1024: gpuq 0.89x / 0.90x / 0.98x /
+#   0.97x the mixed path's time) and 32 (E128 T=512: mixed 0.79x / 0.70x / 0.69x / 0.77x)
+# - Q5_0: between 10 (E512 T=512: gpuq 0.88x) and 20 (E512 T=1024: mixed 0.88x)
+# - Q8_0: at or below 10 (E512 T=512: mixed 0.90x gpuq's time; nothing smaller measured)
+# - gate/up Q5_K, down Q6_K decoded (a Q5_K_M file's layer): between 32 (E128 T=512: gpuq 0.85x)
+#   and 40 (E512 T=2048: mixed 0.97x)
 MIXED_DECODED = "decoded"
 MIXED_FROM_ROWS = {
     ("Q4_K", "Q4_K"): 24,           # between 20 (gpuq faster) and 32 (mixed faster)
     ("Q4_K", MIXED_DECODED): 48,    # between 40 (level) and 64 (mixed faster)
+    ("IQ4_XS", "IQ4_XS"): 24,
+    ("Q4_0", "Q4_0"): 24,
+    ("IQ4_NL", "IQ4_NL"): 24,
+    ("Q5_K", "Q5_K"): 24,
+    ("Q5_0", "Q5_0"): 16,
+    ("Q8_0", "Q8_0"): 10,           # the smallest count measured
+    ("Q5_K", MIXED_DECODED): 40,
 }
 
 

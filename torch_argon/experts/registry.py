@@ -5,14 +5,15 @@ first of that family; path=<name> that implementation. Each one says why it decl
 (`explain`), so a caller (the main job, a user wondering why a call is slow) can see the
 decision. The order puts the fused GPU kernels first (the Hopper GEMMs, the padded-plan one
 before the ptr-array one, before the Triton ones they are meant to beat on sm_90, which run
-where they decline), then the CPU's buffer-reusing path, then the one-op-per-stage fallbacks that run anywhere. Among the quantized GPU ones: gpuq's GEMMs on the
-GGUF bytes (small T), the tile-decode GEMM (large T; by name only: measured slower than the
-decode-once path), the Q4_K mixed-input Hopper GEMM (sm_90, Q4_K layers from a few dozen rows
-per expert), the decode-once path (large T, the other formats), then the Triton quantized GEMM
+where they decline), then the CPU's buffer-reusing path, then the one-op-per-stage fallbacks
+that run anywhere. Among the quantized GPU ones: gpuq's GEMMs on the GGUF bytes (small T), the
+tile-decode GEMM (large T; by name only: measured slower than the decode-once path), the
+mixed-input Hopper GEMM (sm_90, the formats of 32-value groups from a few dozen rows per
+expert), the decode-once path (large T, the other formats), then the Triton quantized GEMM
 where none of them runs. They split by rows per expert (experts/quantized_crossover.py): gpuq's
 GEMMs decline from the mixed GEMM's rows where it runs the call and from the decode-once path's
 where that one does; the mixed GEMM comes before the decode-once path: from its rows on it
-measured faster than that path at every point but one (level).
+measured faster than that path at every point but a few level ones.
 """
 from .base import ExpertsCall
 from .cpu_workspace import CpuWorkspace
