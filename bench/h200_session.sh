@@ -21,8 +21,10 @@
 #                                       # small-T K loops (h200_points.sh)
 #   bash bench/h200_session.sh dequant  # build, the dequant path on the padded GEMMs: tests, the
 #                                       # quick table with llama.cpp's column (h200_dequant.sh)
-#   bash bench/h200_session.sh mixed    # build, the Q4_K mixed-input GEMM's first GPU run: its
-#                                       # tests, then mixed vs dequant vs bf16 (h200_mixed.sh)
+#   bash bench/h200_session.sh mixed    # build, the mixed-input GEMM's tests, then mixed vs
+#                                       # dequant vs bf16 (h200_mixed.sh)
+#   bash bench/h200_session.sh limits   # build, ncu of the mixed and padded GEMMs, the GGUF
+#                                       # model's prefill (h200_mixed_limits.sh)
 # Extra arguments go to the step's script. Carry: .whl (nvidia-cutlass wheel), .baselines
 # (bench/baselines/stage_vllm.sh), bench/baselines/ggml_src (bench/baselines/stage_ggml.sh) or
 # the binary bench/baselines/build_ggml_cuda.sh made from it (bench/baselines/ggml_bin).
@@ -34,7 +36,8 @@ here="$(dirname "$0")"
 # NVCC_APPEND_FLAGS= (set, empty) leaves the lab loops out: a shorter build; `once` leaves them
 # out unless the caller sets the flags
 [ "${1:-}" = once ] || [ "${1:-}" = profile ] || [ "${1:-}" = stalls ] ||
-  [ "${1:-}" = dequant ] || [ "${1:-}" = mixed ] && NVCC_APPEND_FLAGS="${NVCC_APPEND_FLAGS-}"
+  [ "${1:-}" = dequant ] || [ "${1:-}" = mixed ] || [ "${1:-}" = limits ] &&
+  NVCC_APPEND_FLAGS="${NVCC_APPEND_FLAGS-}"
 export NVCC_APPEND_FLAGS="${NVCC_APPEND_FLAGS--DGPUQ_LAB_LOOPS=1}"
 . "$here/gpu_env.sh"  # CUTLASS's headers from .whl/ among the rest, for every step alike
 [ -n "${ARGON_CUTLASS_DIR:-}" ] ||
@@ -55,5 +58,6 @@ case "$step" in
   points) bash "$here/h200_points.sh" "$@" ;;
   dequant) bash "$here/h200_dequant.sh" "$@" ;;
   mixed) bash "$here/h200_mixed.sh" "$@" ;;
-  *) echo "usage: bash bench/h200_session.sh build|hopper|quant|loops|vllm|suite|once|profile|stalls|points|dequant|mixed [args]"; exit 2 ;;
+  limits) bash "$here/h200_mixed_limits.sh" "$@" ;;
+  *) echo "usage: bash bench/h200_session.sh build|hopper|quant|loops|vllm|suite|once|profile|stalls|points|dequant|mixed|limits [args]"; exit 2 ;;
 esac

@@ -13,29 +13,13 @@ here="$(dirname "$0")"
 . "$here/one_call.sh"
 deadline_from 540
 build_all
-NCU="${NCU:-$(command -v ncu || echo /usr/local/cuda/bin/ncu)}"
-metrics='regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio'
-metrics="$metrics,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
-metrics="$metrics,sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active"
-metrics="$metrics,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct"
-profile() {  # output file, kernel regex, launches to skip, then the program
-  local out=$1 kernel=$2 skip=$3
-  shift 3
-  local r
-  r=$(left 90)
-  [ "$r" -gt 20 ] || { echo "== no time left for $out"; return; }
-  timeout "$r" "$NCU" --section SpeedOfLight --section WarpStateStats --section Occupancy \
-    --section MemoryWorkloadAnalysis --metrics "$metrics" -k "regex:$kernel" \
-    --launch-skip "$skip" --launch-count 2 "$@" >> "$OUT/$out" 2>&1
-  echo "== $out rc=$? at ${SECONDS}s"
-}
 quant=(python3 bench/bench_quant.py --formats Q4_K --configs E128 --T 8192)
 hop=(python3 bench/bench_hopper.py --profile-gemms)
-profile stalls_tiled.txt tiled_qmm_kernel 2 "${quant[@]}" --profile cuda_quantized_tiled
-profile stalls_padded.txt device_kernel 2 "${hop[@]}" --profile-kernel padded --profile-experts 512
-profile stalls_grouped.txt device_kernel 2 "${hop[@]}" --profile-kernel grouped --profile-experts 512
-profile stalls_decode.txt decode_kernel 0 "${quant[@]}" --profile cuda_quantized_dequant
-profile stalls_padded.txt device_kernel 2 "${hop[@]}" --profile-kernel padded --profile-experts 1
+ncu_stalls stalls_tiled.txt tiled_qmm_kernel 2 "${quant[@]}" --profile cuda_quantized_tiled
+ncu_stalls stalls_padded.txt device_kernel 2 "${hop[@]}" --profile-kernel padded --profile-experts 512
+ncu_stalls stalls_grouped.txt device_kernel 2 "${hop[@]}" --profile-kernel grouped --profile-experts 512
+ncu_stalls stalls_decode.txt decode_kernel 0 "${quant[@]}" --profile cuda_quantized_dequant
+ncu_stalls stalls_padded.txt device_kernel 2 "${hop[@]}" --profile-kernel padded --profile-experts 1
 grep -h -E "^  [a-z].*\(|stalled_(long_scoreboard|barrier|mio_throttle|short_scoreboard|math_pipe|wait|lg_throttle|not_selected)|hmma_cycles|Duration|DRAM Throughput" \
   "$OUT"/stalls_*.txt | cut -c1-140 | head -120
 rm -f "$OUT/build.log" "$OUT/hopper_sass.json"

@@ -11,6 +11,11 @@
 #                     extension failed, since nothing after it can run; then the GPU environment
 #   gpu_floor_tbps    sets gpu (the card's name) and hbm (its bandwidth for the weight-read
 #                     floors: 4.3 TB/s, 3.35 on an H100)
+#   ncu_stalls OUTFILE KERNEL_REGEX SKIP PROGRAM...
+#                     Nsight Compute on 2 launches of the kernels matching KERNEL_REGEX after
+#                     SKIP of them: speed of light, warp states, occupancy, memory, and every
+#                     warp-stall reason per issued instruction, appended to $OUT/OUTFILE (capped
+#                     at 90 s and by the deadline)
 OUT="${OUT:-/tmp/argon_out}"
 mkdir -p "$OUT"
 deadline_from() { deadline=${DEADLINE_S:-$1}; }
@@ -41,4 +46,20 @@ start_call() {
   build_all "$@"
   gpu_floor_tbps
   echo "== GPU: $gpu (weight-read floors at $hbm TB/s)"
+}
+ncu_stalls() {
+  local out=$1 kernel=$2 skip=$3
+  shift 3
+  local ncu r metrics
+  ncu="${NCU:-$(command -v ncu || echo /usr/local/cuda/bin/ncu)}"
+  metrics='regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio'
+  metrics="$metrics,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
+  metrics="$metrics,sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active"
+  metrics="$metrics,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct"
+  r=$(left 90)
+  [ "$r" -gt 20 ] || { echo "== no time left for $out"; return; }
+  timeout "$r" "$ncu" --section SpeedOfLight --section WarpStateStats --section Occupancy \
+    --section MemoryWorkloadAnalysis --section InstructionStats --metrics "$metrics" \
+    -k "regex:$kernel" --launch-skip "$skip" --launch-count 2 "$@" >> "$OUT/$out" 2>&1
+  echo "== $out rc=$? at ${SECONDS}s"
 }
