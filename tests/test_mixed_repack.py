@@ -212,3 +212,16 @@ def test_dtype_and_type_errors():
         mr.repack([[0] * 144] * 8, "Q4_K", 256)
     with pytest.raises(ValueError, match="positive multiple of 64"):
         mr.repack(torch.zeros(8, 0, dtype=torch.uint8), "Q4_K", 0)
+
+
+@pytest.mark.parametrize("qtype", ["Q4_K", "IQ4_XS"])  # both code widths
+def test_repack_in_chunks_equals_one_pass(qtype, monkeypatch):
+    """CHUNK_VALUES bounds repack's temporaries; chunks that split the stack's rows unevenly (3
+    rows of 512 values a step over 2 x 8 rows) give the bytes of one pass."""
+    w_q = random_bytes(qtype, (2,), 8, 512, 11)
+    whole = mr.repack(w_q, qtype, 512)
+    monkeypatch.setattr(mr, "CHUNK_VALUES", 3 * 512)
+    chunked = mr.repack(w_q, qtype, 512)
+    for got, want in zip(chunked[:3], whole[:3]):
+        assert got.shape == want.shape
+        assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))

@@ -179,20 +179,34 @@ def _check(w_q, qtype, n_in):
     return name
 
 
+# values converted per step of repack: bounds its temporaries (the reference's int32 / float32
+# unpacking, ~40 bytes a value at its peak) to ~160 MB whatever the stack's size, so a layer's
+# first call does not need several times its weights' memory beside them
+CHUNK_VALUES = 1 << 22
+
+
 def repack(w_q, qtype, n_in):
     """MixedWeights from blocks w_q (uint8 [..., N, row bytes]) of format `qtype`, on w_q's
-    device. One pass over the weights, meant once per stack at load time."""
+    device. One pass over the weights, meant once per stack at load time, CHUNK_VALUES values
+    at a time."""
     name = _check(w_q, qtype, n_in)
     bits = FORMATS[name][0]
-    u, s, z = groups(w_q, name, n_in)
     lead, n_out = tuple(w_q.shape[:-2]), w_q.shape[-2]
-    codes = u if bits == 8 else u[..., 0::2] | (u[..., 1::2] << 4)
+    rows = w_q.reshape(-1, w_q.shape[-1])
+    codes = torch.empty(rows.shape[0], n_in * bits // 8, dtype=torch.uint8, device=w_q.device)
+    s_rows = torch.empty(rows.shape[0], n_in // GROUP, dtype=torch.bfloat16, device=w_q.device)
+    z_rows = torch.empty_like(s_rows)
+    step = max(1, CHUNK_VALUES // n_in)
+    for r in range(0, rows.shape[0], step):
+        u, s, z = groups(rows[r:r + step], name, n_in)
+        codes[r:r + step] = u if bits == 8 else u[:, 0::2] | (u[:, 1::2] << 4)
+        s_rows[r:r + step], z_rows[r:r + step] = s, z  # rounded to bf16 once
 
-    def by_k_tile(v):  # [..., N, K/32] -> [..., K/64, N, 2]
-        g = v.to(torch.bfloat16).reshape(*lead, n_out, n_in // K_TILE, 2)
+    def by_k_tile(v):  # [rows, K/32] -> [..., K/64, N, 2]
+        g = v.reshape(*lead, n_out, n_in // K_TILE, 2)
         return g.movedim(-2, -3).contiguous()
 
-    return MixedWeights(codes.to(torch.uint8).contiguous(), by_k_tile(s), by_k_tile(z),
+    return MixedWeights(codes.reshape(*lead, n_out, -1), by_k_tile(s_rows), by_k_tile(z_rows),
                         int(n_in), bits, name)
 
 
