@@ -488,6 +488,61 @@ def test_experts_flow_on_the_cpu_with_the_ops_emulated(emulated_ops, formats, fu
         assert err < SCALED_TOL, err
 
 
+@pytest.fixture
+def mixed_op_on_the_cpu(monkeypatch):
+    """argon::hopper_mixed_mm(_out) given a CPU kernel (the op's contract: emulated_mm) for the
+    test's life, and the device checks passed: the real op, its schema and fakes, dispatched on
+    CPU tensors (what torch.compile traces)."""
+    def weights(x, codes, scales, zeros):
+        bits = 4 if codes.shape[2] * 2 == x.shape[1] else 8
+        return mr.MixedWeights(codes, scales, zeros, x.shape[1], bits, "test")
+
+    def mm(x, codes, scales, zeros, tile_expert, meta):
+        return emulated_mm(x, weights(x, codes, scales, zeros), tile_expert, meta)
+
+    def mm_out(x, codes, scales, zeros, tile_expert, meta, out):
+        emulated_mm(x, weights(x, codes, scales, zeros), tile_expert, meta, out=out)
+
+    lib = torch.library.Library("argon", "IMPL")
+    lib.impl("hopper_mixed_mm", mm, "CPU")
+    lib.impl("hopper_mixed_mm_out", mm_out, "CPU")
+    monkeypatch.setattr(cuda_quantized_mixed.mixed_ops, "refusal", lambda device: "")
+    monkeypatch.setattr(cuda_quantized_mixed.gpuq, "refusal", lambda device: "")
+    yield
+    lib._destroy()
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_torch_compile_fullgraph_by_name_repacks_in_the_graph(mixed_op_on_the_cpu, fused):
+    """Under torch.compile (fullgraph) the repack cache is not read (Python objects and a lock):
+    the graph repacks, and gives the eager call's bits (gate and up concatenated as the cache
+    does)."""
+    torch._dynamo.reset()
+    q = q_experts(E=4, H=256, I=256, fused=fused)
+    T, K = 64, 2
+    x = (torch.randn(T, 256, generator=torch.Generator().manual_seed(0)) * 0.5).bfloat16()
+    ids, w = make_ids(T, K, 4, "uniform", seed=1), make_weights(T, K, seed=1)
+
+    def run(x, ids, w):
+        return torch_argon.moe_experts(x, ids, w, q, path="cuda_quantized_mixed",
+                                       activation_quant="none")
+
+    eager = run(x, ids, w)
+    assert torch.equal(torch.compile(run, fullgraph=True)(x, ids, w), eager)
+
+
+def test_under_torch_compile_the_automatic_choice_passes_it_by(on_h100, monkeypatch):
+    """Traced, the mixed path would repack at every call: "auto" declines it and gpuq's GEMMs
+    do not step aside for it (from their own crossover the dequant path runs)."""
+    q = q_experts()
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    for rows, taken in ((32, GPUQ), (128, DEQUANT)):
+        call = rows_call(q, rows)
+        assert MIXED.auto_refusal(call).startswith("under torch.compile tracing")
+        assert registry.choose(call) is taken
+    assert registry.choose(rows_call(q, 128), "cuda_quantized_mixed") is MIXED
+
+
 # ---- the op's fakes (torch.compile's shapes) --------------------------------------------------
 
 def fake_args(tiles=3, K=512, N=48, E=4):
@@ -641,3 +696,19 @@ def test_cuda_graph_replay_equals_eager(formats):
                                        activation_quant="none")
 
     assert_replays_like_eager(run, x)  # its first eager call repacks, outside the capture
+
+
+@needs_mixed
+@pytest.mark.parametrize("formats", [("Q4_K", "Q6_K"), ("IQ4_XS", "IQ4_XS")],
+                         ids=lambda f: "+".join(f))
+def test_torch_compile_fullgraph_equals_eager(formats):
+    """By name under torch.compile (fullgraph): the repack in the graph, the same bits as the
+    eager call (not yet run on a GPU)."""
+    torch._dynamo.reset()
+    q, x, ids, w, _ = experts_case(256, "uniform", formats=formats)
+
+    def run(x, ids, w):
+        return torch_argon.moe_experts(x, ids, w, q, path="cuda_quantized_mixed",
+                                       activation_quant="none")
+
+    assert torch.equal(torch.compile(run, fullgraph=True)(x, ids, w), run(x, ids, w))

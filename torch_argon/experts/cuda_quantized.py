@@ -63,7 +63,8 @@ class CudaQuantized(Experts):
         # that runs the call is the one the automatic choice takes instead
         for faster, start in ((_MIXED, _MIXED.auto_from_rows(call.weights)),
                               (_DEQUANT, dequant_from_rows(call.weights))):
-            if start is not None and rows >= start and not faster.supports(call):
+            if (start is not None and rows >= start and not faster.supports(call)
+                    and not faster.auto_refusal(call)):
                 return (f"{rows:.3g} rows per expert: from {start}, {faster.name} is faster "
                         "(experts/quantized_crossover.py)")
         return ""

@@ -112,7 +112,13 @@ CACHE = _RepackCache()
 
 def repacked(w, role):
     """The MixedWeights of GEMM `role` ("gate_up" or "down") of QuantizedExperts `w` (its
-    parts in mixed_repack.FORMATS), from the cache."""
+    parts in mixed_repack.FORMATS), from the cache; under torch.compile tracing repacked in the
+    graph instead (the cache, Python objects and a lock, is not traceable: a compiled call then
+    repacks at every call, which is why the automatic choice declines this path there)."""
+    if torch.compiler.is_compiling():
+        parts = [mixed_repack.repack(p.data, p.qtype.name, p.n_in)
+                 for p in gemm_parts(w, role).values()]
+        return parts[0] if len(parts) == 1 else mixed_repack.concat_n(*parts)
     if role == "down":
         return CACHE.get(w.down)
     return CACHE.get(w.gate_up) if w.fused else CACHE.get_pair(w.gate, w.up)
@@ -185,6 +191,10 @@ class CudaQuantizedMixed(Experts):
         return ""
 
     def auto_refusal(self, call):
+        if torch.compiler.is_compiling():
+            return ("under torch.compile tracing the repacked weights' cache cannot be read: "
+                    "the graph would repack the experts at every call; "
+                    "path='cuda_quantized_mixed' runs it so")
         split = self.gemm_split(call.weights)
         described = ", ".join(f"{role} {how}" for role, how in zip(ROLES, split))
         start = mixed_from_rows(*split)
