@@ -57,7 +57,7 @@ def call_of(experts, T=8, K=2, dtype=torch.float16, requires_grad=False, n_entri
 @pytest.fixture
 def on_cuda(monkeypatch):
     """supports() past its device checks (this machine has no GPU): what it decides from the
-    call's shapes, dtypes and weights; on a GPU without the Q4_K mixed-input GEMM (not sm_90),
+    call's shapes, dtypes and weights; on a GPU without the mixed-input GEMM (not sm_90),
     so that its choice between gpuq's GEMMs and the dequant path is the same on every machine
     (tests/test_cuda_quantized_mixed.py: the choice where the mixed GEMM runs)."""
     from torch_argon.experts import cuda_quantized_dequant as module
@@ -339,7 +339,7 @@ def test_dequant_path_cuda(dtype, name, split, down):
 @pytest.fixture
 def on_padded_gemms(monkeypatch):
     """A Hopper GPU named as the one the padded path's table has rows for (the H100), and a
-    Q6_K call of 350 rows per expert (above its band; a format the Q4_K mixed-input GEMM does
+    Q6_K call of 350 rows per expert (above its band; a format the mixed-input GEMM does
     not run, so the automatic choice takes the dequant path): the decoded experts run on the
     padded GEMMs. Yields (x, ids, w, experts) on the GPU."""
     from hopper_cases import hopper_refusal

@@ -10,7 +10,7 @@ fakes and their argument errors, the repack cache, the
 decoded GEMMs' workspace, the implementation's stages with the CUDA ops (the mixed-input GEMM,
 and the padded dense GEMM of a decoded GEMM: Q4_K gate/up with Q6_K down, Q6_K gate/up with
 Q4_K down) emulated in torch. On a GPU of compute capability 9.0 with the Hopper units built
-(Q4_K's 99 passed on an H100, 2026-12-06): the GEMM of every format on every used tile against
+(234 passed on an H100, 2026-12-06): the GEMM of every format on every used tile against
 float64 on the kernel's own weights (mixed_dequantize: tight) and on the exact dequant (the
 scaled tolerance), -1 ids, experts with 0 rows, T = 0, garbage-filled outputs (tiles past the
 used count untouched), the whole experts path against the layer reference (one format, two
@@ -268,16 +268,19 @@ def test_the_measured_formats_take_it_from_their_rows(on_h100, name):
     assert registry.choose(rows_call(q, 128)) is MIXED  # before the dequant path
 
 
-def test_formats_it_converts_in_an_unmeasured_split_take_the_dequant_path(on_h100):
-    """Both GEMMs converted (IQ4_XS gate/up, Q8_0 down) but that split has no measured row:
-    by name only."""
-    call = rows_call(q_experts(name="IQ4_XS", down_name="Q8_0"), 128)
-    assert MIXED.supports(call) == ""
-    assert MIXED.auto_refusal(call) == (
-        "not measured with gate_up IQ4_XS, down Q8_0 (experts/quantized_crossover.py "
-        "MIXED_FROM_ROWS has no row for it): path='cuda_quantized_mixed' runs it")
-    assert registry.choose(call) is DEQUANT
-    assert registry.choose(call, "cuda_quantized_mixed") is MIXED
+@pytest.mark.parametrize("kwargs,split,start", [
+    (dict(name="IQ4_XS", down_name="Q8_0"), ("IQ4_XS", "Q8_0"), 24),       # rows 24 and 10
+    (dict(name="Q5_0", down_name="Q8_0"), ("Q5_0", "Q8_0"), 16),           # rows 16 and 10
+    (dict(fused=False, up_name="Q4_0"), ("Q4_0+Q4_K", "Q4_K"), 24),
+])
+def test_two_formats_on_the_mixed_gemm_take_the_larger_row(on_h100, kwargs, split, start):
+    """No measured row for the split: the largest of its formats' one-format rows (the mixed
+    path's time hardly depends on the format)."""
+    q = q_experts(**kwargs)
+    assert MIXED.gemm_split(q) == split and split not in quantized_crossover.MIXED_FROM_ROWS
+    assert quantized_crossover.mixed_from_rows(*split) == start
+    assert registry.choose(rows_call(q, start - 1)) is GPUQ
+    assert registry.choose(rows_call(q, start)) is MIXED
 
 
 def test_a_split_without_a_row_is_declined_until_one_is_added(on_h100, monkeypatch):
@@ -354,10 +357,12 @@ def test_the_op_refuses_cpu_tensors_naming_the_device():
 
 def test_repack_cache_follows_the_weights_version():
     part = q_experts(E=2).down
-    first = cuda_quantized_mixed.CACHE.get(part)
-    assert cuda_quantized_mixed.CACHE.get(part) is first
+    first = cuda_quantized_mixed.CACHE.get([part])
+    assert cuda_quantized_mixed.CACHE.has([part])
+    assert cuda_quantized_mixed.CACHE.get([part]) is first
     part.data[0, 0, 4] ^= 1  # an in-place change: repacked again
-    second = cuda_quantized_mixed.CACHE.get(part)
+    assert not cuda_quantized_mixed.CACHE.has([part])
+    second = cuda_quantized_mixed.CACHE.get([part])
     assert second is not first and not torch.equal(second.scales, first.scales)
 
 
@@ -366,20 +371,21 @@ def test_repack_cache_takes_inference_tensors():
     version counter: their entry is kept, never stale."""
     with torch.inference_mode():
         part = q_experts(E=2).down
-    first = cuda_quantized_mixed.CACHE.get(part)
-    assert cuda_quantized_mixed.CACHE.get(part) is first
+    first = cuda_quantized_mixed.CACHE.get([part])
+    assert cuda_quantized_mixed.CACHE.get([part]) is first
 
 
 def test_separate_gate_and_up_are_concatenated_once():
     q = q_experts(E=2)
     gate = QuantizedWeight(q.gate_up.data[:, :256].clone(), "Q4_K", 256)
     up = QuantizedWeight(q.gate_up.data[:, 256:].clone(), "Q4_K", 256)
-    first = cuda_quantized_mixed.CACHE.get_pair(gate, up)
-    assert cuda_quantized_mixed.CACHE.get_pair(gate, up) is first
+    first = cuda_quantized_mixed.CACHE.get([gate, up])
+    assert cuda_quantized_mixed.CACHE.get([gate, up]) is first
     want = mr.repack(q.gate_up.data, "Q4_K", 256)
     assert torch.equal(first.codes, want.codes) and torch.equal(first.scales, want.scales)
     up.data[0, 0, 4] ^= 1  # a change to either part repacks the pair
-    assert cuda_quantized_mixed.CACHE.get_pair(gate, up) is not first
+    assert not cuda_quantized_mixed.CACHE.has([gate, up])
+    assert cuda_quantized_mixed.CACHE.get([gate, up]) is not first
 
 
 def emulated_mm(x, m, tile_expert, meta, *, out=None):
@@ -512,13 +518,17 @@ def mixed_op_on_the_cpu(monkeypatch):
     lib._destroy()
 
 
-@pytest.mark.parametrize("fused", [True, False])
-def test_torch_compile_fullgraph_by_name_repacks_in_the_graph(mixed_op_on_the_cpu, fused):
+@pytest.mark.parametrize("kwargs", [dict(), dict(fused=False), dict(name="IQ4_XS"),
+                                    dict(name="IQ4_NL", fused=False, up_name="Q5_0"),
+                                    dict(name="Q5_K", fused=False, up_name="Q8_0")],
+                         ids=["Q4_K", "Q4_K-split", "IQ4_XS", "IQ4_NL+Q5_0-split",
+                              "Q5_K+Q8_0-two-widths"])
+def test_torch_compile_fullgraph_by_name_repacks_in_the_graph(mixed_op_on_the_cpu, kwargs):
     """Under torch.compile (fullgraph) the repack cache is not read (Python objects and a lock):
     the graph repacks, and gives the eager call's bits (gate and up concatenated as the cache
     does)."""
     torch._dynamo.reset()
-    q = q_experts(E=4, H=256, I=256, fused=fused)
+    q = q_experts(E=4, H=256, I=256, **kwargs)
     T, K = 64, 2
     x = (torch.randn(T, 256, generator=torch.Generator().manual_seed(0)) * 0.5).bfloat16()
     ids, w = make_ids(T, K, 4, "uniform", seed=1), make_weights(T, K, seed=1)
@@ -608,7 +618,18 @@ def plan_for(ids, w, E):
 @pytest.mark.parametrize("dist", ["uniform", "one_expert", "empty", "neg_some"])
 @pytest.mark.parametrize("N", [256, 200])  # 200: a last M tile the TMA bounds clip
 def test_gemm_on_every_used_tile(dist, N, qtype):
-    T, K, E, Kd = 200, 4, 8, 512
+    check_gemm_on_every_used_tile(dist, N, qtype, 512)
+
+
+@needs_mixed
+@pytest.mark.parametrize("qtype", ["Q8_0", "Q4_0"])  # both widths, 32-value blocks
+@pytest.mark.parametrize("Kd", [64, 192, 320])  # one K tile, odd counts of them
+def test_gemm_with_k_of_few_or_odd_tiles(qtype, Kd):
+    check_gemm_on_every_used_tile("uniform", 200, qtype, Kd)
+
+
+def check_gemm_on_every_used_tile(dist, N, qtype, Kd):
+    T, K, E = 200, 4, 8
     ids, w = make_ids(T, K, E, dist, seed=3), make_weights(T, K, seed=3)
     plan = plan_for(ids, w, E)
     g = torch.Generator().manual_seed(4)
@@ -673,6 +694,24 @@ def experts_case(T, dist, E=8, K=4, H=512, I=256, seed=1, formats=("Q4_K", "Q4_K
 
 
 @needs_mixed
+@pytest.mark.parametrize("gate,up", [("Q4_K", "Q4_0"), ("Q8_0", "Q5_0")])
+def test_experts_path_with_gate_and_up_in_two_formats(gate, up):
+    """gate and up as two stacks of two formats of one width: concatenated along N by the
+    cache (concat_n) and run as one gate/up GEMM."""
+    E, K, H, I, T = 8, 4, 512, 256, 300
+    q = q_experts(E=E, H=H, I=I, name=gate, fused=False, up_name=up, seed=2)
+    g = torch.Generator().manual_seed(2)
+    x = (torch.randn(T, H, generator=g) * 0.5).bfloat16()
+    ids, w = make_ids(T, K, E, "uniform", seed=2), make_weights(T, K, seed=2)
+    dense = (torch.cat([q.gate.dequantize(), q.up.dequantize()], 1), q.down.dequantize())
+    want = reference.moe_layer(x.float(), None, dense, K, topk_ids=ids, topk_weights=w)
+    got = torch_argon.moe_experts(x.cuda(), ids.cuda(), w.cuda(), q.to("cuda"),
+                                  path="cuda_quantized_mixed", activation_quant="none")
+    err = ((got.float().cpu() - want).norm() / want.norm()).item()
+    assert err < SCALED_TOL, err
+
+
+@needs_mixed
 @pytest.mark.parametrize("formats", FORMATS, ids=lambda f: "+".join(f))
 @pytest.mark.parametrize("dist", ["uniform", "neg_some", "one_expert", "empty"])
 @pytest.mark.parametrize("T", [0, 1, 300])
@@ -712,3 +751,23 @@ def test_torch_compile_fullgraph_equals_eager(formats):
                                        activation_quant="none")
 
     assert torch.equal(torch.compile(run, fullgraph=True)(x, ids, w), run(x, ids, w))
+
+
+def test_inside_a_graph_capture_it_waits_for_an_eager_first_call(on_h100, monkeypatch):
+    """The repack (allocations, tables copied to the device) cannot be captured: inside a
+    capture before the weights' first call "auto" declines and the cache refuses with a clear
+    error; once repacked, both go ahead."""
+    q = q_experts(name="IQ4_XS")
+    call = rows_call(q, 128)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    assert MIXED.auto_refusal(call).startswith("inside a CUDA graph capture")
+    assert registry.choose(call) is DEQUANT
+    parts = [q.gate_up]
+    with pytest.raises(RuntimeError, match="run the layer once before capturing"):
+        cuda_quantized_mixed.CACHE.get(parts)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    for role in ("gate_up", "down"):
+        cuda_quantized_mixed.repacked(q, role)  # the eager first call
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    assert MIXED.auto_refusal(call) == "" and registry.choose(call) is MIXED

@@ -39,7 +39,7 @@ Numerics: each weight is bf16(u * s + z) with s and z rounded to bf16 once
 fp32 accumulation: the scaled path's tolerance (tests/gpuq_cases.py SCALED_TOL). A decoded
 GEMM's weights are dequantize_reference's rounded to bf16 once, then fp32 accumulation.
 
-Status: ran on an H100 (2026-12-06: its tests pass for every format, 231 of them;
+Status: ran on an H100 (2026-12-06: the 234 tests of its file pass, every format;
 bench/results/h100_quant_mixed.json and h100_quant_mixed_formats.json). path="auto" (and the
 "triton" family) take it on every compute capability 9.0 GPU from the rows per expert where it
 measured faster than gpuq's GEMMs and the dequant path (experts/quantized_crossover.py
@@ -73,38 +73,49 @@ def _version(t):
 
 
 class _RepackCache:
-    """The repacked weights per QuantizedWeight byte tensor, or per (gate, up) pair of them
-    where the two are separate parts (concatenated along N once, not at every call): weak keys
-    (an entry goes with its first tensor), with the tensors' versions (an in-place change
-    repacks)."""
+    """The repacked weights per GEMM: keyed by the byte tensor of its first part (gate/up's or
+    down's; gate's where gate and up are separate parts, concatenated along N once, not at
+    every call), weakly (an entry goes with that tensor), checked against every part's
+    identity and version (an in-place change repacks)."""
 
     def __init__(self):
         self.entries = WeakIdKeyDictionary()
         self.lock = threading.Lock()
 
-    def _cached(self, key, versions, make):
+    @staticmethod
+    def _key(parts):
+        """(the key tensor, the versions an entry must match) of a GEMM's parts."""
+        return parts[0].data, tuple((id(p.data), _version(p.data)) for p in parts)
+
+    def has(self, parts) -> bool:
+        key, versions = self._key(parts)
+        with self.lock:
+            hit = self.entries.get(key)
+        return hit is not None and hit[0] == versions
+
+    def get(self, parts):
+        """The MixedWeights of a GEMM's parts (one, or gate and up), repacked at the first
+        call."""
+        key, versions = self._key(parts)
         with self.lock:
             hit = self.entries.get(key)
             if hit is not None and hit[0] == versions:
                 return hit[1]
-        value = make()
+        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError(
+                "cuda_quantized_mixed: the experts' weights are repacked at their first call, "
+                "which cannot run inside a CUDA graph capture (it copies tables to the device "
+                "and allocates); run the layer once before capturing")
+        value = repack_parts(parts)
         with self.lock:
             self.entries[key] = (versions, value)
         return value
 
-    def get(self, part):
-        data = part.data
-        return self._cached(data, (_version(data),),
-                            lambda: mixed_repack.repack(data, part.qtype.name, part.n_in))
 
-    def get_pair(self, gate, up):
-        """gate and up repacked and concatenated along N; keyed by gate's bytes, checked
-        against both tensors' identities and versions."""
-        versions = (id(up.data), _version(gate.data), _version(up.data))
-        return self._cached(gate.data, versions,
-                            lambda: mixed_repack.concat_n(
-                                mixed_repack.repack(gate.data, gate.qtype.name, gate.n_in),
-                                mixed_repack.repack(up.data, up.qtype.name, up.n_in)))
+def repack_parts(parts):
+    """One GEMM's parts repacked (gate and up concatenated along N)."""
+    packed = [mixed_repack.repack(p.data, p.qtype.name, p.n_in) for p in parts]
+    return packed[0] if len(packed) == 1 else mixed_repack.concat_n(*packed)
 
 
 CACHE = _RepackCache()
@@ -115,13 +126,8 @@ def repacked(w, role):
     parts in mixed_repack.FORMATS), from the cache; under torch.compile tracing repacked in the
     graph instead (the cache, Python objects and a lock, is not traceable: a compiled call then
     repacks at every call, which is why the automatic choice declines this path there)."""
-    if torch.compiler.is_compiling():
-        parts = [mixed_repack.repack(p.data, p.qtype.name, p.n_in)
-                 for p in gemm_parts(w, role).values()]
-        return parts[0] if len(parts) == 1 else mixed_repack.concat_n(*parts)
-    if role == "down":
-        return CACHE.get(w.down)
-    return CACHE.get(w.gate_up) if w.fused else CACHE.get_pair(w.gate, w.up)
+    parts = list(gemm_parts(w, role).values())
+    return repack_parts(parts) if torch.compiler.is_compiling() else CACHE.get(parts)
 
 
 ROLES = ("gate_up", "down")
@@ -195,6 +201,12 @@ class CudaQuantizedMixed(Experts):
             return ("under torch.compile tracing the repacked weights' cache cannot be read: "
                     "the graph would repack the experts at every call; "
                     "path='cuda_quantized_mixed' runs it so")
+        w = call.weights
+        if (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+                and not all(CACHE.has(list(gemm_parts(w, role).values()))
+                            for role in mixed_gemms(w))):
+            return ("inside a CUDA graph capture before the weights' first call: their repack "
+                    "cannot be captured (run the layer once before capturing)")
         split = self.gemm_split(call.weights)
         described = ", ".join(f"{role} {how}" for role, how in zip(ROLES, split))
         start = mixed_from_rows(*split)

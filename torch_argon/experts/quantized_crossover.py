@@ -14,7 +14,7 @@ H100, bench/results/h200_quant.json) brackets every listed format's crossover be
 1.04-1.7x); the modelled values sit inside it except IQ2_XS's, raised to the bracket's middle.
 
 Below it, the rows per expert from which the automatic choice takes the tile-decode GEMM
-(cuda_quantized_tiled) and the Q4_K mixed-input Hopper GEMM (cuda_quantized_mixed), each with
+(cuda_quantized_tiled) and the mixed-input Hopper GEMM (cuda_quantized_mixed), each with
 its measurements.
 """
 
@@ -99,9 +99,17 @@ MIXED_FROM_ROWS = {
 def mixed_from_rows(gate_up, down):
     """The rows per expert from which the automatic choice runs cuda_quantized_mixed on a layer
     whose gate/up and down GEMMs run as `gate_up` and `down` (the format the mixed-input GEMM
-    reads, or MIXED_DECODED), or None where that split has no measured row.
+    reads, "A+B" for gate and up in two, or MIXED_DECODED), or None where that split has no
+    row. A layer whose GEMMs all run on the mixed GEMM in several formats takes the largest of
+    those formats' one-format rows (derived, not measured: the mixed path's time hardly
+    depends on the format, h100_quant_mixed_formats.json, so the crossover is where gpuq's
+    GEMMs on the slowest-crossing format fall behind); a decoded GEMM needs its split's row.
 
     Measured on an H100, applied on every device the kernel runs on (compute capability 9.0:
     the H200 too, not measured there): the H200 has the H100's SMs with faster memory, and one
     table for sm_90 keeps the choice the same on both until an H200 run says otherwise."""
-    return MIXED_FROM_ROWS.get((gate_up, down))
+    found = MIXED_FROM_ROWS.get((gate_up, down))
+    if found is not None or MIXED_DECODED in (gate_up, down):
+        return found
+    rows = [MIXED_FROM_ROWS.get((f, f)) for f in {*gate_up.split("+"), *down.split("+")}]
+    return None if None in rows else max(rows)

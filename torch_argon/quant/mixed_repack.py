@@ -196,7 +196,8 @@ def repack(w_q, qtype, n_in):
     codes = torch.empty(rows.shape[0], n_in * bits // 8, dtype=torch.uint8, device=w_q.device)
     s_rows = torch.empty(rows.shape[0], n_in // GROUP, dtype=torch.bfloat16, device=w_q.device)
     z_rows = torch.empty_like(s_rows)
-    step = max(1, CHUNK_VALUES // n_in)
+    # traced (torch.compile), one step: the loop would be unrolled into the graph
+    step = rows.shape[0] if torch.compiler.is_compiling() else max(1, CHUNK_VALUES // n_in)
     for r in range(0, rows.shape[0], step):
         u, s, z = groups(rows[r:r + step], name, n_in)
         codes[r:r + step] = u if bits == 8 else u[:, 0::2] | (u[:, 1::2] << 4)
