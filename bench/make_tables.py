@@ -317,7 +317,8 @@ def formats_line():
     low, high = min(saving, key=saving.get), max(saving, key=saving.get)
     shown = dict.fromkeys([low, "Q6_K", "Q4_K", high])
     return (f"- **Quantized experts** in {len(quantized)} GGUF block formats, kept as the "
-            f"blocks (CUDA at large T decodes one layer's into a reused bf16 workspace): "
+            f"blocks (Hopper: a mixed-input GEMM for the 32-value-group formats; elsewhere CUDA at "
+            f"large T decodes them into a bf16 workspace): "
             f"{saving[low]:.1f}-{saving[high]:.1f}x fewer weight bytes than bf16 ("
             + ", ".join(f"{n} {saving[n]:.1f}x" for n in shown) + ").")
 
