@@ -20,3 +20,14 @@ if [ -z "${ARGON_CUTLASS_DIR:-}" ]; then
     export ARGON_CUTLASS_DIR=/tmp/argon_cutlass/cutlass_library/source
   fi
 fi
+# gguf (PyPI, pure Python) for bench_gguf.py's model file, from a wheel carried in .whl/ where
+# the image has none (`python3 -m pip download --no-deps gguf -d .whl`): the GPU machines have
+# no network.
+if ! python3 -c "import gguf" 2>/dev/null; then
+  gguf_whl=$(ls .whl/gguf-*.whl 2>/dev/null | head -n 1)
+  if [ -n "$gguf_whl" ]; then
+    [ -d /tmp/argon_gguf/gguf ] ||
+      python3 -m pip install -q --no-index --no-deps --target /tmp/argon_gguf "$gguf_whl"
+    export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}/tmp/argon_gguf"
+  fi
+fi

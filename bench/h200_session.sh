@@ -27,9 +27,11 @@
 #                                       # model's prefill (h200_mixed_limits.sh)
 # Extra arguments go to the step's script. Carry: .whl (nvidia-cutlass wheel), .baselines
 # (bench/baselines/stage_vllm.sh), bench/baselines/ggml_src (bench/baselines/stage_ggml.sh) or
-# the binary bench/baselines/build_ggml_cuda.sh made from it (bench/baselines/ggml_bin).
+# the binary bench/baselines/build_ggml_cuda.sh made from it (bench/baselines/ggml_bin); the
+# gguf wheel in .whl too for `limits` (bench_gguf.py).
 # Staged here first:
 #   python3 -m pip download --no-deps nvidia-cutlass==4.2.0.0 -d .whl
+#   python3 -m pip download --no-deps gguf -d .whl
 #   bash bench/baselines/stage_vllm.sh && bash bench/baselines/stage_ggml.sh
 set -uo pipefail
 here="$(dirname "$0")"

@@ -33,7 +33,7 @@ build_all() {
   bash "$here/h200_hopper.sh" --build 2>&1 | tee -a "$OUT/step_build.txt"
   echo "== builds done at ${SECONDS}s"
   . "$here/gpu_env.sh"
-  export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
+  export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 }
 gpu_floor_tbps() {
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
