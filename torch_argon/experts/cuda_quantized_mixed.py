@@ -87,20 +87,22 @@ class _RepackCache:
         """(the key tensor, the versions an entry must match) of a GEMM's parts."""
         return parts[0].data, tuple((id(p.data), _version(p.data)) for p in parts)
 
-    def has(self, parts) -> bool:
-        key, versions = self._key(parts)
+    def _cached(self, key, versions):
+        """The entry's MixedWeights where it matches `versions`, else None."""
         with self.lock:
             hit = self.entries.get(key)
-        return hit is not None and hit[0] == versions
+        return hit[1] if hit is not None and hit[0] == versions else None
+
+    def has(self, parts) -> bool:
+        return self._cached(*self._key(parts)) is not None
 
     def get(self, parts):
         """The MixedWeights of a GEMM's parts (one, or gate and up), repacked at the first
         call."""
         key, versions = self._key(parts)
-        with self.lock:
-            hit = self.entries.get(key)
-            if hit is not None and hit[0] == versions:
-                return hit[1]
+        value = self._cached(key, versions)
+        if value is not None:
+            return value
         if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
             raise RuntimeError(
                 "cuda_quantized_mixed: the experts' weights are repacked at their first call, "
