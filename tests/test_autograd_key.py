@@ -220,7 +220,10 @@ def test_moe_experts_gives_topk_weights_their_gradient():
 def test_nn_moe_trains_compiled_or_not_and_warns_nothing():
     """nn.MoE's parameters require grad: in grad mode the block records its backward, eagerly
     and compiled with fullgraph=True (where torch's autograd fallback used to warn), the same
-    gradients both ways, with no warning; under no_grad it runs, compiled too."""
+    gradients both ways, with no warning; under no_grad it runs, compiled too. Seeded: the
+    compiled graph sums in another order, and unseeded draws occasionally put one gradient of
+    64 a few float32 ulps past the tolerance (seen once in CI)."""
+    torch.manual_seed(0)
     moe = torch_argon.nn.MoE(H, I, E, K)
     x = torch.randn(T, H)
     with warnings.catch_warnings(record=True) as caught:
