@@ -607,6 +607,34 @@ def test_opcheck_of_the_fakes():
                           test_utils=("test_schema", "test_faketensor"))
 
 
+def opcheck_both_forms(device):
+    """torch.library.opcheck of both forms of the op, 4- and 8-bit codes, on a plan's tensors
+    on `device`."""
+    T, K, E, Kd, N = 64, 2, 4, 256, 32
+    ids, w = make_ids(T, K, E, "uniform"), make_weights(T, K)
+    plan = torch_argon.argon_ops.moe_plan(ids.to(device), w.to(device), E, TILE)
+    x = torch.randn(plan.sorted_token.shape[0], Kd, device=device).bfloat16()
+    for qtype in ("Q4_K", "Q8_0"):
+        g = torch.Generator().manual_seed(0)
+        m = mr.repack(random_quantized(qtype, N, Kd, leading=(E,), generator=g).to(device),
+                      qtype, Kd)
+        args = (x, m.codes, m.scales, m.zeros, plan.tile_expert, plan.meta)
+        torch.library.opcheck(torch.ops.argon.hopper_mixed_mm.default, args)
+        out = torch.zeros(x.shape[0], N, dtype=torch.bfloat16, device=device)
+        torch.library.opcheck(torch.ops.argon.hopper_mixed_mm_out.default, (*args, out))
+
+
+def test_opcheck_with_the_op_on_the_cpu(mixed_op_on_the_cpu):
+    """Every opcheck test (schema, autograd registration, fakes against the kernel, AOT
+    dispatch) with the op's contract as its CPU kernel."""
+    opcheck_both_forms("cpu")
+
+
+@needs_mixed
+def test_opcheck_on_the_gpu():
+    opcheck_both_forms("cuda")
+
+
 # ---- on a Hopper GPU with the units built ---------------------------------------------------
 
 def plan_for(ids, w, E):
