@@ -61,7 +61,7 @@ from . import cuda_quantized_dequant as dequant
 from .base import Experts, fused_call_refusal
 from .cuda_hopper_padded import CudaHopperPadded
 from .ops_quantized import float_parts
-from .quantized_crossover import MIXED_DECODED, mixed_from_rows
+from .quantized_crossover import MIXED_DECODED, below_rows, mixed_from_rows
 
 _PADDED = CudaHopperPadded()  # its configurations and GEMM for the decoded weights
 
@@ -215,12 +215,8 @@ class CudaQuantizedMixed(Experts):
         if start is None:
             return (f"not measured with {described} (experts/quantized_crossover.py "
                     "MIXED_FROM_ROWS has no row for it): path='cuda_quantized_mixed' runs it")
-        rows = call.rows_per_expert()
-        if rows is None or rows < start:
-            known = "an unknown count of" if rows is None else f"{rows:.3g}"
-            return (f"{known} rows per expert: with {described} it runs from {start}, where it "
-                    "measured faster than gpuq's GEMMs (experts/quantized_crossover.py)")
-        return ""
+        return below_rows(call, start, f"with {described} it runs from {start}, where it "
+                          "measured faster than gpuq's GEMMs (experts/quantized_crossover.py)")
 
     def gemm_split(self, w) -> tuple:
         """How each GEMM of `w` runs ((gate/up, down): the format the mixed-input GEMM reads,

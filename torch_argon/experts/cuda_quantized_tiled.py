@@ -20,7 +20,7 @@ from ..gpuq.tiled import TILE_M, tiled_qmm
 from .base import Experts
 from .cuda_quantized import gated_experts, gpuq_call_refusal
 from .ops_quantized import float_parts
-from .quantized_crossover import TILED_MEASURED_SLOWER, tiled_from_rows
+from .quantized_crossover import TILED_MEASURED_SLOWER, below_rows, tiled_from_rows
 from .triton_dense import HALF_DTYPES
 
 
@@ -58,12 +58,7 @@ class CudaQuantizedTiled(Experts):
             return (f"no measured win for {', '.join(formats)}: it lost to the layer's choice "
                     f"at every measured point ({TILED_MEASURED_SLOWER[formats[0]]}; "
                     "bench/quant_gpuq_notes.md): path='cuda_quantized_tiled' runs it")
-        rows = call.rows_per_expert()
-        if rows is None or rows < start:
-            known = "an unknown count of" if rows is None else f"{rows:.3g}"
-            return (f"{known} rows per expert: it runs from {start} "
-                    "(experts/quantized_crossover.py)")
-        return ""
+        return below_rows(call, start, f"it runs from {start} (experts/quantized_crossover.py)")
 
     def default_tile_m(self, call, n_entries):
         rows = n_entries / max(call.weights.n_experts, 1)

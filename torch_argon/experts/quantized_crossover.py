@@ -113,3 +113,14 @@ def mixed_from_rows(gate_up, down):
         return found
     rows = [MIXED_FROM_ROWS.get((f, f)) for f in {*gate_up.split("+"), *down.split("+")}]
     return None if None in rows else max(rows)
+
+
+def below_rows(call, start, runs_from) -> str:
+    """The automatic choice's reason to pass by a path that runs from `start` rows per expert
+    (`runs_from`: the rest of the sentence), or "" where the call has that many; an unknown
+    count declines."""
+    rows = call.rows_per_expert()
+    if rows is not None and rows >= start:
+        return ""
+    known = "an unknown count of" if rows is None else f"{rows:.3g}"
+    return f"{known} rows per expert: {runs_from}"
