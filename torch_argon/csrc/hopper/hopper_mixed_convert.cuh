@@ -23,21 +23,29 @@
 // collective, and replaces dequantize_A_kblock by one that picks the half from the K block:
 // K block kb of a 64-wide tile (16 values each) lies in group 2t + kb / 2.
 //
-// The arithmetic, per value: w = bf16(fma(float(u), s, z)), s and z the bf16 halves widened
-// (exact). u * s is exact in float32 (8 x 8 significant bits at most), so the fma rounds once,
-// in the add, then once to bf16 (cvt.rn): quant/mixed_repack.mixed_dequantize computes the
-// same bits.
+// The codes' order (CodesAtom below, the repack's): a thread's 8 codes of a K block are
+// adjacent in shared memory, so one LDS.32 (4-bit) or LDS.64 (8-bit) brings them, in the order
+// that pairs them for the conversion (positions j and j + 4 are the fragment's values 2j and
+// 2j + 1: one row, k and k + 1, one scale and zero).
 //
-// Limits. TileK 64 (two groups a tile: checked below); the codes unsigned, 4 or 8 bits.
-// Not tuned: the loop converts one value at a time (code extract, LOP3 + FADD for the code,
-// FFMA, half an F2FP pack per value); CUTLASS's lookup / prmt conversions for int4 and a
-// reordered code layout are the next step (bench/quant_mixed_notes.md).
+// The arithmetic, per pair of values:
+//   4-bit codes: the nibbles j and j + 4 of the word, masked and OR-ed under bf16's exponent of
+//     128 (LOP3: the bf16x2 (128 + q0, 128 + q1)), minus (128, 128) (exact), then one bf16x2
+//     fma with (s, s) and (z, z): w = bf16(q * s + z) rounded once (fma.rn.bf16x2).
+//   8-bit codes: each byte under float32's exponent of 2^23 (PRMT: 2^23 + u, minus 2^23 exact),
+//     fma(u, s, z) in float32 (u * s exact: 8 x 8 significant bits, so rounded once, in the
+//     add), the pair rounded to bf16x2 (one F2FP): w = bf16(float32(u * s + z)).
+// quant/mixed_repack.mixed_dequantize computes the same bits for both widths.
+//
+// Limits. TileK 64 (two groups a tile: checked below); the codes unsigned, 4 or 8 bits, in
+// CodesAtom's order (checked on the register fragment's layout at compile time).
 #pragma once
 
 #include <cstdint>
 #include <type_traits>
 
 #include <cute/tensor.hpp>
+#include <cuda_bf16.h>
 #include <cutlass/bfloat16.h>
 #include <cutlass/detail/collective/mixed_input_utils.hpp>
 #include <cutlass/gemm/collective/collective_builder.hpp>
@@ -66,25 +74,76 @@ struct UtilsView {
   static constexpr auto UseScaleLookupTable = C::UseScaleLookupTable;
 };
 
-// A code (0..255) as float, exactly, without a conversion instruction (I2F / I2FP issue at a
-// fraction of the FMA pipe's rate): the float whose bits are 0x4B000000 | u is 2^23 + u.
-CUTLASS_DEVICE float code_to_float(uint32_t u) {
-  return __uint_as_float(0x4B000000u | u) - 8388608.0f;
-}
-
-// The code of one element of the codes' register fragment as an unsigned integer.
-CUTLASS_DEVICE uint32_t code_bits(cutlass::uint4b_t u) { return static_cast<uint32_t>(u); }
-CUTLASS_DEVICE uint32_t code_bits(uint8_t u) { return u; }
-
 // The narrow element types the specialization below takes (the codes' widths).
 template <class Narrow>
 constexpr bool kIsCode =
     std::is_same_v<Narrow, cutlass::uint4b_t> || std::is_same_v<Narrow, uint8_t>;
 
+// Whether a K block's 8 register values (layout L, logical value v -> position) are in the
+// order CodesAtom stores them: v = v0 + 2 v1 + 4 v2 (v0: k + 1, v1: row + 8, v2: k + 8) at
+// position 4 v0 + v1 + 2 v2, so that positions j and j + 4 hold the fragment's pair j.
+template <class L>
+constexpr bool in_pair_order() {
+  for (int v = 0; v < 8; ++v)
+    if (L{}(v) != 4 * (v % 2) + (v / 2) % 2 + 2 * (v / 4)) return false;
+  return true;
+}
+
+// The bf16 of half `half` (0 low, 1 high) of a pair in both halves of a bf16x2.
+CUTLASS_DEVICE uint32_t pair_half_x2(uint32_t pair, int half) {
+  return __byte_perm(pair, 0, half ? 0x3232 : 0x1010);
+}
+
 // The bf16 in half `half` (0 low, 1 high) of a pair, widened to float (exact).
 CUTLASS_DEVICE float pair_half(uint32_t pair, int half) {
   return __uint_as_float(half ? (pair & 0xFFFF0000u) : (pair << 16));
 }
+
+CUTLASS_DEVICE __nv_bfloat162 as_bf16x2(uint32_t bits) {
+  return reinterpret_cast<const __nv_bfloat162&>(bits);
+}
+CUTLASS_DEVICE uint32_t bits_of(__nv_bfloat162 v) { return reinterpret_cast<const uint32_t&>(v); }
+
+// Pair j (0..3) of a word of eight 4-bit codes in CodesAtom's order (nibbles j and j + 4) to
+// bf16x2: each nibble q under the exponent of 128 (bf16 0x4300, one ulp = 1) is the bf16 128 + q
+// (one LOP3), minus 128 is q exactly, then one bf16x2 fma: bf16(q * s + z) rounded once.
+CUTLASS_DEVICE uint32_t convert_u4_pair(uint32_t codes, int j, uint32_t s2, uint32_t z2) {
+  constexpr uint32_t k128 = 0x43004300u;  // bf16x2 (128, 128)
+  const uint32_t biased = ((codes >> (4 * j)) & 0x000F000Fu) | k128;
+  const __nv_bfloat162 q = __hsub2(as_bf16x2(biased), as_bf16x2(k128));
+  return bits_of(__hfma2(q, as_bf16x2(s2), as_bf16x2(z2)));
+}
+
+// A byte (0..255) as float, exactly, without a conversion instruction (I2F issues at a
+// fraction of the FMA pipe's rate): the float of bits 0x4B000000 | u is 2^23 + u.
+CUTLASS_DEVICE float byte_to_float(uint32_t word, int byte) {
+  return __uint_as_float(__byte_perm(word, 0x4B000000u, 0x7440 | byte)) - 8388608.0f;
+}
+
+// Pair j of eight 8-bit codes in CodesAtom's order (byte j of the first word, byte j of the
+// second): bf16(fma(u, s, z)) each, u * s exact in float32, so rounded in the add and to bf16.
+CUTLASS_DEVICE uint32_t convert_u8_pair(uint32_t lo_word, uint32_t hi_word, int j, float s,
+                                        float z) {
+  const float lo = __fmaf_rn(byte_to_float(lo_word, j), s, z);
+  const float hi = __fmaf_rn(byte_to_float(hi_word, j), s, z);
+  return bits_of(__floats2bfloat162_rn(lo, hi));  // lo in the low half
+}
+
+// The codes' order in memory: one 16 x 16 (row m, k) block of A, the part a warp holds of a
+// 64 x 16 bf16 RS wgmma A fragment (rows 16 w .. 16 w + 15 for warp w of the warpgroup), as
+// 256 consecutive values: lane 4 (m % 8) + (k % 8) / 2 owns values m, m + 8 x k, k + 1, k + 8,
+// k + 9 and they are its 8 consecutive values (one 32-bit shared-memory load of 4-bit codes,
+// one 64-bit of 8-bit ones), at position 4 (k % 2) + (m % 16) / 8 + 2 ((k % 16) / 8): the
+// order [0, 2, 4, 6, 1, 3, 5, 7] of the fragment's values, so that the nibbles j and j + 4 of
+// a lane's word are the fragment's pair j (values 2 j, 2 j + 1: one row, k and k + 1). The
+// same function as CUTLASS's compute_memory_reordering_atom<bfloat16_t, Layout<_1,_1>,
+// Layout<Shape<_2,_4>, Stride<_4,_1>>> (tools/util/include/cutlass/util/mixed_dtype_utils.hpp;
+// tools/hopper_mixed_probe.cu checks it); the blocks are tiled over (m, k, expert) with m
+// fastest (cute::tile_to_shape): torch_argon/quant/mixed_repack.py writes this order.
+using CodesAtom = cute::Layout<cute::Shape<cute::Shape<cute::_8, cute::_2>,
+                                           cute::Shape<cute::_2, cute::_4, cute::_2>>,
+                               cute::Stride<cute::Stride<cute::_32, cute::_1>,
+                                            cute::Stride<cute::_4, cute::_8, cute::_2>>>;
 
 }  // namespace argon_hopper_mixed
 
@@ -133,13 +192,29 @@ struct MixedInputUtils<CollectiveMma<
     CUTE_STATIC_ASSERT_V(cute::shape(src) == cute::shape(scales));
     CUTE_STATIC_ASSERT_V(cute::shape(src) == cute::shape(zeros));
     const int half = k_block / (kBlocks / 2);  // group 2t + half of K tile t
-    using Dst = typename EngineOut::value_type;
+    // the codes as CodesAtom put them (the register fragment copies the shared memory's order)
+    static_assert(cute::size(decltype(src.layout()){}) == 8 &&
+                      argon_hopper_mixed::in_pair_order<decltype(src.layout())>(),
+                  "a K block's codes must arrive in CodesAtom's order (the repack's)");
+    static_assert(cute::size(decltype(dst.layout()){}) == 8 &&
+                      cute::cosize(decltype(dst.layout()){}) == 8 &&
+                      decltype(dst.layout()){}(1) == 1 && decltype(dst.layout()){}(7) == 7,
+                  "the bf16 fragment of a K block is 8 consecutive values");
+    auto dst_words = cute::recast<uint32_t>(cute::make_tensor(dst.data(), cute::Layout<cute::_8>{}));
+    auto code_words = cute::recast<uint32_t>(cute::make_tensor(src.data(), cute::Layout<cute::_8>{}));
     CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < cute::size(src); ++i) {
-      const float u = argon_hopper_mixed::code_to_float(argon_hopper_mixed::code_bits(Narrow(src(i))));
-      const float s = argon_hopper_mixed::pair_half(static_cast<uint32_t>(scales(i)), half);
-      const float z = argon_hopper_mixed::pair_half(static_cast<uint32_t>(zeros(i)), half);
-      dst(i) = Dst(__fmaf_rn(u, s, z));
+    for (int j = 0; j < 4; ++j) {  // pair j: values 2j, 2j + 1 (one row: one scale and zero)
+      const uint32_t s_pair = static_cast<uint32_t>(scales(2 * j));
+      const uint32_t z_pair = static_cast<uint32_t>(zeros(2 * j));
+      if constexpr (std::is_same_v<Narrow, cutlass::uint4b_t>) {
+        dst_words(j) = argon_hopper_mixed::convert_u4_pair(
+            code_words(0), j, argon_hopper_mixed::pair_half_x2(s_pair, half),
+            argon_hopper_mixed::pair_half_x2(z_pair, half));
+      } else {
+        dst_words(j) = argon_hopper_mixed::convert_u8_pair(
+            code_words(0), code_words(1), j, argon_hopper_mixed::pair_half(s_pair, half),
+            argon_hopper_mixed::pair_half(z_pair, half));
+      }
     }
   }
 };

@@ -8,10 +8,10 @@
 
 extern "C" int argon_hopper_mixed_gemm(const ArgonHopperMixedGemm* gemm, char* err,
                                        int err_len) {
-  if (gemm->n <= 0 || gemm->n % 8 || gemm->k <= 0 || gemm->k % 64 ||
+  if (gemm->n <= 0 || gemm->n % 16 || gemm->k <= 0 || gemm->k % 64 ||
       (gemm->code_bits != 4 && gemm->code_bits != 8)) {
     snprintf(err, static_cast<size_t>(err_len),
-             "hopper mixed-input GEMM: n must be a positive multiple of 8, k of 64 and "
+             "hopper mixed-input GEMM: n must be a positive multiple of 16, k of 64 and "
              "code_bits 4 or 8, got n=%d k=%d code_bits=%d",
              gemm->n, gemm->k, gemm->code_bits);
     return 1;

@@ -8,23 +8,27 @@
 // Algorithm. CUTLASS's mixed-input mainloop converts its A operand (the narrow one must be K-major
 // and, in registers, feeds wgmma's A: RS wgmma), so the problem is transposed: D^T = W @ X^T,
 // batched over L = n_experts. M = the weight's rows n, N = the plan's rows, K = k. A = the codes
-// [n_experts, n, k] (uint4 or uint8, K-major, L stride n * k), B = the gathered activations x
+// (uint4 or uint8) in 16 x 16 blocks, each consumer thread's 8 codes of a K block adjacent
+// (hopper_mixed_convert.cuh CodesAtom, tiled m-block fastest, then k-block, then expert; the
+// mainloop's shared-memory tile takes the same order, unswizzled), B = the gathered activations x
 // [rows, k] with a static stride-0 L mode (TMA ignores the expert), D = d [rows, n] seen as an
 // (M, N) tensor of strides (1, n, 0) (the epilogue's TMA store writes the row-major output). The
 // scheduler is the padded plan's (hopper_padded_scheduler.cuh) with the plan's tiles along N
 // (tag PaddedTilesTokensAlongN): output tile (m, n) of a used plan tile n has L = tile_expert[n].
-// Per K tile of 64 the producer loads the 128 x 64 codes of A, the 128 x 64 bf16 of B and the
+// Per K tile of 64 the producer loads the 128 x 64 codes of A (4 K blocks of 8 contiguous
+// 16 x 16 blocks), the 128 x 64 bf16 of B and the
 // 128 scale and 128 zero pairs (uint32: both groups of the tile, from [n_experts, k / 64, n]);
-// each consumer warpgroup (cooperative: two, 64 rows of M each) converts its codes K block by
-// K block (16 values) into the bf16 A fragment and issues the RS wgmma; the epilogue rounds the
+// each consumer warpgroup (cooperative: two, 64 rows of M each) loads a thread's 8 codes of a
+// K block with one 32-bit (4-bit codes) or 64-bit (8-bit) shared-memory load, converts them
+// into the bf16 A fragment and issues the RS wgmma; the epilogue rounds the
 // fp32 accumulators to bf16 once.
 //
 // Launch shape. min(sm_count, ceil(n / 128) * max_tiles_m) CTAs of 384 threads (one producer
 // warpgroup, two consumer warpgroups), persistent, tile 128 x 128 x 64, cluster 1 x 1, the
 // stages the shared memory allows after the epilogue's (StageCountAutoCarveout).
 //
-// Limits. k a multiple of 64 (the K tile; 16-byte TMA rows of codes at either width), n a
-// multiple of 8 (the output's 16-byte rows), all pointers 16-byte aligned (the glue's checks),
+// Limits. k a multiple of 64 (the K tile), n a multiple of 16 (the codes' blocks; the
+// output's 16-byte rows), all pointers 16-byte aligned (the glue's checks),
 // rows = 128 * max_tiles_m.
 #pragma once
 
@@ -60,7 +64,10 @@ struct MixedCommon {
   using TileShape = Shape<Int<128>, Int<ARGON_HOPPER_PADDED_TILE_M>, Int<64>>;  // M, N (plan), K
   using ClusterShape = Shape<Int<1>, Int<1>, Int<1>>;
   using ProblemShape = Shape<int, int, int, int>;
-  using StrideA = cute::Stride<int64_t, Int<1>, int64_t>;  // codes (n, k, expert)
+  // codes (n, k, expert) in 16 x 16 blocks, each thread's 8 values of a K block contiguous
+  // (hopper_mixed_convert.cuh: CodesAtom); a layout, not a stride: CUTLASS's mainloop takes its
+  // shared-memory layout from it (detail::get_smem_layout) and loads a thread's codes at once
+  using LayoutA = decltype(cute::tile_to_shape(CodesAtom{}, Shape<int, int, int>{}));
   using StrideB = cute::Stride<int64_t, Int<1>, Int<0>>;   // x (row, k, -)
   using StrideD = cute::Stride<Int<1>, int64_t, Int<0>>;   // d^T (n, row, -)
   static constexpr int kAlignB = 8;
@@ -90,7 +97,7 @@ struct MixedGemm : MixedCommon {
   using CollectiveEpilogue = MixedEpilogue;
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cute::tuple<Narrow, Pair, Pair>,
-      StrideA, kAlignA, Element, StrideB, kAlignB, float, TileShape, ClusterShape,
+      LayoutA, kAlignA, Element, StrideB, kAlignB, float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<kEpilogueSmem>,
       cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
 
@@ -124,7 +131,7 @@ int run(const ArgonHopperMixedGemm& p, char* err, int err_len) {
 
   typename Mainloop::Arguments mainloop{};
   mainloop.ptr_A = static_cast<const typename G::Narrow*>(p.codes);
-  mainloop.dA = typename G::StrideA{k, Int<1>{}, n * k};
+  mainloop.dA = cute::tile_to_shape(CodesAtom{}, cute::make_shape(p.n, p.k, p.n_experts));
   mainloop.ptr_B = static_cast<const typename G::Element*>(p.x);
   mainloop.dB = typename G::StrideB{k, Int<1>{}, Int<0>{}};
   mainloop.ptr_S = static_cast<const typename G::Pair*>(p.scales);

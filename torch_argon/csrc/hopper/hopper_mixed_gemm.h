@@ -9,8 +9,11 @@
 //   d[128 m + r, j] = sum_k x[128 m + r, k] * w[tile_expert[m]][j, k]   for r < 128, m < used
 //   w[e][j, k] = bf16(u[e, j, k] * s[e, j, k / 32] + z[e, j, k / 32])
 //
-// x [rows, k] bf16 row-major with rows = 128 * max_tiles_m; codes [n_experts, n, k * bits / 8]
-// uint8 (bits 4: value k in byte k / 2, the low nibble for even k; bits 8: one byte a value);
+// x [rows, k] bf16 row-major with rows = 128 * max_tiles_m; codes [n_experts, k / 16, n / 16,
+// 256 values] (uint8 bytes; bits 4: value o in byte o / 2, the low nibble for even o; bits 8:
+// one byte a value): 16 x 16 blocks (row j, k) with the value of (j, k) at o = 32 (j % 8) +
+// 8 ((k % 8) / 2) + 4 (k % 2) + 2 ((k % 16) / 8) + (j % 16) / 8 of its block (every thread's
+// codes of a K block together: hopper_mixed_convert.cuh, CodesAtom);
 // scales and zeros [n_experts, k / 64, n] uint32, each the bf16 bits of groups 2t (low half) and
 // 2t + 1 (high half) of K tile t; d [rows, n] bf16, fp32 accumulation. Every row of a used tile
 // is written; tiles past the used count are left as they were; a used tile whose expert is
@@ -23,7 +26,7 @@ extern "C" {
 
 typedef struct ArgonHopperMixedGemm {
   const void* x;         // bf16 [rows, k]
-  const void* codes;     // uint8 [n_experts, n, k * code_bits / 8]
+  const void* codes;     // uint8 [n_experts, k / 16, n / 16, 32 * code_bits] (above)
   const void* scales;    // uint32 [n_experts, k / 64, n]
   const void* zeros;     // uint32 [n_experts, k / 64, n]
   void* d;               // bf16 [rows, n]
@@ -31,7 +34,7 @@ typedef struct ArgonHopperMixedGemm {
   const int32_t* used_tiles;   // the plan's meta[ARGON_META_N_TILES], on the device
   int max_tiles_m;
   int n_experts;
-  int n;          // a multiple of 8
+  int n;          // a multiple of 16
   int k;          // a multiple of 64
   int code_bits;  // 4 or 8
   int sm_count;
