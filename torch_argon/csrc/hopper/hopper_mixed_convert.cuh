@@ -109,23 +109,31 @@ CUTLASS_DEVICE uint32_t bits_of(__nv_bfloat162 v) { return reinterpret_cast<cons
 // (one LOP3), minus 128 is q exactly, then one bf16x2 fma: bf16(q * s + z) rounded once.
 CUTLASS_DEVICE uint32_t convert_u4_pair(uint32_t codes, int j, uint32_t s2, uint32_t z2) {
   constexpr uint32_t k128 = 0x43004300u;  // bf16x2 (128, 128)
-  const uint32_t biased = ((codes >> (4 * j)) & 0x000F000Fu) | k128;
+  uint32_t biased;
+  // (a & b) | c in one LOP3 (the compiler splits it in two when both constants are immediates)
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(biased) : "r"(codes >> (4 * j)), "n"(0x000F000F),
+      "n"(k128));
   const __nv_bfloat162 q = __hsub2(as_bf16x2(biased), as_bf16x2(k128));
   return bits_of(__hfma2(q, as_bf16x2(s2), as_bf16x2(z2)));
 }
 
 // A byte (0..255) as float, exactly, without a conversion instruction (I2F issues at a
 // fraction of the FMA pipe's rate): the float of bits 0x4B000000 | u is 2^23 + u.
-CUTLASS_DEVICE float byte_to_float(uint32_t word, int byte) {
-  return __uint_as_float(__byte_perm(word, 0x4B000000u, 0x7440 | byte)) - 8388608.0f;
+template <int Byte>
+CUTLASS_DEVICE float byte_to_float(uint32_t word) {
+  // one PRMT: bytes (word's Byte, 0, 0, 0x4B) with the selector an immediate and the exponent
+  // in a register held across the loop (the other operand order puts 4 selectors in registers)
+  uint32_t bits;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(bits) : "r"(0x4B000000u), "r"(word), "n"(0x3000 | (4 + Byte)));
+  return __uint_as_float(bits) - 8388608.0f;
 }
 
 // Pair j of eight 8-bit codes in CodesAtom's order (byte j of the first word, byte j of the
 // second): bf16(fma(u, s, z)) each, u * s exact in float32, so rounded in the add and to bf16.
-CUTLASS_DEVICE uint32_t convert_u8_pair(uint32_t lo_word, uint32_t hi_word, int j, float s,
-                                        float z) {
-  const float lo = __fmaf_rn(byte_to_float(lo_word, j), s, z);
-  const float hi = __fmaf_rn(byte_to_float(hi_word, j), s, z);
+template <int J>
+CUTLASS_DEVICE uint32_t convert_u8_pair(uint32_t lo_word, uint32_t hi_word, float s, float z) {
+  const float lo = __fmaf_rn(byte_to_float<J>(lo_word), s, z);
+  const float hi = __fmaf_rn(byte_to_float<J>(hi_word), s, z);
   return bits_of(__floats2bfloat162_rn(lo, hi));  // lo in the low half
 }
 
@@ -202,8 +210,8 @@ struct MixedInputUtils<CollectiveMma<
                   "the bf16 fragment of a K block is 8 consecutive values");
     auto dst_words = cute::recast<uint32_t>(cute::make_tensor(dst.data(), cute::Layout<cute::_8>{}));
     auto code_words = cute::recast<uint32_t>(cute::make_tensor(src.data(), cute::Layout<cute::_8>{}));
-    CUTLASS_PRAGMA_UNROLL
-    for (int j = 0; j < 4; ++j) {  // pair j: values 2j, 2j + 1 (one row: one scale and zero)
+    // pair j: values 2j, 2j + 1 (one row: one scale and zero)
+    cute::for_each(cute::make_int_sequence<4>{}, [&](auto j) {
       const uint32_t s_pair = static_cast<uint32_t>(scales(2 * j));
       const uint32_t z_pair = static_cast<uint32_t>(zeros(2 * j));
       if constexpr (std::is_same_v<Narrow, cutlass::uint4b_t>) {
@@ -211,11 +219,11 @@ struct MixedInputUtils<CollectiveMma<
             code_words(0), j, argon_hopper_mixed::pair_half_x2(s_pair, half),
             argon_hopper_mixed::pair_half_x2(z_pair, half));
       } else {
-        dst_words(j) = argon_hopper_mixed::convert_u8_pair(
-            code_words(0), code_words(1), j, argon_hopper_mixed::pair_half(s_pair, half),
+        dst_words(j) = argon_hopper_mixed::convert_u8_pair<decltype(j)::value>(
+            code_words(0), code_words(1), argon_hopper_mixed::pair_half(s_pair, half),
             argon_hopper_mixed::pair_half(z_pair, half));
       }
-    }
+    });
   }
 };
 
