@@ -12,7 +12,8 @@
 #      a Q4_K_M file's usual layer) in what the budget leaves: MIXED_IMPLS (default
 #      cuda_quantized_mixed and cuda_quantized_dequant) beside the bf16 column, E=128 K=8
 #      H=2048 I=768 and E=512 K=10 H=2048 I=512, T = MIXED_T (default 2048 / 8192 / 16384)
-#      (run whatever step 2 said: each record carries its rel_err against the dense path)
+#      (run whatever step 2 said: each record carries its rel_err against the dense path), and
+#      llama.cpp's MUL_MAT_ID column where bench/baselines/ggml_bin is carried
 # Run through bench/h200_session.sh mixed. Writes under $OUT: step_build.txt, tests.log,
 # mixed.json, mixed.log.
 set -uo pipefail
@@ -34,11 +35,14 @@ r=$(left 90)
     >> "$OUT/tests.log" 2>&1
   echo "== padded tests rc=$? at ${SECONDS}s"; tail -n 1 "$OUT/tests.log"
 }
+ggml=bench/baselines/ggml_bin/test-backend-ops-cuda  # llama.cpp's column where carried
+llama=()
+[ -x "$ggml" ] && llama=(--llamacpp "$ggml")
 r=$(left 240)
 [ "$r" -gt 40 ] && {
   timeout "$r" python3 bench/bench_quant.py --json "$OUT/mixed.json" \
     --formats "${MIXED_FORMATS:-Q4_K,Q4_K/Q6_K}" --configs E128,E512 \
-    --T "${MIXED_T:-2048,8192,16384}" --budget-s $((r - 30)) \
+    --T "${MIXED_T:-2048,8192,16384}" --budget-s $((r - 30)) ${llama[@]+"${llama[@]}"} \
     --impls "${MIXED_IMPLS:-cuda_quantized_dequant,cuda_quantized_mixed}" 2>&1 | tee "$OUT/mixed.log" |
     grep -v "^  compiled"
   echo "== bench_quant at ${SECONDS}s"
