@@ -49,15 +49,17 @@ def _check_shapes(x, codes, scales, zeros, tile_expert, meta):
     if k <= 0 or k % 64:
         raise ValueError(f"K (x's columns) must be a positive multiple of 64 (the GEMM's K "
                          f"tile), got {k}")
-    if codes.dim() != 3 or codes.dtype != torch.uint8 or codes.shape[2] not in (k // 2, k):
-        raise ValueError(f"codes must be uint8 [E, N, K / 2] (4-bit) or [E, N, K] (8-bit) with "
-                         f"K = x's columns ({k}), got {codes.dtype} of shape "
-                         f"{tuple(codes.shape)}")
-    e, n = codes.shape[0], codes.shape[1]
+    if (codes.dim() != 4 or codes.dtype != torch.uint8 or codes.shape[1] != k // 16
+            or codes.shape[3] not in (128, 256)):
+        raise ValueError(f"codes must be uint8 [E, K / 16, N / 16, 128] (4-bit) or "
+                         f"[E, K / 16, N / 16, 256] (8-bit) with K = x's columns ({k}), got "
+                         f"{codes.dtype} of shape {tuple(codes.shape)}")
+    e, n = codes.shape[0], 16 * codes.shape[2]
     if e <= 0:
         raise ValueError(f"codes must hold between 1 and 2^31 - 1 experts, got {e}")
-    if n <= 0 or n % 8:
-        raise ValueError(f"N (codes' rows) must be a positive multiple of 8, got {n}")
+    if n <= 0 or n > 2 ** 31 - 1:
+        raise ValueError(f"N (16 * codes.size(2), its blocks of 16 rows) must be between 1 and "
+                         f"2^31 - 1, got {n}")
     for name, t in (("scales", scales), ("zeros", zeros)):
         if t.dtype != torch.bfloat16 or tuple(t.shape) != (e, k // 64, n, 2):
             raise ValueError(f"{name} must be bfloat16 [E, K / 64, N, 2] = "

@@ -7,12 +7,14 @@
 //   hopper_mixed_mm_out(Tensor x, Tensor codes, Tensor scales, Tensor zeros,
 //                       Tensor tile_expert, Tensor meta, Tensor(a!) out) -> ()
 //       x [R, K] bf16 rows laid out by a plan of tile_m 128 (R = 128 * tiles); codes uint8
-//       [E, N, K / 2] (4-bit codes) or [E, N, K] (8-bit), scales and zeros bf16
+//       [E, K / 16, N / 16, 128] (4-bit codes) or [E, K / 16, N / 16, 256] (8-bit): 16 x 16
+//       blocks of codes in the kernel's reordered order, scales and zeros bf16
 //       [E, K / 64, N, 2] (torch_argon/quant/mixed_repack.py's MixedWeights); tile_expert
 //       [R / 128] and meta [4] int32 (the plan's): for every used tile m (m < meta[1]),
 //       out[128 m + r] = x[128 m + r] @ W[tile_expert[m]]^T for r < 128, W = mixed_dequantize's
 //       bf16 weights (fp32 accumulation, rounded once to bf16). The functional form's other rows
-//       are zero; the _out form leaves them as they were. K a multiple of 64, N of 8.
+//       are zero; the _out form leaves them as they were. K a multiple of 64, N of 16 (by
+//       construction: N = 16 * codes.size(2)).
 //
 // The schemas are in every build; the CUDA kernel only where the Hopper units were built
 // (ARGON_WITH_HOPPER), on compute capability 9.0 only. torch_argon/hopper/mixed_ops.py holds the
@@ -57,15 +59,17 @@ std::vector<int64_t> check_mixed_inputs(const Tensor& x, const Tensor& codes,
   TORCH_CHECK_VALUE(k > 0 && k % 64 == 0 && k <= std::numeric_limits<int32_t>::max(),
                     "K (x's columns) must be a positive multiple of 64 (the GEMM's K tile), got ",
                     k);
-  TORCH_CHECK_VALUE(codes.dim() == 3 && codes.scalar_type() == at::kByte &&
-                        (codes.size(2) * 2 == k || codes.size(2) == k),
-                    "codes must be uint8 [E, N, K / 2] (4-bit) or [E, N, K] (8-bit) with K = x's "
-                    "columns (", k, "), got ", codes.scalar_type(), " of shape ", codes.sizes());
-  const int64_t e = codes.size(0), n = codes.size(1);
+  TORCH_CHECK_VALUE(codes.dim() == 4 && codes.scalar_type() == at::kByte &&
+                        codes.size(1) == k / 16 && (codes.size(3) == 128 || codes.size(3) == 256),
+                    "codes must be uint8 [E, K / 16, N / 16, 128] (4-bit) or "
+                    "[E, K / 16, N / 16, 256] (8-bit) with K = x's columns (", k, "), got ",
+                    codes.scalar_type(), " of shape ", codes.sizes());
+  const int64_t e = codes.size(0), n = 16 * codes.size(2);
   TORCH_CHECK_VALUE(e > 0 && e <= std::numeric_limits<int32_t>::max(),
                     "codes must hold between 1 and 2^31 - 1 experts, got ", e);
-  TORCH_CHECK_VALUE(n > 0 && n % 8 == 0 && n <= std::numeric_limits<int32_t>::max(),
-                    "N (codes' rows) must be a positive multiple of 8, got ", n);
+  TORCH_CHECK_VALUE(n > 0 && n <= std::numeric_limits<int32_t>::max(),
+                    "N (16 * codes.size(2), its blocks of 16 rows) must be between 1 and "
+                    "2^31 - 1, got ", n);
   check_pairs(scales, "scales", e, k, n);
   check_pairs(zeros, "zeros", e, k, n);
   TORCH_CHECK_VALUE(tile_expert.dim() == 1 && tile_expert.scalar_type() == at::kInt,
@@ -109,9 +113,9 @@ void hopper_mixed_mm_out(const Tensor& x_in, const Tensor& codes_in, const Tenso
   gemm.used_tiles = meta_dense.data_ptr<int32_t>() + ARGON_META_N_TILES;
   gemm.max_tiles_m = static_cast<int>(tile_expert.size(0));
   gemm.n_experts = static_cast<int>(codes.size(0));
-  gemm.n = static_cast<int>(codes.size(1));
+  gemm.n = static_cast<int>(16 * codes.size(2));
   gemm.k = static_cast<int>(x.size(1));
-  gemm.code_bits = codes.size(2) == x.size(1) ? 8 : 4;
+  gemm.code_bits = codes.size(3) == 256 ? 8 : 4;
   gemm.sm_count = prop->multiProcessorCount;
   gemm.stream = at::cuda::getCurrentCUDAStream(x.device().index()).stream();
   char err[512] = "";
