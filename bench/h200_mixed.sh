@@ -7,7 +7,7 @@
 #   2. tests/test_cuda_quantized_mixed.py (the op of every format on every used tile against
 #      float64 on the kernel's own weights and on the exact dequant, -1 ids, 0-row experts,
 #      T = 0, garbage-filled outputs, the experts path, CUDA graph replay), then the padded
-#      GEMM's tests (its scheduler serves both)
+#      GEMM's tests (its scheduler serves both; PADDED_TESTS=0 leaves them out)
 #   3. bench_quant.py on MIXED_FORMATS (default Q4_K, then Q4_K/Q6_K: gate/up Q4_K, down Q6_K,
 #      a Q4_K_M file's usual layer) in what the budget leaves: MIXED_IMPLS (default
 #      cuda_quantized_mixed and cuda_quantized_dequant) beside the bf16 column, E=128 K=8
@@ -30,7 +30,7 @@ r=$(left 120)
   tail -n 1 "$OUT/tests.log"
 }
 r=$(left 90)
-[ "$r" -gt 20 ] && {
+[ "${PADDED_TESTS:-1}" = 1 ] && [ "$r" -gt 20 ] && {
   timeout "$r" python3 -m pytest -q -p no:cacheprovider tests/test_cuda_hopper_padded.py \
     >> "$OUT/tests.log" 2>&1
   echo "== padded tests rc=$? at ${SECONDS}s"; tail -n 1 "$OUT/tests.log"
