@@ -8,7 +8,8 @@
 #      (4-bit codes) and with Q8_0 (8-bit codes), then the dense padded GEMM on bf16 weights
 #      (the same problem: bench_hopper.py --profile-gemms), the baseline in the same call
 #   3. bench_gguf.py --device cuda: a Qwen3-30B-A3B-shaped Q4_K GGUF model's prefill at
-#      T = 512 / 2048 through from_gguf against transformers' dequantized bf16 model
+#      T = 512 / 2048 through from_gguf against transformers' dequantized bf16 model (GGUF_ARGS:
+#      more of its arguments, e.g. "--layers 8 --repeats 10")
 # Run through bench/h200_session.sh limits. Writes under $OUT: step_build.txt,
 # stalls_mixed_q4k.txt, stalls_mixed_q8_0.txt, stalls_padded.txt, gguf.json, gguf.log.
 set -uo pipefail
@@ -24,7 +25,7 @@ grep -h -E "^  [a-z].*\(|stalled_(long_scoreboard|barrier|mio_throttle|short_sco
   "$OUT"/stalls_*.txt | cut -c1-140 | head -100
 r=$(left 200)
 [ "$r" -gt 60 ] && {
-  timeout "$r" python3 bench/bench_gguf.py --device cuda --json "$OUT/gguf.json" 2>&1 |
+  timeout "$r" python3 bench/bench_gguf.py --device cuda --json "$OUT/gguf.json" ${GGUF_ARGS:-} 2>&1 |
     tee "$OUT/gguf.log" | tail -n 12
   echo "== bench_gguf at ${SECONDS}s"
 }
