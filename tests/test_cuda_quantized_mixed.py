@@ -166,8 +166,25 @@ SPLITS = [
 @pytest.fixture
 def on_h100(on_hopper, monkeypatch):
     """Every CUDA quantized path past its device checks (the dequant path's Triton GEMMs too),
-    as on the H100 the rows were measured on."""
+    as on the H100 the rows were measured on, with the kernel's GPU tests passed."""
     monkeypatch.setattr(cuda_quantized_dequant, "triton_refusal", lambda call: "")
+    monkeypatch.setattr(quantized_crossover, "MIXED_KERNEL_PASSED_GPU_TESTS", True)
+
+
+def test_auto_passes_it_by_until_its_gpu_tests_pass(on_hopper, monkeypatch):
+    """With MIXED_KERNEL_PASSED_GPU_TESTS False (the reordered codes built, not yet run on a
+    GPU), the automatic choice passes it by at any rows and gpuq's GEMMs keep the call; by
+    name it runs."""
+    monkeypatch.setattr(cuda_quantized_dequant, "triton_refusal", lambda call: "")
+    monkeypatch.setattr(quantized_crossover, "MIXED_KERNEL_PASSED_GPU_TESTS", False)
+    call = rows_call(q_experts(), 32)
+    assert MIXED.supports(call) == ""
+    assert MIXED.auto_refusal(call) == (
+        "its kernel as built (the reordered codes) has not yet passed its GPU tests "
+        "(experts/quantized_crossover.py MIXED_KERNEL_PASSED_GPU_TESTS): "
+        "path='cuda_quantized_mixed' runs it")
+    assert GPUQ.supports(call) == "" and registry.choose(call) is GPUQ
+    assert registry.choose(call, "cuda_quantized_mixed") is MIXED
 
 
 def rows_call(experts, rows, **kwargs):

@@ -34,18 +34,23 @@ A decoded GEMM takes cuda_quantized_dequant's workspace for its weights only (do
 E * H * I bf16 values, 0.4 GB there; the buffer that path uses, shared by every layer; fresh
 tensors under torch.compile tracing, CUDA graph capture and autograd).
 
-Numerics: each weight is bf16(u * s + z) with s and z rounded to bf16 once
-(mixed_repack.mixed_dequantize, at most 2^-8 of max(u) |s| + |z| + |w| from the exact value), then
+Numerics: each weight is bf16(u * s + z) with s and z rounded to bf16 once (4-bit codes: the
+exact u * s + z rounded once; 8-bit: in float32, then to bf16; mixed_repack.mixed_dequantize,
+at most 2^-8 of max(u) |s| + |z| + |w| from the exact value), then
 fp32 accumulation: the scaled path's tolerance (tests/gpuq_cases.py SCALED_TOL). A decoded
 GEMM's weights are dequantize_reference's rounded to bf16 once, then fp32 accumulation.
 
-Status: ran on an H100 (2026-12-06: the 234 tests of its file pass, every format;
-bench/results/h100_quant_mixed.json and h100_quant_mixed_formats.json). path="auto" (and the
-"triton" family) take it on every compute capability 9.0 GPU from the rows per expert where it
-measured faster than gpuq's GEMMs and the dequant path (experts/quantized_crossover.py
-MIXED_FROM_ROWS: 10-24 with both GEMMs in one format, 40-48 with down decoded) and decline it
-below them, at an unknown count of rows and for the splits without a row;
-path="cuda_quantized_mixed" runs it wherever it can run.
+Status: the kernel that read the codes row-major ran on an H100 (2026-12-06: the 234 tests of
+its file passed, every format; bench/results/h100_quant_mixed.json and
+h100_quant_mixed_formats.json). Its codes are now reordered (a thread's codes of a K block in
+one shared-memory load; 4-bit codes converted as bf16x2), built and checked on the host, not yet
+run on a GPU: until its GPU tests pass (experts/quantized_crossover.py
+MIXED_KERNEL_PASSED_GPU_TESTS), path="auto" (and the "triton" family) pass it by;
+path="cuda_quantized_mixed" runs it wherever it can run. Once they pass, the automatic choice
+takes it on every compute capability 9.0 GPU from the rows per expert where it measured faster
+than gpuq's GEMMs and the dequant path (MIXED_FROM_ROWS: 10-24 with both GEMMs in one format,
+40-48 with down decoded), below them, at an unknown count of rows and for the splits without a
+row declining it.
 """
 import threading
 
@@ -61,6 +66,7 @@ from . import cuda_quantized_dequant as dequant
 from .base import Experts, fused_call_refusal
 from .cuda_hopper_padded import CudaHopperPadded
 from .ops_quantized import float_parts
+from . import quantized_crossover
 from .quantized_crossover import MIXED_DECODED, below_rows, mixed_from_rows
 
 _PADDED = CudaHopperPadded()  # its configurations and GEMM for the decoded weights
@@ -209,6 +215,10 @@ class CudaQuantizedMixed(Experts):
                             for role in mixed_gemms(w))):
             return ("inside a CUDA graph capture before the weights' first call: their repack "
                     "cannot be captured (run the layer once before capturing)")
+        if not quantized_crossover.MIXED_KERNEL_PASSED_GPU_TESTS:
+            return ("its kernel as built (the reordered codes) has not yet passed its GPU tests "
+                    "(experts/quantized_crossover.py MIXED_KERNEL_PASSED_GPU_TESTS): "
+                    "path='cuda_quantized_mixed' runs it")
         split = self.gemm_split(call.weights)
         described = ", ".join(f"{role} {how}" for role, how in zip(ROLES, split))
         start = mixed_from_rows(*split)
