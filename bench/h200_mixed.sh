@@ -4,7 +4,7 @@
 # the whole ends before DEADLINE_S (default 560 s):
 #   1. the build (as h200_dequant.sh's) and the Hopper units' SASS check (h200_hopper.sh
 #      --build: the mixed units' kernels among them: HGMMA, no local memory)
-#   2. tests/test_cuda_quantized_mixed.py (the op of every format on every used tile against
+#   2. tests/test_cuda_quantized_mixed.py (up to 20 failures; the op of every format on every used tile against
 #      float64 on the kernel's own weights and on the exact dequant, -1 ids, 0-row experts,
 #      T = 0, garbage-filled outputs, the experts path, CUDA graph replay), then the padded
 #      GEMM's tests (its scheduler serves both; PADDED_TESTS=0 leaves them out)
@@ -14,6 +14,9 @@
 #      H=2048 I=768 and E=512 K=10 H=2048 I=512, T = MIXED_T (default 2048 / 8192 / 16384)
 #      (run whatever step 2 said: each record carries its rel_err against the dense path), and
 #      llama.cpp's MUL_MAT_ID column where bench/baselines/ggml_bin is carried
+#   4. MIXED_TILE128_T (a comma list of T, unset: skipped): those points of MIXED_TILE128_FORMATS
+#      (default Q4_K) again with the mixed GEMM's token tile held at 128 (--mixed-tile-64-up-to
+#      0), beside step 3's default rule (64 up to 64 rows per expert)
 # Run through bench/h200_session.sh mixed. Writes under $OUT: step_build.txt, tests.log,
 # mixed.json, mixed.log.
 set -uo pipefail
@@ -24,7 +27,7 @@ grep -E "GEMM mixed|GEMM kernels" "$OUT/step_build.txt" | head -5
 
 r=$(left 120)
 [ "$r" -gt 20 ] && {
-  timeout "$r" python3 -m pytest -q -p no:cacheprovider -x tests/test_cuda_quantized_mixed.py \
+  timeout "$r" python3 -m pytest -q -p no:cacheprovider --maxfail=20 tests/test_cuda_quantized_mixed.py \
     > "$OUT/tests.log" 2>&1
   echo "== mixed tests rc=$? at ${SECONDS}s"; grep -E "^FAILED|^ERROR|Error" "$OUT/tests.log" | head
   tail -n 1 "$OUT/tests.log"
@@ -46,6 +49,14 @@ r=$(left 240)
     --impls "${MIXED_IMPLS:-cuda_quantized_dequant,cuda_quantized_mixed}" 2>&1 | tee "$OUT/mixed.log" |
     grep -v "^  compiled"
   echo "== bench_quant at ${SECONDS}s"
+}
+r=$(left 150)
+[ -n "${MIXED_TILE128_T:-}" ] && [ "$r" -gt 40 ] && {  # the same points on the 128-token tile
+  timeout "$r" python3 bench/bench_quant.py --json "$OUT/mixed_tile128.json" \
+    --formats "${MIXED_TILE128_FORMATS:-Q4_K}" --configs E128,E512 --T "$MIXED_TILE128_T" \
+    --budget-s $((r - 30)) --impls cuda_quantized_mixed --mixed-tile-64-up-to 0 2>&1 |
+    tee "$OUT/mixed_tile128.log" | grep -v "^  compiled"
+  echo "== bench_quant, token tile 128, at ${SECONDS}s"
 }
 rm -f "$OUT/build.log" "$OUT/hopper_sass.json"
 ls "$OUT"

@@ -350,13 +350,28 @@ def test_workspace_holds_the_decoded_gemms_only(shared_workspace):
                for buf in shared_workspace.buffers.values())
 
 
+@pytest.mark.parametrize("rows,tile", [(1, 64), (64, 64), (64.5, 128), (1000, 128)])
+def test_the_token_tile_is_64_up_to_64_rows_per_expert(rows, tile):
+    """Both GEMMs mixed: 64 rows a tile while an expert's mean rows fit in one (less tensor work
+    on padding); a decoded GEMM or an unknown count of rows: 128."""
+    q = q_experts(E=8)
+    call = cuda_call(q)
+    assert MIXED.default_tile_m(call, rows * 8) == tile
+    assert MIXED.default_tile_m(call, None) == 128
+    assert MIXED.default_tile_m(cuda_call(q_experts(E=8, down_name="Q6_K")), rows * 8) == 128
+
+
 def test_it_declines_fp16_other_tile_m_and_autograd(on_hopper):
     q = q_experts()
     assert "bf16 activations" in MIXED.supports(cuda_call(q, dtype=torch.float16))
-    assert MIXED.supports(cuda_call(q, tile_m=64)) == (
-        "tile_m=64: the mixed-input GEMM runs plans of tile_m 128 (its N tile)")
+    assert MIXED.supports(cuda_call(q, tile_m=32)) == (
+        "tile_m=32: the mixed-input GEMM runs plans of tile_m 128 or 64 (its token tile)")
     assert MIXED.supports(cuda_call(q, tile_m=128)) == ""
-    assert MIXED.default_tile_m(None, 1000) == 128
+    assert MIXED.supports(cuda_call(q, tile_m=64)) == ""
+    hybrid = q_experts(down_name="Q6_K")
+    assert MIXED.supports(cuda_call(hybrid, tile_m=64)) == (
+        "tile_m=64: with down decoded onto the padded dense GEMM the plan's tile_m is 128 "
+        "(that GEMM's M tile)")
     x = torch.randn(8, 256, dtype=torch.bfloat16, requires_grad=True)
     with torch.enable_grad():
         call = ExpertsCall.of(x, q, ops=torch_argon.argon_ops, n_entries=16)
@@ -412,8 +427,10 @@ def emulated_mm(x, m, tile_expert, meta, *, out=None):
     w = mr.mixed_dequantize(m, torch.float32)
     if out is None:
         out = torch.zeros(x.shape[0], m.n_out, dtype=x.dtype)
+    tile = x.shape[0] // max(tile_expert.shape[0], 1)  # the plan's tile_m: 128 or 64
+    assert tile in mixed_ops.TOKEN_TILES or x.shape[0] == 0
     for t in range(int(meta[1])):
-        rows = slice(t * TILE, (t + 1) * TILE)
+        rows = slice(t * tile, (t + 1) * tile)
         out[rows] = (x[rows].float() @ w[int(tile_expert[t])].T).to(out.dtype)
     return out
 
@@ -495,14 +512,14 @@ def test_experts_flow_on_the_cpu_with_the_ops_emulated(emulated_ops, formats, fu
     want = reference.moe_layer(x.float(), None, dense, K, topk_ids=ids, topk_weights=w)
     chosen = torch_argon.experts.choose(x, q, path="cuda_quantized_mixed", n_entries=T * K,
                                         activation_quant="none")
-    assert (chosen.name, chosen.tile_m) == ("cuda_quantized_mixed", TILE)
+    decoded = {2 * I: len({mr.code_bits(f) for f in (name, up_name or name)}) != 1
+               or mr.code_bits(name) == 0, H: mr.code_bits(down_name) == 0}
+    tile = TILE if any(decoded.values()) or T * K / E > 64 else 64  # default_tile_m's rule
+    assert (chosen.name, chosen.tile_m) == ("cuda_quantized_mixed", tile)
     got = torch_argon.moe_experts(x, ids, w, q, path="cuda_quantized_mixed",
                                   activation_quant="none")
     assert got.shape == want.shape and got.dtype == torch.bfloat16
-    calls, calls_configs = emulated_ops
-    widths = {mr.code_bits(f) for f in (name, up_name or name)}
-    decoded = {2 * I: len(widths) != 1 or 0 in widths,
-               H: mr.code_bits(down_name) == 0}  # by the GEMM's N: gate/up 2I, down H
+    calls, calls_configs = emulated_ops  # decoded: by the GEMM's N, gate/up 2I, down H
     assert calls == {"mixed": 2 - sum(decoded.values()), "padded": sum(decoded.values())}
     # the decoded GEMMs ran on the padded GEMM with the configuration of their role
     wanted = padded_configs_wanted(T, K, E, H, I)
@@ -615,8 +632,12 @@ def test_fake_gives_out_shape_and_checks_arguments():
             op(x, codes, scales[:, :4], zeros, tile_expert, meta)
         with pytest.raises(ValueError, match=r"zeros must be bfloat16 \[E, K / 64, N, 2\]"):
             op(x, codes, scales, zeros.float(), tile_expert, meta)
-        with pytest.raises(ValueError, match="128 rows per tile of tile_expert"):
+        with pytest.raises(ValueError, match="128 or 64 rows per tile of tile_expert"):
             op(x[:-1], codes, scales, zeros, tile_expert, meta)
+        with pytest.raises(ValueError, match="128 or 64 rows per tile of tile_expert"):
+            op(x[:96], codes, scales, zeros, tile_expert, meta)  # 32 rows a tile
+        half = op(x[:3 * 64], codes, scales, zeros, tile_expert, meta)  # a plan of tile_m 64
+        assert tuple(half.shape) == (3 * 64, 48)
         with pytest.raises(ValueError, match="tile_expert must be the plan's int32"):
             op(x, codes, scales, zeros, tile_expert.long(), meta)
         with pytest.raises(ValueError, match=r"meta must be int32 of shape \[4\]"):
@@ -665,29 +686,32 @@ def test_opcheck_on_the_gpu():
 
 # ---- on a Hopper GPU with the units built ---------------------------------------------------
 
-def plan_for(ids, w, E):
-    return torch_argon.argon_ops.moe_plan(ids.cuda(), w.cuda(), E, TILE)
+def plan_for(ids, w, E, tile=TILE):
+    return torch_argon.argon_ops.moe_plan(ids.cuda(), w.cuda(), E, tile)
 
 
 @needs_mixed
 @pytest.mark.parametrize("qtype", list(mr.FORMATS))
 @pytest.mark.parametrize("dist", ["uniform", "one_expert", "empty", "neg_some"])
 @pytest.mark.parametrize("N", [256, 208, 48])  # 208, 48: a last M tile the TMA bounds clip
-def test_gemm_on_every_used_tile(dist, N, qtype):
-    check_gemm_on_every_used_tile(dist, N, qtype, 512)
+@pytest.mark.parametrize("tile", mixed_ops.TOKEN_TILES)
+def test_gemm_on_every_used_tile(dist, N, qtype, tile):
+    check_gemm_on_every_used_tile(dist, N, qtype, 512, tile)
 
 
 @needs_mixed
 @pytest.mark.parametrize("qtype", ["Q8_0", "Q4_0"])  # both widths, 32-value blocks
 @pytest.mark.parametrize("Kd", [64, 192, 320])  # one K tile, odd counts of them
-def test_gemm_with_k_of_few_or_odd_tiles(qtype, Kd):
-    check_gemm_on_every_used_tile("uniform", 208, qtype, Kd)
+@pytest.mark.parametrize("tile", mixed_ops.TOKEN_TILES)
+def test_gemm_with_k_of_few_or_odd_tiles(qtype, Kd, tile):
+    check_gemm_on_every_used_tile("uniform", 208, qtype, Kd, tile)
 
 
-def check_gemm_on_every_used_tile(dist, N, qtype, Kd):
-    T, K, E = 200, 4, 8
+def check_gemm_on_every_used_tile(dist, N, qtype, Kd, tile):
+    T, K, E = 200, 4, 8  # 100 rows per expert: two 64-row tiles of most experts
     ids, w = make_ids(T, K, E, dist, seed=3), make_weights(T, K, seed=3)
-    plan = plan_for(ids, w, E)
+    plan = plan_for(ids, w, E, tile)
+    assert plan.sorted_token.shape[0] == tile * plan.tile_expert.shape[0]
     g = torch.Generator().manual_seed(4)
     x = (torch.randn(plan.sorted_token.shape[0], Kd, generator=g) * 0.5).bfloat16().cuda()
     w_q = random_quantized(qtype, N, Kd, leading=(E,), std=0.05, generator=g)
@@ -698,10 +722,10 @@ def check_gemm_on_every_used_tile(dist, N, qtype, Kd):
     out = garbage_like(torch.empty(x.shape[0], N, dtype=torch.bfloat16, device="cuda"))
     before = out.clone()
     mixed_ops.mixed_mm(x, m, plan.tile_expert, plan.meta, out=out)
-    used = plan.n_tiles * TILE
+    used = plan.n_tiles * tile
     x64 = x.double().cpu()
     for t, e in enumerate(plan.tile_expert.cpu().tolist()[:plan.n_tiles]):
-        rows = slice(t * TILE, (t + 1) * TILE)
+        rows = slice(t * tile, (t + 1) * tile)
         got = out[rows].double().cpu()
         own = x64[rows] @ kernel_w[e].T  # the kernel's weights: fp32 accumulation, bf16 out
         assert (got - own).norm() <= 4e-3 * own.norm() + 1e-6, t
@@ -715,9 +739,10 @@ def check_gemm_on_every_used_tile(dist, N, qtype, Kd):
 
 @needs_mixed
 @pytest.mark.parametrize("qtype", ["Q4_K", "Q8_0"])  # both code widths
-def test_gemm_with_no_used_tiles_writes_nothing_and_t_0(qtype):
+@pytest.mark.parametrize("tile", mixed_ops.TOKEN_TILES)
+def test_gemm_with_no_used_tiles_writes_nothing_and_t_0(qtype, tile):
     E = 4
-    plan = plan_for(torch.full((6, 2), -1, dtype=torch.int64), make_weights(6, 2), E)
+    plan = plan_for(torch.full((6, 2), -1, dtype=torch.int64), make_weights(6, 2), E, tile)
     assert plan.n_tiles == 0
     m = mr.repack(q_experts(E=E, name=qtype, device="cuda").down.data, qtype, 256)
     x = torch.randn(plan.sorted_token.shape[0], 256, dtype=torch.bfloat16, device="cuda")
@@ -770,7 +795,7 @@ def test_experts_path_with_gate_and_up_in_two_formats(gate, up):
 @needs_mixed
 @pytest.mark.parametrize("formats", FORMATS, ids=lambda f: "+".join(f))
 @pytest.mark.parametrize("dist", ["uniform", "neg_some", "one_expert", "empty"])
-@pytest.mark.parametrize("T", [0, 1, 300])
+@pytest.mark.parametrize("T", [0, 1, 64, 300])  # 64: 32 rows per expert, a plan of tile_m 64
 def test_experts_path_matches_the_reference(dist, T, formats):
     q, x, ids, w, want = experts_case(T, dist, formats=formats)
     got = torch_argon.moe_experts(x, ids, w, q, path="cuda_quantized_mixed",
@@ -783,8 +808,9 @@ def test_experts_path_matches_the_reference(dist, T, formats):
 
 @needs_mixed
 @pytest.mark.parametrize("formats", FORMATS, ids=lambda f: "+".join(f))
-def test_cuda_graph_replay_equals_eager(formats):
-    q, x, ids, w, _ = experts_case(256, "uniform", formats=formats)
+@pytest.mark.parametrize("T", [256, 64])  # 128 and 32 rows per expert: both token tiles
+def test_cuda_graph_replay_equals_eager(formats, T):
+    q, x, ids, w, _ = experts_case(T, "uniform", formats=formats)
 
     def run():
         return torch_argon.moe_experts(x, ids, w, q, path="cuda_quantized_mixed",

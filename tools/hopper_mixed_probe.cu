@@ -28,9 +28,9 @@ void expect(bool ok, const char* what, int a, int b, int c) {
   if (!ok && bad++ < 10) printf("differs: %s (%d, %d, %d)\n", what, a, b, c);
 }
 
-template <class Narrow>
+template <class Narrow, int Tile>
 void probe(const char* name) {
-  using G = argon_hopper_mixed::MixedGemm<Narrow>;
+  using G = argon_hopper_mixed::MixedGemm<Narrow, Tile>;
   using M = typename G::CollectiveMainloop;
   typename M::TiledMma mma;
   printf("%s: stages %d, smem A ", name, int(M::DispatchPolicy::Stages));
@@ -71,8 +71,10 @@ int main() {
       expect(argon_hopper_mixed::CodesAtom{}(m, k) ==
                  32 * (m % 8) + 8 * ((k % 8) / 2) + 4 * (k % 2) + 2 * (k / 8) + m / 8,
              "CodesAtom", m, k, 0);
-  probe<cutlass::uint4b_t>("4-bit codes");
-  probe<uint8_t>("8-bit codes");
+  probe<cutlass::uint4b_t, 128>("4-bit codes, token tile 128");
+  probe<uint8_t, 128>("8-bit codes, token tile 128");
+  probe<cutlass::uint4b_t, 64>("4-bit codes, token tile 64");
+  probe<uint8_t, 64>("8-bit codes, token tile 64");
   printf(bad ? "%d differences\n" : "ok\n", bad);
   return bad != 0;
 }

@@ -2,8 +2,9 @@
 (argon::hopper_mixed_mm, csrc/hopper/hopper_mixed_gemm.cuh): the GEMMs load 4- or 8-bit codes
 and per-32-value scales and zeros and convert them to bf16 in registers, so no decoded weight
 is written. The formats of 32-value affine groups take it (quant/mixed_repack.py FORMATS:
-Q4_K, Q4_0, Q5_K, Q5_0, Q8_0, IQ4_NL, IQ4_XS). Per call: the flow's plan (tile_m 128) and
-gather (xs: every expert's rows padded to whole tiles), the gate/up GEMM into [R, 2I], the
+Q4_K, Q4_0, Q5_K, Q5_0, Q8_0, IQ4_NL, IQ4_XS). Per call: the flow's plan (tile_m 128, or 64
+where both GEMMs run mixed and the experts hold few rows: default_tile_m) and gather (xs: every
+expert's rows padded to whole tiles), the gate/up GEMM into [R, 2I], the
 activation op (argon's swiglu), the down GEMM into y [R, H], then the flow's combine, as
 cuda_hopper_padded runs its dense GEMMs (the same tile scheduler, the plan's tiles along the
 transposed problem's N).
@@ -158,6 +159,14 @@ def mixed_gemms(w) -> tuple:
     return tuple(role for role in ROLES if runs_mixed(gemm_parts(w, role).values()))
 
 
+def token_tiles(w) -> tuple:
+    """The plans' tile_m a call on `w` can run: the mixed-input GEMM's token tiles where both
+    GEMMs run on it, else 128 (the padded dense GEMM's M tile, for the decoded one)."""
+    if len(mixed_gemms(w)) == len(ROLES):
+        return mixed_ops.TOKEN_TILES
+    return (hopper_configs.PADDED_TILE_M,)
+
+
 def formats(w) -> str:
     """The formats of w's parts in words: "gate_up Q4_K, down Q6_K"."""
     return ", ".join(f"{name} {p.qtype.name}" for name, p in w.parts().items())
@@ -199,9 +208,14 @@ class CudaQuantizedMixed(Experts):
                             f"{mixed_repack.N_ALIGN}")
         # every GGUF block format has K (its n_in) a multiple of 32, so H and I are: what the
         # decoded GEMM's padded dense GEMM needs of K and N
-        if call.tile_m is not None and call.tile_m != hopper_configs.PADDED_TILE_M:
+        if call.tile_m is not None and call.tile_m not in token_tiles(w):
+            if len(mixed) < len(ROLES):
+                decoded = next(r for r in ROLES if r not in mixed)
+                return (f"tile_m={call.tile_m}: with {decoded} decoded onto the padded dense "
+                        f"GEMM the plan's tile_m is {hopper_configs.PADDED_TILE_M} (that GEMM's "
+                        "M tile)")
             return (f"tile_m={call.tile_m}: the mixed-input GEMM runs plans of tile_m "
-                    f"{hopper_configs.PADDED_TILE_M} (its N tile)")
+                    f"{' or '.join(map(str, mixed_ops.TOKEN_TILES))} (its token tile)")
         return ""
 
     def auto_refusal(self, call):
@@ -241,8 +255,15 @@ class CudaQuantizedMixed(Experts):
         return mixed_from_rows(*self.gemm_split(w))
 
     def default_tile_m(self, call, n_entries):
-        """128: the GEMM's tile along the plan's rows, so that every tile holds one expert."""
-        return hopper_configs.PADDED_TILE_M
+        """The GEMM's token tile (every tile holds one expert's rows): 64 where both GEMMs run
+        mixed and the experts hold at most quantized_crossover.MIXED_TOKEN_TILE_64_UP_TO_ROWS
+        rows on average, else 128 (an unknown count of rows, a GEMM decoded onto the padded
+        dense GEMM)."""
+        w = call.weights
+        if n_entries is None or token_tiles(w) == (hopper_configs.PADDED_TILE_M,):
+            return hopper_configs.PADDED_TILE_M
+        rows = n_entries / max(w.n_experts, 1)
+        return 64 if rows <= quantized_crossover.MIXED_TOKEN_TILE_64_UP_TO_ROWS else 128
 
     def workspace(self, call, rows):
         """Buffers for the decoded weights of the GEMMs that do not run mixed (none where both

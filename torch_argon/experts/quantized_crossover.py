@@ -106,6 +106,16 @@ MIXED_FROM_ROWS = {
 MIXED_KERNEL_PASSED_GPU_TESTS = False
 
 
+# The mixed-input GEMM's token tile (the plan's tile_m): 64 up to this many mean rows per expert
+# where both GEMMs run mixed, else 128. By arithmetic, not measured: per K tile a 128 x 64 block
+# of codes is converted (~300 issue cycles of the consumer warps, 4-bit codes, SASS count) and
+# multiplied by the tile's tokens (wgmma: ~512 cycles at 128 tokens, ~256 at 64); an expert of at
+# most 64 rows fills one tile either way, and the 64-token tile spends half the tensor work on
+# padding rows. Above 64 rows two 64-token tiles convert each weight twice. A GEMM decoded onto
+# the padded dense GEMM keeps 128 (that GEMM's M tile).
+MIXED_TOKEN_TILE_64_UP_TO_ROWS = 64
+
+
 def mixed_from_rows(gate_up, down):
     """The rows per expert from which the automatic choice runs cuda_quantized_mixed on a layer
     whose gate/up and down GEMMs run as `gate_up` and `down` (the format the mixed-input GEMM

@@ -13,6 +13,9 @@ from .._kernels import has_kernel as _has_kernel
 from .padded_ops import check_padded_plan
 from .ops import refusal as _hopper_refusal
 
+# The plans' tile_m the kernel runs (its token tile: csrc/hopper/hopper_mixed_gemm.h's tile_rows)
+TOKEN_TILES = (128, 64)
+
 
 def refusal(device) -> str:
     """"" where the mixed-input GEMM runs on `device`, else why not."""
@@ -25,8 +28,8 @@ def refusal(device) -> str:
 
 
 def mixed_mm(x, m, tile_expert, meta, *, out=None):
-    """out [R, N] bf16: for every used tile t of a plan made with tile_m 128 (t < meta[1]),
-    rows 128 t .. 128 t + 127 of x [R, K] (bf16) times W[tile_expert[t]]^T, W the bf16 weights
+    """out [R, N] bf16: for every used tile t of a plan made with tile_m 128 or 64 (t <
+    meta[1]), the tile's rows of x [R, K] (bf16) times W[tile_expert[t]]^T, W the bf16 weights
     of the MixedWeights `m` (mixed_repack.mixed_dequantize's, never materialized); the other
     rows zero, or as they were in `out` where given."""
     if not torch.compiler.is_compiling():
@@ -65,7 +68,7 @@ def _check_shapes(x, codes, scales, zeros, tile_expert, meta):
             raise ValueError(f"{name} must be bfloat16 [E, K / 64, N, 2] = "
                              f"{[e, k // 64, n, 2]} (mixed_repack's), got {t.dtype} of shape "
                              f"{tuple(t.shape)}")
-    check_padded_plan("x", x, tile_expert, meta)
+    check_padded_plan("x", x, tile_expert, meta, tiles=TOKEN_TILES)
     return n
 
 

@@ -29,18 +29,25 @@ def padded_mm(a, w, tile_expert, meta, config, *, out=None):
 
 # ---- fakes: output shapes from the arguments' shapes alone ------------------------------------
 
-def check_padded_plan(name, a, tile_expert, meta):
+def check_padded_plan(name, a, tile_expert, meta, tiles=(configs.PADDED_TILE_M,)):
     """The plan arguments of a GEMM over the padded plan (this op's and the mixed-input GEMM's):
-    tile_expert int32 [R / 128], `name` (a) with 128 rows per tile, meta int32 [4]."""
+    tile_expert int32 [R / t], `name` (a) with t rows per tile for a t in `tiles` (the plan's
+    tile_m; 128 for this op), meta int32 [4]. Returns t (the first of `tiles` where there are no
+    tiles)."""
     if tile_expert.dim() != 1 or tile_expert.dtype != torch.int32:
-        raise ValueError(f"tile_expert must be the plan's int32 [R / 128], got "
+        per = tiles[0] if len(tiles) == 1 else "tile_m"
+        raise ValueError(f"tile_expert must be the plan's int32 [R / {per}], got "
                          f"{tile_expert.dtype} of shape {tuple(tile_expert.shape)}")
-    if a.shape[0] != tile_expert.shape[0] * configs.PADDED_TILE_M:
-        raise ValueError(f"{name} must have 128 rows per tile of tile_expert (a plan made with "
-                         f"tile_m = 128), got {a.shape[0]} rows and {tile_expert.shape[0]} tiles")
+    n_tiles, rows = tile_expert.shape[0], a.shape[0]
+    tile = tiles[0] if n_tiles == 0 else rows // n_tiles
+    if tile not in tiles or rows != tile * n_tiles:
+        allowed = " or ".join(str(t) for t in tiles)
+        raise ValueError(f"{name} must have {allowed} rows per tile of tile_expert (a plan made "
+                         f"with tile_m = {allowed}), got {rows} rows and {n_tiles} tiles")
     if tuple(meta.shape) != (4,) or meta.dtype != torch.int32:
         raise ValueError(f"meta must be int32 of shape [4] (the plan's), got {meta.dtype} of "
                          f"shape {tuple(meta.shape)}")
+    return tile
 
 
 def _check_shapes(a, w, tile_expert, meta, config):

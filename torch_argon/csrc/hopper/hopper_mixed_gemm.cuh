@@ -16,7 +16,7 @@
 // scheduler is the padded plan's (hopper_padded_scheduler.cuh) with the plan's tiles along N
 // (tag PaddedTilesTokensAlongN): output tile (m, n) of a used plan tile n has L = tile_expert[n].
 // Per K tile of 64 the producer loads the 128 x 64 codes of A (4 K blocks of 8 contiguous
-// 16 x 16 blocks), the 128 x 64 bf16 of B and the
+// 16 x 16 blocks), the t x 64 bf16 of B and the
 // 128 scale and 128 zero pairs (uint32: both groups of the tile, from [n_experts, k / 64, n]);
 // each consumer warpgroup (cooperative: two, 64 rows of M each) loads a thread's 8 codes of a
 // K block with one 32-bit (4-bit codes) or 64-bit (8-bit) shared-memory load, converts them
@@ -24,12 +24,15 @@
 // fp32 accumulators to bf16 once.
 //
 // Launch shape. min(sm_count, ceil(n / 128) * max_tiles_m) CTAs of 384 threads (one producer
-// warpgroup, two consumer warpgroups), persistent, tile 128 x 128 x 64, cluster 1 x 1, the
-// stages the shared memory allows after the epilogue's (StageCountAutoCarveout).
+// warpgroup, two consumer warpgroups), persistent, tile 128 x t x 64 with t the plan's tile_m
+// (128, or 64 where experts hold few rows: a 64-token tile halves the wgmma work spent on
+// padding rows, while each K tile's conversion, the same 128 x 64 codes, is then amortized over
+// half the tokens), cluster 1 x 1, the stages the shared memory allows after the epilogue's
+// (StageCountAutoCarveout).
 //
 // Limits. k a multiple of 64 (the K tile), n a multiple of 16 (the codes' blocks; the
 // output's 16-byte rows), all pointers 16-byte aligned (the glue's checks),
-// rows = 128 * max_tiles_m.
+// rows = t * max_tiles_m.
 #pragma once
 
 #include <cstdint>
@@ -55,13 +58,18 @@ namespace argon_hopper_mixed {
 using cute::Int;
 using cute::Shape;
 
-// What both code widths share: shapes, strides, the epilogue. Kept out of the template below
-// (its only parameter is the codes' element, used by the mainloop alone): gcc, nvcc's host
-// compiler, fails to parse CUTLASS's epilogue builder named from inside a class template.
+// What both code widths share: shapes, strides, the epilogue, per token tile (the plan's tile_m:
+// 128, or 64 where experts hold few rows and half of a 128-row tile would be padding). Kept out of
+// the template below (its codes' element is used by the mainloop alone): gcc, nvcc's host
+// compiler, fails to parse CUTLASS's epilogue builder named from inside a class template that
+// does not use its parameter there.
+template <int TokenTile>
 struct MixedCommon {
+  static_assert(TokenTile == 64 || TokenTile == 128, "the plan's tile_m: 64 or 128");
+  static constexpr int kTokenTile = TokenTile;
   using Element = cutlass::bfloat16_t;
   using Pair = uint32_t;  // two bf16 groups (hopper_mixed_convert.cuh)
-  using TileShape = Shape<Int<128>, Int<ARGON_HOPPER_PADDED_TILE_M>, Int<64>>;  // M, N (plan), K
+  using TileShape = Shape<Int<128>, Int<TokenTile>, Int<64>>;  // M, N (plan), K
   using ClusterShape = Shape<Int<1>, Int<1>, Int<1>>;
   using ProblemShape = Shape<int, int, int, int>;
   // codes (n, k, expert) in 16 x 16 blocks, each thread's 8 values of a K block contiguous
@@ -72,33 +80,36 @@ struct MixedCommon {
   using StrideD = cute::Stride<Int<1>, int64_t, Int<0>>;   // d^T (n, row, -)
   static constexpr int kAlignB = 8;
   static constexpr int kAlignD = 8;
-};
 
-using MixedEpilogue = cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, MixedCommon::TileShape,
-    MixedCommon::ClusterShape, cutlass::epilogue::collective::EpilogueTileAuto, float, float,
-    void, MixedCommon::StrideD, MixedCommon::kAlignD, MixedCommon::Element, MixedCommon::StrideD,
-    MixedCommon::kAlignD, cutlass::epilogue::TmaWarpSpecializedCooperative,
-    cutlass::epilogue::fusion::LinearCombination<MixedCommon::Element, float, void, float>>::
-    CollectiveOp;
-constexpr int kEpilogueSmem = static_cast<int>(sizeof(MixedEpilogue::SharedStorage));
+  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, StrideD, kAlignD,
+      Element, StrideD, kAlignD, cutlass::epilogue::TmaWarpSpecializedCooperative,
+      cutlass::epilogue::fusion::LinearCombination<Element, float, void, float>>::CollectiveOp;
+  static constexpr int kEpilogueSmem = static_cast<int>(sizeof(typename Epilogue::SharedStorage));
+};
 
 // The layout's premise (as the padded GEMM's): B's and D's tensor maps ignore the expert.
 template <class Tma>
 using LStride = cute::tuple_element_t<2, typename Tma::AuxParams::GmemStrides>;
-static_assert(cute::is_constant<0, LStride<MixedEpilogue::Params::TMA_D>>::value,
-              "d's tensor map must ignore the expert (L) coordinate");
 
-// The kernel for codes of element Narrow (cutlass::uint4b_t or uint8_t).
-template <class NarrowElement>
-struct MixedGemm : MixedCommon {
+// The kernel for codes of element Narrow (cutlass::uint4b_t or uint8_t) and a token tile.
+template <class NarrowElement, int TokenTile>
+struct MixedGemm : MixedCommon<TokenTile> {
+  using Common = MixedCommon<TokenTile>;
   using Narrow = NarrowElement;
+  using Element = typename Common::Element;
+  using Pair = typename Common::Pair;
+  using TileShape = typename Common::TileShape;
+  using StrideB = typename Common::StrideB;
+  using StrideD = typename Common::StrideD;
   static constexpr int kAlignA = 128 / cutlass::sizeof_bits<Narrow>::value;  // 16 bytes of codes
-  using CollectiveEpilogue = MixedEpilogue;
+  using CollectiveEpilogue = typename Common::Epilogue;
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cute::tuple<Narrow, Pair, Pair>,
-      LayoutA, kAlignA, Element, StrideB, kAlignB, float, TileShape, ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<kEpilogueSmem>,
+      typename Common::LayoutA, kAlignA, Element, StrideB, Common::kAlignB, float, TileShape,
+      typename Common::ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<Common::kEpilogueSmem>,
       cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
 
   // The collective converts with our specialization, not CUTLASS's general one.
@@ -110,9 +121,11 @@ struct MixedGemm : MixedCommon {
                 "scales and zeros");
   static_assert(cute::is_constant<0, LStride<typename CollectiveMainloop::Params::TMA_B>>::value,
                 "x's tensor map must ignore the expert (L) coordinate");
+  static_assert(cute::is_constant<0, LStride<typename CollectiveEpilogue::Params::TMA_D>>::value,
+                "d's tensor map must ignore the expert (L) coordinate");
 
-  using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop,
-                                                      MixedEpilogue,
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<typename Common::ProblemShape,
+                                                      CollectiveMainloop, CollectiveEpilogue,
                                                       argon_hopper_padded::PaddedTilesTokensAlongN>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 };
@@ -123,7 +136,10 @@ template <class G>
 int run(const ArgonHopperMixedGemm& p, char* err, int err_len) {
   using Mainloop = typename G::CollectiveMainloop;
   using StrideScale = typename Mainloop::StrideScale;
-  const int rows = p.max_tiles_m * ARGON_HOPPER_PADDED_TILE_M;
+  if (p.tile_rows != G::kTokenTile)
+    return argon_hopper_launch::fail(err, err_len, kKernel, "the unit's token tile is not the plan's",
+                                     "");
+  const int rows = p.max_tiles_m * G::kTokenTile;
   const int64_t k = p.k, n = p.n;
   cutlass::KernelHardwareInfo hw{};
   cudaGetDevice(&hw.device_id);

@@ -2,14 +2,14 @@
 // hopper_mixed_u<bits>_*.cu, built by nvcc for sm_90a against CUTLASS's headers like the padded
 // GEMM's units: build_tools/hopper_build.py). Free of torch and of CUDA headers.
 //
-// The GEMM, over a plan made with tile_m = 128 (every expert's rows padded to whole 128-row
-// tiles), with the weights as torch_argon/quant/mixed_repack.py repacks a GGUF stack of 32-value
-// affine groups (w = s * u + z per group):
+// The GEMM, over a plan made with tile_m = t, t = tile_rows: 128, or 64 (every expert's rows
+// padded to whole t-row tiles), with the weights as torch_argon/quant/mixed_repack.py repacks a
+// GGUF stack of 32-value affine groups (w = s * u + z per group):
 //
-//   d[128 m + r, j] = sum_k x[128 m + r, k] * w[tile_expert[m]][j, k]   for r < 128, m < used
+//   d[t m + r, j] = sum_k x[t m + r, k] * w[tile_expert[m]][j, k]   for r < t, m < used
 //   w[e][j, k] = bf16(u[e, j, k] * s[e, j, k / 32] + z[e, j, k / 32])
 //
-// x [rows, k] bf16 row-major with rows = 128 * max_tiles_m; codes [n_experts, k / 16, n / 16,
+// x [rows, k] bf16 row-major with rows = t * max_tiles_m; codes [n_experts, k / 16, n / 16,
 // 256 values] (uint8 bytes; bits 4: value o in byte o / 2, the low nibble for even o; bits 8:
 // one byte a value): 16 x 16 blocks (row j, k) with the value of (j, k) at o = 32 (j % 8) +
 // 8 ((k % 8) / 2) + 4 (k % 2) + 2 ((k % 16) / 8) + (j % 16) / 8 of its block (every thread's
@@ -37,11 +37,12 @@ typedef struct ArgonHopperMixedGemm {
   int n;          // a multiple of 16
   int k;          // a multiple of 64
   int code_bits;  // 4 or 8
+  int tile_rows;  // the plan's tile_m, the kernel's token tile: 64 or 128
   int sm_count;
   void* stream;
 } ArgonHopperMixedGemm;
 
 // Launches the GEMM (no workspace). Returns 0, or 1 with a message in err (n, k or code_bits
-// out of range, a configuration CUTLASS refused, a launch the runtime refused).
+// or tile_rows out of range, a configuration CUTLASS refused, a launch the runtime refused).
 int argon_hopper_mixed_gemm(const ArgonHopperMixedGemm* gemm, char* err, int err_len);
 }

@@ -6,12 +6,12 @@
 //                   Tensor meta) -> Tensor
 //   hopper_mixed_mm_out(Tensor x, Tensor codes, Tensor scales, Tensor zeros,
 //                       Tensor tile_expert, Tensor meta, Tensor(a!) out) -> ()
-//       x [R, K] bf16 rows laid out by a plan of tile_m 128 (R = 128 * tiles); codes uint8
+//       x [R, K] bf16 rows laid out by a plan of tile_m t = 128 or 64 (R = t * tiles); codes uint8
 //       [E, K / 16, N / 16, 128] (4-bit codes) or [E, K / 16, N / 16, 256] (8-bit): 16 x 16
 //       blocks of codes in the kernel's reordered order, scales and zeros bf16
 //       [E, K / 64, N, 2] (torch_argon/quant/mixed_repack.py's MixedWeights); tile_expert
-//       [R / 128] and meta [4] int32 (the plan's): for every used tile m (m < meta[1]),
-//       out[128 m + r] = x[128 m + r] @ W[tile_expert[m]]^T for r < 128, W = mixed_dequantize's
+//       [R / t] and meta [4] int32 (the plan's): for every used tile m (m < meta[1]),
+//       out[t m + r] = x[t m + r] @ W[tile_expert[m]]^T for r < t, W = mixed_dequantize's
 //       bf16 weights (fp32 accumulation, rounded once to bf16). The functional form's other rows
 //       are zero; the _out form leaves them as they were. K a multiple of 64, N of 16 (by
 //       construction: N = 16 * codes.size(2)).
@@ -49,6 +49,16 @@ void check_pairs(const Tensor& t, const char* name, int64_t e, int64_t k, int64_
                     ", 2] (mixed_repack's), got ", t.scalar_type(), " of shape ", t.sizes());
 }
 
+// The plan's tile_m (the kernel's token tile): x's rows per tile of tile_expert where that is 128
+// or 64 (128 where there are no tiles), else 0.
+int64_t tile_rows(const Tensor& x, const Tensor& tile_expert) {
+  const int64_t tiles = tile_expert.size(0), rows = x.size(0);
+  if (tiles == 0) return rows == 0 ? 128 : 0;
+  for (const int64_t tile : {128, 64})
+    if (rows == tile * tiles) return tile;
+  return 0;
+}
+
 // out's shape [R, N] from the inputs, after every check but out's.
 std::vector<int64_t> check_mixed_inputs(const Tensor& x, const Tensor& codes,
                                         const Tensor& scales, const Tensor& zeros,
@@ -73,11 +83,11 @@ std::vector<int64_t> check_mixed_inputs(const Tensor& x, const Tensor& codes,
   check_pairs(scales, "scales", e, k, n);
   check_pairs(zeros, "zeros", e, k, n);
   TORCH_CHECK_VALUE(tile_expert.dim() == 1 && tile_expert.scalar_type() == at::kInt,
-                    "tile_expert must be the plan's int32 [R / 128], got ",
+                    "tile_expert must be the plan's int32 [R / tile_m], got ",
                     tile_expert.scalar_type(), " of shape ", tile_expert.sizes());
-  TORCH_CHECK_VALUE(x.size(0) == tile_expert.size(0) * ARGON_HOPPER_PADDED_TILE_M,
-                    "x must have 128 rows per tile of tile_expert (a plan made with tile_m = "
-                    "128), got ", x.size(0), " rows and ", tile_expert.size(0), " tiles");
+  TORCH_CHECK_VALUE(tile_rows(x, tile_expert) != 0,
+                    "x must have 128 or 64 rows per tile of tile_expert (a plan made with tile_m = "
+                    "128 or 64), got ", x.size(0), " rows and ", tile_expert.size(0), " tiles");
   TORCH_CHECK_VALUE(x.size(0) <= std::numeric_limits<int32_t>::max(),
                     "x's rows must fit in int32, got ", x.size(0));
   check_plan_vector(meta, "meta", ARGON_META_SIZE);
@@ -116,6 +126,7 @@ void hopper_mixed_mm_out(const Tensor& x_in, const Tensor& codes_in, const Tenso
   gemm.n = static_cast<int>(16 * codes.size(2));
   gemm.k = static_cast<int>(x.size(1));
   gemm.code_bits = codes.size(3) == 256 ? 8 : 4;
+  gemm.tile_rows = static_cast<int>(tile_rows(x, tile_expert));
   gemm.sm_count = prop->multiProcessorCount;
   gemm.stream = at::cuda::getCurrentCUDAStream(x.device().index()).stream();
   char err[512] = "";
