@@ -91,12 +91,30 @@ def worker(args):
                 sync()
                 times.append(time.perf_counter() - t0)
             record["prefill"][str(T)] = round(statistics.median(times) * 1e3, 1)
+        if args.profile:
+            profile_forward(model, ids, cuda)
     if cuda:
         record["peak_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
     else:
         record["peak_mb"] = round((_status("VmHWM:") - before) / 2**20, 1)
         record["peak_reset"] = reset
     print(json.dumps(record))
+
+
+def profile_forward(model, ids, cuda):
+    """One more forward (the last T) under torch.profiler: its top operators by self time, on
+    the device and on the host, to stderr (where a forward's time goes: kernels or launches)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        model(ids, use_cache=False)
+        if cuda:
+            torch.cuda.synchronize()
+    table = prof.key_averages()
+    for key in (["self_cuda_time_total"] if cuda else []) + ["self_cpu_time_total"]:
+        print(f"== {key}, T={ids.shape[1]}", file=sys.stderr)
+        print(table.table(sort_by=key, row_limit=18, max_name_column_width=60), file=sys.stderr)
 
 
 def main():
@@ -111,6 +129,9 @@ def main():
     p.add_argument("--json", help="default: bench/results/cpu_gguf.json on cpu, "
                                   "$OUT/h200_gguf.json on cuda")
     p.add_argument("--note", default="", help="recorded with the results (e.g. machine load)")
+    p.add_argument("--profile", action="store_true",
+                   help="after the timing, each path's top operators of one forward at the last "
+                        "T (torch.profiler: device and host self time)")
     p.add_argument("--worker", choices=PATHS, dest="path")
     args = p.parse_args()
     cuda = args.device == "cuda"
@@ -131,12 +152,15 @@ def main():
             cmd = [sys.executable, os.path.abspath(__file__), "--worker", path,
                    "--file", args.file, "--device", args.device, "--layers", str(args.layers),
                    "--repeats", str(args.repeats), "--vocab", str(args.vocab),
-                   "--threads", str(args.threads), "--T", *map(str, args.T)]
+                   "--threads", str(args.threads), "--T", *map(str, args.T)] + (
+                       ["--profile"] if args.profile else [])
             env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
             out = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if out.returncode:
                 sys.exit(f"{path} failed:\n{out.stderr[-4000:]}")
             results[path] = json.loads(out.stdout.strip().splitlines()[-1])
+            if args.profile:
+                print(f"== {path}\n{out.stderr[-12000:]}", flush=True)
             print(path, results[path], flush=True)
 
     a, t = results["argon"], results["transformers"]
