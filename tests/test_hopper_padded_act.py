@@ -473,3 +473,22 @@ def test_opcheck_both_forms():
             out = torch.zeros(a.shape[0], 16, dtype=torch.bfloat16, device="cuda")
             torch.library.opcheck(torch.ops.argon.hopper_padded_act_mm_out.default,
                                   (a, wi, plan.tile_expert, plan.meta, config, activation, out))
+
+
+def test_the_dequant_paths_decoded_workspace_never_takes_the_fused_gemm(contracts, monkeypatch):
+    """cuda_quantized_dequant runs cuda_hopper_padded's stages on a workspace it decodes in
+    place at every call: its instance keeps the unfused stages (no interleaved copy cached for
+    a buffer that changes under it)."""
+    from torch_argon.experts import cuda_quantized_dequant, registry
+    assert registry.BY_NAME["cuda_hopper_padded"].fuses_activation
+    assert not cuda_quantized_dequant._PADDED.fuses_activation
+    monkeypatch.setattr(configs, "FUSE_ACTIVATION", True)
+    x, ids, w, experts = dyadic_case()
+    plan = torch_argon.argon_ops.moe_plan(ids, w, experts.n_experts, TILE)
+    xs = torch_argon.argon_ops.moe_gather(x, plan)
+    call = torch_argon.experts.ExpertsCall.of(x, experts, ops=torch_argon.argon_ops,
+                                              n_entries=ids.numel())
+    cuda_quantized_dequant._PADDED.gate_up_act(call, xs, plan, "pingpong_128x128")
+    assert contracts.calls == 0
+    registry.BY_NAME["cuda_hopper_padded"].gate_up_act(call, xs, plan, "pingpong_128x128")
+    assert contracts.calls == 1

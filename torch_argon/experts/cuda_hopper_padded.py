@@ -24,20 +24,23 @@ The activation in the gate/up GEMM's epilogue (argon::hopper_padded_act_mm, csrc
 hopper_padded_act_epilogue.cuh): the GEMM writes h [R, I] = act(gate) * up straight from its
 accumulators, bit for bit the unfused GEMM + swiglu, so gu [R, 2I] is neither written nor read
 back (at E=128 K=8 H=2048 I=768 T=8192, about 73.7k padded rows: gu is 226 MB, written and
-read again, ~450 MB of traffic, plus the swiglu launch; h's 113 MB are written either way). It reads the gate/up stack with gate and up rows interleaved in blocks of 8
+read again, ~450 MB of traffic, plus the swiglu launch; h's 113 MB are written either way).
+It reads the gate/up stack with gate and up rows interleaved in blocks of 8
 (hopper.interleave_gate_up), made once per stack at its first fused call and kept beside it
 (_INTERLEAVED: keyed weakly by the stack's base tensor, checked against the view's offset,
-shape and strides and the version counter, so an in-place change re-interleaves): a second copy
-of gate_up in device memory (E * 2I * H values: 805 MB in bf16 at E=128 H=2048 I=768, per
-layer), the price of a kernel whose mainloop is the plain GEMM's (a 5-D tensor map that reads
-the original stack in the interleaved order would remove it; not built). Status: built and
-checked on the host, not yet run on a GPU; until its GPU tests pass
-(hopper/configs.py FUSED_ACTIVATION_PASSED_GPU_TESTS) the path runs the unfused stages, and
+shape and strides and the version counter, so an in-place change re-interleaves; a change the
+counter does not see, such as one through `.data`, goes unseen, as for the mixed path's repack
+cache; cuda_quantized_dequant's decoded workspace never takes it): a second copy of gate_up in
+device memory (E * 2I * H values: 805 MB in bf16 at E=128 H=2048 I=768, per layer), the price
+of a kernel whose mainloop is the plain GEMM's (a 5-D tensor map that reads the original stack
+in the interleaved order would remove it; not built). Status: built and checked on the host,
+not yet run on a GPU; until its GPU tests pass (hopper/configs.py
+FUSED_ACTIVATION_PASSED_GPU_TESTS) the path runs the unfused stages, and
 hopper.configs.FUSE_ACTIVATION (a module switch: True / False / None) forces either for the
 tests and the benchmark. Where the fused GEMM cannot run (fused_gate_up_refusal: under
-torch.compile tracing, whose graph cannot read the cache; inside a CUDA graph capture before the
-stack's first eager fused call, which would capture the interleaving copy; a build without its
-units) the path runs the unfused stages, with the same result.
+torch.compile tracing, whose graph cannot read the cache; inside a CUDA graph capture before
+the stack's first eager fused call, which would capture the interleaving copy; a build without
+its units) the path runs the unfused stages, with the same result.
 """
 import threading
 
@@ -79,11 +82,17 @@ class CudaHopperPadded(dense.CudaHopperDense):
         """Every used tile of the plan (padding rows included), its expert from tile_expert."""
         return hopper.padded_mm(a, w, plan.tile_expert, plan.meta, config, out=out)
 
+    # Whether gate_up_act may take the fused GEMM, whose interleaved stack is cached per weight
+    # tensor: cuda_quantized_dequant's instance turns it off (its stacks are a workspace decoded
+    # in place at every call).
+    fuses_activation = True
+
     def gate_up_act(self, call, xs, plan, config):
         """h [R, I]: the gate/up GEMM with the activation in its epilogue where
         hopper.configs.fuse_activation() asks for it and the call allows it, else the unfused
         stages (the same bits)."""
-        if not hopper.configs.fuse_activation() or fused_gate_up_refusal(call):
+        if (not self.fuses_activation or not hopper.configs.fuse_activation()
+                or fused_gate_up_refusal(call)):
             return super().gate_up_act(call, xs, plan, config)
         w = call.weights
         h = xs.new_empty((xs.shape[0], w.inter))
