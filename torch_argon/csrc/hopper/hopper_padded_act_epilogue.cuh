@@ -11,8 +11,12 @@
 // swiglu kernel evaluates, with CUDA's expf / erff / tanhf), one rounding to nearest even. The
 // units are compiled with --fmad=false, as the swiglu kernel is (setup.py's nvcc flags;
 // build_tools/hopper_build.py UNIT_FLAGS), so no multiply-add of the activation is contracted
-// into an fma differently: h is the unfused path's h bit for bit (tests/test_cuda_hopper_padded.py
-// checks it on the GPU for both dtypes, every activation and both configurations).
+// into an fma differently. The accumulators themselves are the plain GEMM's: the same tile,
+// wgmma instruction and K order, the interleaved stack only moving a column within the tile (a
+// wgmma's sum for one output does not depend on its column's place: the premise the GPU tests
+// check with the rest). So h is the unfused path's h bit for bit
+// (tests/test_hopper_padded_act.py checks it on the GPU for both dtypes, every activation and
+// both configurations).
 //
 // Pairing. The weight stack's gate and up rows are interleaved in blocks of 8 (torch_argon/
 // hopper/padded_ops.py interleave_gate_up): the GEMM's column 16 j + c (c < 8) is gate column
