@@ -138,7 +138,7 @@ def choose_padded(rows_per_expert: float, device_name: str, dtype_name: str):
 # ---- the activation in the padded gate/up GEMM's epilogue (argon::hopper_padded_act_mm) -------
 
 # Whether the gate/up GEMM with the activation fused (csrc/hopper/hopper_padded_act_epilogue.cuh)
-# has passed its GPU tests (tests/test_cuda_hopper_padded.py: h bit for bit the unfused GEMM +
+# has passed its GPU tests (tests/test_hopper_padded_act.py: h bit for bit the unfused GEMM +
 # swiglu's, every configuration, dtype and activation, graphs, opcheck). Built and checked on the
 # host only (2026-12-06: compiled, SASS, the pairing probe): until a device run passes them,
 # cuda_hopper_padded keeps its unfused stages (gate/up GEMM into gu, the swiglu op, down)
