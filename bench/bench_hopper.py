@@ -17,6 +17,13 @@ What it measures, per expert shape (E, K, H, I) and T:
     both (the same numerator, so the padded kernel pays for its padding rows in the rate): the
     numbers the tuned tables (configs.MEASURED, configs.PADDED_MEASURED) are filled from, and
     the rows the run suggests for them ("suggested_measured", per kernel);
+  - the padded path with the activation in its gate/up GEMM's epilogue
+    ("cuda_hopper_padded_fused_act": hopper.configs.FUSE_ACTIVATION set to True around the
+    call, records with "fused_activation": true), and its output against the unfused padded
+    path's bit for bit ("kind": "fused_activation_bits"); while the fused GEMM has not passed its
+    GPU tests "cuda_hopper_padded" is the unfused one, afterwards "cuda_hopper_padded_unfused_act"
+    is measured beside it; and per padded configuration the fused gate/up GEMM alone
+    ("gemm": "gate_up_act") against the GEMM followed by the swiglu op ("gate_up_swiglu");
   - the floors: every expert's weights read once at --hbm-tbps, the T*K*6*H*I FLOP at
     --matrix-tflops; "larger_floor_us" is the larger of the two.
 vLLM's Triton fused_moe (with its own tuned configs) runs where bench/baselines/
@@ -44,6 +51,21 @@ SHAPES = ((512, 10, 2048, 512), (128, 8, 2048, 768))  # (E, K, H, I)
 T_ALL = (128, 512, 2048, 8192, 16384)
 T_QUICK = (512, 8192)
 PATHS = ("cuda_hopper_padded", "cuda_hopper_dense", "triton_dense")
+FUSED = "cuda_hopper_padded_fused_act"  # the padded path with FUSE_ACTIVATION True
+UNFUSED = "cuda_hopper_padded_unfused_act"  # ... False (measured where the default fuses)
+
+
+def with_fused_activation(flag, fn):
+    """fn with hopper.configs.FUSE_ACTIVATION set to flag while it runs (eager, warm-up and
+    capture alike: the path reads the switch at every call)."""
+    def run():
+        saved = hopper.configs.FUSE_ACTIVATION
+        hopper.configs.FUSE_ACTIVATION = flag
+        try:
+            return fn()
+        finally:
+            hopper.configs.FUSE_ACTIVATION = saved
+    return run
 
 
 def vllm_baseline():
@@ -88,11 +110,22 @@ def gemm_records(experts, x, ids, w, shape, T, dtype):
         gu = xs.new_empty((R, 2 * I))
         h = torch.randn(R, I, device=x.device).to(dtype)
         y = xs.new_empty((R, H))
+        fused = kernel == "padded" and not hopper.padded_ops.act_refusal(x.device)
+        if fused:
+            interleaved = hopper.interleave_gate_up(experts.gate_up)
+            h_act = xs.new_empty((R, I))
         for name in names:
-            for gemm, a, wt, dst, n, k in (("gate_up", xs, experts.gate_up, gu, 2 * I, H),
-                                           ("down", h, experts.down, y, H, I)):
-                us = cuda_graph_replays_us(
-                    lambda a=a, wt=wt, dst=dst, name=name: impl.gemm(a, wt, plan, name, dst))
+            timed = [("gate_up", 2 * I, H,
+                      lambda name=name: impl.gemm(xs, experts.gate_up, plan, name, gu)),
+                     ("down", H, I, lambda name=name: impl.gemm(h, experts.down, plan, name, y))]
+            if fused:  # the fused gate/up GEMM against the GEMM + the swiglu op (same rows)
+                timed += [("gate_up_act", 2 * I, H, lambda name=name: hopper.padded_act_mm(
+                              xs, interleaved, plan.tile_expert, plan.meta, name, "silu",
+                              out=h_act)),
+                          ("gate_up_swiglu", 2 * I, H, lambda name=name: ops.swiglu(
+                              impl.gemm(xs, experts.gate_up, plan, name, gu)))]
+            for gemm, n, k, fn in timed:
+                us = cuda_graph_replays_us(fn)
                 out.append(dict(kind="gemm", kernel=kernel, gemm=gemm, config=name, E=E, K=K,
                                 H=H, I=I, T=T, rows=n_valid, computed_rows=n_rows,
                                 median_us=round(us, 2),
@@ -135,10 +168,17 @@ def bench_shape(shape, ts, dtype, args, vllm, records, save):
         outputs = {}
         calls = {p: (lambda p=p: torch_argon.moe_experts(x, ids, w, experts, path=p))
                  for p in PATHS}
+        padded = calls["cuda_hopper_padded"]
+        calls[FUSED] = with_fused_activation(True, padded)
+        if hopper.configs.fuse_activation():  # the default fuses: the unfused stages beside it
+            calls[UNFUSED] = with_fused_activation(False, padded)
         if vllm_fn is not None:
             calls["vllm_fused_moe"] = lambda: vllm_fn(x, w, ids)
         for name, call in calls.items():
             r = dict(base, kind="experts_path", path=name)
+            if name.startswith("cuda_hopper_padded"):
+                r["fused_activation"] = (name == FUSED or name != UNFUSED
+                                         and hopper.configs.fuse_activation())
             try:
                 outputs[name] = call()
                 r["median_us"] = round(cuda_graph_replays_us(call), 1)
@@ -149,6 +189,10 @@ def bench_shape(shape, ts, dtype, args, vllm, records, save):
                 traceback.print_exc()
             records.append(r)
             print(f"E={E} T={T:6d} {name:18s} {r.get('median_us', r.get('error'))}", flush=True)
+        unfused = UNFUSED if UNFUSED in outputs else "cuda_hopper_padded"
+        if FUSED in outputs and unfused in outputs:
+            records.append(dict(base, kind="fused_activation_bits", fused=FUSED, unfused=unfused,
+                                bits_equal=bool(torch.equal(outputs[FUSED], outputs[unfused]))))
         if "triton_dense" in outputs:
             for name, out in outputs.items():
                 records.append(dict(base, kind="agreement", path=name,

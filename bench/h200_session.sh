@@ -25,6 +25,8 @@
 #                                       # dequant vs bf16 (h200_mixed.sh)
 #   bash bench/h200_session.sh limits   # build, ncu of the mixed and padded GEMMs, the GGUF
 #                                       # model's prefill (h200_mixed_limits.sh)
+#   bash bench/h200_session.sh act      # build, the fused gate/up activation's tests, then
+#                                       # fused vs unfused timed (h200_act.sh)
 # Extra arguments go to the step's script. Carry: .whl (nvidia-cutlass wheel), .baselines
 # (bench/baselines/stage_vllm.sh), bench/baselines/ggml_src (bench/baselines/stage_ggml.sh) or
 # the binary bench/baselines/build_ggml_cuda.sh made from it (bench/baselines/ggml_bin); the
@@ -38,7 +40,8 @@ here="$(dirname "$0")"
 # NVCC_APPEND_FLAGS= (set, empty) leaves the lab loops out: a shorter build; `once` leaves them
 # out unless the caller sets the flags
 [ "${1:-}" = once ] || [ "${1:-}" = profile ] || [ "${1:-}" = stalls ] ||
-  [ "${1:-}" = dequant ] || [ "${1:-}" = mixed ] || [ "${1:-}" = limits ] &&
+  [ "${1:-}" = dequant ] || [ "${1:-}" = mixed ] || [ "${1:-}" = limits ] ||
+  [ "${1:-}" = act ] &&
   NVCC_APPEND_FLAGS="${NVCC_APPEND_FLAGS-}"
 export NVCC_APPEND_FLAGS="${NVCC_APPEND_FLAGS--DGPUQ_LAB_LOOPS=1}"
 . "$here/gpu_env.sh"  # CUTLASS's headers from .whl/ among the rest, for every step alike
@@ -61,5 +64,6 @@ case "$step" in
   dequant) bash "$here/h200_dequant.sh" "$@" ;;
   mixed) bash "$here/h200_mixed.sh" "$@" ;;
   limits) bash "$here/h200_mixed_limits.sh" "$@" ;;
-  *) echo "usage: bash bench/h200_session.sh build|hopper|quant|loops|vllm|suite|once|profile|stalls|points|dequant|mixed|limits [args]"; exit 2 ;;
+  act) bash "$here/h200_act.sh" "$@" ;;
+  *) echo "usage: bash bench/h200_session.sh build|hopper|quant|loops|vllm|suite|once|profile|stalls|points|dequant|mixed|limits|act [args]"; exit 2 ;;
 esac

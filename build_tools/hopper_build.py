@@ -26,6 +26,25 @@ OBJ_DIR = os.path.join("build", "argon_hopper")
 CUTLASS_VERSION = "4.2.0.0"  # the nvidia-cutlass wheel the unit was written and checked against
 NVCC_FLAGS = ("-std=c++17", "-O3", "-DNDEBUG", "-lineinfo", "--expt-relaxed-constexpr",
               "-gencode=arch=compute_90a,code=sm_90a", "-Xcompiler", "-fPIC")
+# More flags for the units whose file name starts with a key: the gate/up GEMM with the
+# activation in its epilogue computes swiglu's fp32 expression (csrc/shared/activation.h
+# argon_gated) and must contract it exactly as the swiglu kernel does, which setup.py compiles
+# with --fmad=false (no multiply-add fused into an fma); its mainloop (wgmma) has no float
+# multiply-add for the flag to change.
+UNIT_FLAGS = {"hopper_padded_act_": ("--fmad=false",)}
+# Headers outside csrc/hopper that units include (a change recompiles them).
+SHARED_HEADERS = (os.path.join("torch_argon", "csrc", "shared", "activation.h"),
+                  os.path.join("torch_argon", "csrc", "shared", "swiglu_params.h"),
+                  os.path.join("torch_argon", "csrc", "shared", "portable.h"),
+                  os.path.join("torch_argon", "csrc", "shared", "argon_params.h"),
+                  os.path.join("torch_argon", "csrc", "cuda", "cuda_math.cuh"))
+
+
+def unit_flags(src):
+    """The flags of UNIT_FLAGS that unit `src` (a path) takes."""
+    name = os.path.basename(src)
+    return tuple(f for prefix, flags in UNIT_FLAGS.items() if name.startswith(prefix)
+                 for f in flags)
 
 
 def cutlass_root():
@@ -96,7 +115,8 @@ def compile_commands(root_dir, out_dir, extra=()):
     cmds = []
     for src in units(root_dir):
         obj = os.path.join(out_dir, os.path.basename(src).replace(".cu", ".o"))
-        cmds.append((obj, [nvcc(), *NVCC_FLAGS, *extra, *incs, "-c", src, "-o", obj]))
+        cmds.append((obj, [nvcc(), *NVCC_FLAGS, *unit_flags(src), *extra, *incs, "-c", src,
+                           "-o", obj]))
     return cmds
 
 
@@ -130,7 +150,8 @@ def build(root_dir, cuda: bool, logged=None):
         return [], why
     out_dir = os.path.join(root_dir, OBJ_DIR)
     os.makedirs(out_dir, exist_ok=True)
-    headers = glob.glob(os.path.join(root_dir, UNIT_DIR, "*.h*"))
+    headers = glob.glob(os.path.join(root_dir, UNIT_DIR, "*.h*")) + [
+        os.path.join(root_dir, h) for h in SHARED_HEADERS]
     version = os.path.join(cutlass_root(), "include", "cutlass", "version.h")
     todo = [cmd for obj, cmd in compile_commands(root_dir, out_dir)
             if stale(obj, [cmd[-3], version, *headers])]

@@ -84,11 +84,28 @@ def test_nvcc_command_targets_sm90a_with_cutlass_includes(clean_env, tmp_path):
                             for dtype in ("bf16", "fp16") for config in configs] +
                            [f"hopper_padded_{dtype}_{config}.cu"
                             for dtype in ("bf16", "fp16") for config in padded] +
+                           [f"hopper_padded_act_{dtype}_{config}.cu"  # the fused gate/up GEMM's
+                            for dtype in ("bf16", "fp16") for config in padded] +
                            [f"hopper_mixed_{codes}_bf16_cooperative_128x128.cu"
                             for codes in ("u4", "u8")])  # the mixed-input GEMM's code widths
     for _, cmd in cmds:
         assert "-gencode=arch=compute_90a,code=sm_90a" in cmd
         assert f"-I{root}/include" in cmd and f"-I{root}/tools/util/include" in cmd
+        # the fused activation's units contract floating point as the swiglu kernel does
+        fused = os.path.basename(cmd[-3]).startswith("hopper_padded_act_")
+        assert ("--fmad=false" in cmd) == fused
+
+
+def test_the_fused_activation_units_take_the_swiglu_kernels_fmad_flag():
+    """setup.py compiles the CUDA swiglu kernel with --fmad=false; the fused epilogue computes
+    the same expression (argon_gated) and must take the same flag to give the same bits."""
+    with open(os.path.join(ROOT, "setup.py")) as f:
+        assert '"--fmad=false"' in f.read()
+    assert hopper_build.unit_flags("x/hopper_padded_act_bf16_pingpong_128x128.cu") == (
+        "--fmad=false",)
+    assert hopper_build.unit_flags("x/hopper_padded_bf16_pingpong_128x128.cu") == ()
+    for header in hopper_build.SHARED_HEADERS:  # a change to them recompiles the units
+        assert os.path.isfile(os.path.join(ROOT, header)), header
 
 
 @pytest.mark.parametrize("entry", ["hopper_entry.cu", "hopper_padded_entry.cu",

@@ -15,7 +15,9 @@ the entry) took 160 s of wall time with two jobs on the 2-core build machine, th
 five 76 s more (2026-12-06, load ~1.4): too slow for a CI test, so this is a tool the
 coordinator runs, and bench/h200_hopper.sh runs it on the device's objects. --only SUBSTRING
 compiles the units whose file name holds it (e.g. --only padded, --only mixed: the
-mixed-input GEMM, one unit per code width, 77 s each alone on the build machine, 2026-12-06).
+mixed-input GEMM, one unit per code width, 77 s each alone on the build machine, 2026-12-06;
+--only padded_act: the gate/up GEMM with the activation in its epilogue, four units, 37-40 s
+each alone, 2026-12-06; they issue no TMA store: h is stored from registers).
 """
 import argparse
 import glob
@@ -88,6 +90,8 @@ def label(kernel):
         kind = "grouped" if schedule.group(1) else "padded"
         if "MixedInput" in kernel:  # the mixed-input GEMM (RS wgmma: A from registers)
             kind = "mixed u4" if "integer_subbyteILi4E" in kernel else "mixed u8"
+        if "GateUpActEpilogue" in kernel:  # the gate/up GEMM with the activation fused
+            kind = "padded act"
         return (f"GEMM {kind} {schedule.group(2).lower()} wgmma {atom.group(1)} "
                 f"{atom.group(2).lower()}")
     return "setup " + ("bf16" if "bfloat16" in kernel else "fp16")

@@ -223,8 +223,7 @@ void check_combine(const at::Tensor& y, const at::Tensor& pos, const at::Tensor&
                    {{"out", "residual"}});
 }
 
-SwigluArgs check_swiglu_inputs(const at::Tensor& gate, const std::optional<at::Tensor>& up,
-                               c10::string_view activation) {
+int check_activation(c10::string_view activation) {
   int act = -1;
   std::string names;  // the activations, from the one table of them (shared/activation.h)
 #define ARGON_ACTIVATION_CODE(name, code)             \
@@ -234,6 +233,12 @@ SwigluArgs check_swiglu_inputs(const at::Tensor& gate, const std::optional<at::T
 #undef ARGON_ACTIVATION_CODE
   TORCH_CHECK_VALUE(act >= 0, "activation must be one of ", names, ", got \"",
                     std::string(activation), "\"");
+  return act;
+}
+
+SwigluArgs check_swiglu_inputs(const at::Tensor& gate, const std::optional<at::Tensor>& up,
+                               c10::string_view activation) {
+  const int act = check_activation(activation);
   check_dim(gate, "gate", 2, up.has_value() ? "[R, I]" : "[R, 2*I] (gate half, then up half)");
   check_float(gate, "gate");
   c10::SymInt inner = gate.sym_size(1);

@@ -80,6 +80,10 @@ void check_combine(const at::Tensor& y, const at::Tensor& pos, const at::Tensor&
                    const std::optional<at::Tensor>& shared,
                    const std::optional<at::Tensor>& residual, const at::Tensor& out);
 
+// activation: one of "silu", "gelu", "gelu_tanh" (a ValueError naming the argument otherwise);
+// its code (ARGON_ACT_* of shared/swiglu_params.h).
+int check_activation(c10::string_view activation);
+
 // swiglu: gate and up [R,I] (or gate [R,2I] with no up), out [R,I], activation one of "silu",
 // "gelu", "gelu_tanh", whose code (ARGON_ACT_* of metal/swiglu_params.h) check_swiglu returns.
 struct SwigluArgs {

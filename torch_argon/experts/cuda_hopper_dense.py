@@ -88,12 +88,16 @@ class CudaHopperDense(Experts):
         w = call.weights
         rows = plan.pos.numel() / max(w.n_experts, 1)  # mean entries per expert, from shapes
         gate_up, down = self.choose_configs(rows, device_name(x.device), dtype_name(x.dtype))
-        R = xs.shape[0]
-        gu = xs.new_empty((R, 2 * w.inter))
-        self.gemm(xs, w.gate_up, plan, gate_up, gu)
-        h = call.ops.swiglu(gu, activation=call.activation)
-        y = xs.new_empty((R, w.hidden))
+        h = self.gate_up_act(call, xs, plan, gate_up)
+        y = xs.new_empty((xs.shape[0], w.hidden))
         return self.gemm(h, w.down, plan, down, y)
+
+    def gate_up_act(self, call, xs, plan, config):
+        """h [R, I]: the gate/up GEMM into gu [R, 2I], then the activation op (argon's swiglu:
+        act(gate) * up in fp32, rounded once)."""
+        gu = xs.new_empty((xs.shape[0], 2 * call.weights.inter))
+        self.gemm(xs, call.weights.gate_up, plan, config, gu)
+        return call.ops.swiglu(gu, activation=call.activation)
 
     def choose_configs(self, rows_per_expert, gpu, dtype):
         """(gate_up config, down config) for a call of this many mean rows per expert."""

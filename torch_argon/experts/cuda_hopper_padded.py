@@ -19,7 +19,34 @@ below it 0.97-1.47x (up to 1.60x with the tile order's windows of 4 before the p
 window); so path="auto" takes it there and only there (hopper/configs.py PADDED_MEASURED: a
 band of None rows up to 320), and on GPUs or dtypes the table lacks declines it ("not yet
 measured on a GPU"). path="cuda_hopper_padded" runs it wherever it can run.
+
+The activation in the gate/up GEMM's epilogue (argon::hopper_padded_act_mm, csrc/hopper/
+hopper_padded_act_epilogue.cuh): the GEMM writes h [R, I] = act(gate) * up straight from its
+accumulators, bit for bit the unfused GEMM + swiglu, so gu [R, 2I] is neither written nor read
+back (at E=128 K=8 H=2048 I=768 T=8192, about 73.7k padded rows: gu is 226 MB, written and
+read again, ~450 MB of traffic, plus the swiglu launch; h's 113 MB are written either way).
+It reads the gate/up stack with gate and up rows interleaved in blocks of 8
+(hopper.interleave_gate_up), made once per stack at its first fused call and kept beside it
+(_INTERLEAVED: keyed weakly by the stack's base tensor, checked against the view's offset,
+shape and strides and the version counter, so an in-place change re-interleaves; a change the
+counter does not see, such as one through `.data`, goes unseen, as for the mixed path's repack
+cache; cuda_quantized_dequant's decoded workspace never takes it): a second copy of gate_up in
+device memory (E * 2I * H values: 805 MB in bf16 at E=128 H=2048 I=768, per layer), the price
+of a kernel whose mainloop is the plain GEMM's (a 5-D tensor map that reads the original stack
+in the interleaved order would remove it; not built). Status: built and checked on the host,
+not yet run on a GPU; until its GPU tests pass (hopper/configs.py
+FUSED_ACTIVATION_PASSED_GPU_TESTS) the path runs the unfused stages, and
+hopper.configs.FUSE_ACTIVATION (a module switch: True / False / None) forces either for the
+tests and the benchmark. Where the fused GEMM cannot run (fused_gate_up_refusal: under
+torch.compile tracing, whose graph cannot read the cache; inside a CUDA graph capture before
+the stack's first eager fused call, which would capture the interleaving copy; a build without
+its units) the path runs the unfused stages, with the same result.
 """
+import threading
+
+import torch
+from torch.utils.weak import WeakIdKeyDictionary
+
 from .. import hopper
 from . import cuda_hopper_dense as dense
 
@@ -54,3 +81,93 @@ class CudaHopperPadded(dense.CudaHopperDense):
     def gemm(self, a, w, plan, config, out=None):
         """Every used tile of the plan (padding rows included), its expert from tile_expert."""
         return hopper.padded_mm(a, w, plan.tile_expert, plan.meta, config, out=out)
+
+    # Whether gate_up_act may take the fused GEMM, whose interleaved stack is cached per weight
+    # tensor: cuda_quantized_dequant's instance turns it off (its stacks are a workspace decoded
+    # in place at every call).
+    fuses_activation = True
+
+    def gate_up_act(self, call, xs, plan, config):
+        """h [R, I]: the gate/up GEMM with the activation in its epilogue where
+        hopper.configs.fuse_activation() asks for it and the call allows it, else the unfused
+        stages (the same bits)."""
+        if (not self.fuses_activation or not hopper.configs.fuse_activation()
+                or fused_gate_up_refusal(call)):
+            return super().gate_up_act(call, xs, plan, config)
+        w = call.weights
+        h = xs.new_empty((xs.shape[0], w.inter))
+        return hopper.padded_act_mm(xs, _INTERLEAVED.get(w.gate_up), plan.tile_expert,
+                                    plan.meta, config, call.activation, out=h)
+
+
+FUSED_ACTIVATIONS = ("silu", "gelu", "gelu_tanh")  # every activation swiglu takes
+
+
+def fused_gate_up_refusal(call) -> str:
+    """Why the gate/up GEMM with the activation fused cannot run this call ("" where it can)."""
+    if call.activation not in FUSED_ACTIVATIONS:
+        return f"activation {call.activation!r}: the fused epilogue computes {FUSED_ACTIVATIONS}"
+    if call.weights.inter % hopper.padded_ops.INTERLEAVE:
+        return (f"I={call.weights.inter}: the interleaved stack needs I a multiple of "
+                f"{hopper.padded_ops.INTERLEAVE}")
+    if torch.compiler.is_compiling():
+        return ("under torch.compile tracing the interleaved stack's cache cannot be read (the "
+                "graph would interleave the weights at every call)")
+    if (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+            and not _INTERLEAVED.has(call.weights.gate_up)):
+        return ("inside a CUDA graph capture before the stack's first fused call: its "
+                "interleaving cannot be captured (run the layer once before capturing)")
+    return hopper.padded_ops.act_refusal(call.x.device)
+
+
+def _version(t):
+    """t's version counter, or None for an inference tensor (it has none, and cannot change
+    outside inference mode, so its entry never goes stale)."""
+    return None if t.is_inference() else t._version
+
+
+class _InterleavedCache:
+    """The interleaved copy of each gate/up stack the fused GEMM has run: keyed weakly by the
+    stack's base tensor (an entry goes with it; views made afresh at every call, as
+    DenseExperts.select_experts makes them, find their entry), per view (storage offset, shape,
+    strides, dtype), checked against the version counter (an in-place change re-interleaves)."""
+
+    def __init__(self):
+        self.entries = WeakIdKeyDictionary()
+        self.lock = threading.Lock()
+
+    @staticmethod
+    def _key(w):
+        base = w._base if w._base is not None else w
+        return base, (w.storage_offset(), tuple(w.shape), tuple(w.stride()), w.dtype)
+
+    def _cached(self, w):
+        base, view = self._key(w)
+        with self.lock:
+            hit = self.entries.get(base, {}).get(view)
+        return hit[1] if hit is not None and hit[0] == _version(w) else None
+
+    def has(self, w) -> bool:
+        return self._cached(w) is not None
+
+    def get(self, w):
+        """interleave_gate_up(w), made at the first call for this stack (and version)."""
+        value = self._cached(w)
+        if value is not None:
+            return value
+        with torch.no_grad():
+            value = hopper.interleave_gate_up(w)
+        base, view = self._key(w)
+        with self.lock:
+            per_base = self.entries.get(base)
+            if per_base is None:
+                per_base = self.entries[base] = {}
+            per_base[view] = (_version(w), value)
+        return value
+
+    def clear(self):
+        with self.lock:
+            self.entries.clear()
+
+
+_INTERLEAVED = _InterleavedCache()

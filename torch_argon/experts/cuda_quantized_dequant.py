@@ -43,6 +43,10 @@ from .triton_dense import HALF_DTYPES, TritonDense, triton_refusal
 
 _TRITON = TritonDense()
 _PADDED = CudaHopperPadded()
+# Its stacks are this path's workspace, decoded in place at every call (and shared by layers):
+# the fused activation's interleaved copy, cached per stack, would be made again at every call
+# or go stale unseen, so this instance keeps the unfused gate/up stages.
+_PADDED.fuses_activation = False
 
 
 def dense_gemms(call) -> Experts:

@@ -133,3 +133,29 @@ def choose_padded(rows_per_expert: float, device_name: str, dtype_name: str):
         return found
     gate_up = "cooperative_128x256" if rows_per_expert > 128 else "pingpong_128x128"
     return gate_up, "pingpong_128x128"
+
+
+# ---- the activation in the padded gate/up GEMM's epilogue (argon::hopper_padded_act_mm) -------
+
+# Whether the gate/up GEMM with the activation fused (csrc/hopper/hopper_padded_act_epilogue.cuh)
+# has passed its GPU tests (tests/test_hopper_padded_act.py: h bit for bit the unfused GEMM +
+# swiglu's, every configuration, dtype and activation, graphs, opcheck). Built and checked on the
+# host only (2026-12-06: compiled, SASS, the pairing probe): until a device run passes them,
+# cuda_hopper_padded keeps its unfused stages (gate/up GEMM into gu, the swiglu op, down)
+# unless FUSE_ACTIVATION says otherwise.
+FUSED_ACTIVATION_PASSED_GPU_TESTS = False
+
+# The switch the GPU tests and the benchmark set: None follows FUSED_ACTIVATION_PASSED_GPU_TESTS,
+# True fuses wherever the fused GEMM can run (the tests of the fused path, bench_hopper's fused
+# column), False never (the unfused column once the flag is True). A module attribute rather
+# than an environment variable: it is read at every call, set and restored by the caller
+# (pytest's monkeypatch, the benchmark), and shows in no process environment.
+FUSE_ACTIVATION = None
+
+
+def fuse_activation() -> bool:
+    """Whether cuda_hopper_padded runs its gate/up GEMM with the activation fused (where the
+    call allows it: experts/cuda_hopper_padded.py fused_gate_up_refusal)."""
+    if FUSE_ACTIVATION is not None:
+        return bool(FUSE_ACTIVATION)
+    return FUSED_ACTIVATION_PASSED_GPU_TESTS

@@ -5,7 +5,9 @@
 // columns on). Launch: a flat grid-stride loop over (row, vector) pairs; each thread loads V
 // consecutive gate and up elements (16 bytes of input each) and stores V outputs. Scalar
 // fallback (V = 1) when I or an operand's alignment does not admit the vector.
-// Accuracy: expf (not __expf); the contract compares with a tolerance of a few ulps.
+// Accuracy: expf (not __expf); the contract compares with a tolerance of a few ulps. The value is
+// argon_gated (shared/activation.h), which the padded Hopper GEMM's fused gate/up epilogue
+// computes too: the two agree bit for bit (both units built with --fmad=false).
 #include <torch/library.h>
 
 #include "../checks.h"
@@ -32,7 +34,8 @@ __global__ void __launch_bounds__(256)
     load_as_float<in_t, V>(up + r * u_stride + c, u);
     Vec<out_t, V> o;
 #pragma unroll
-    for (int e = 0; e < V; ++e) o.v[e] = from_float<out_t>(argon_activation<CudaMath>(g[e], Act) * u[e]);
+    for (int e = 0; e < V; ++e)
+      o.v[e] = from_float<out_t>(argon_gated<CudaMath>(g[e], u[e], Act));
     *reinterpret_cast<Vec<out_t, V>*>(out + r * I + c) = o;
   }
 }

@@ -21,6 +21,14 @@
 //
 // Limits. n and k multiples of 8 (16-byte TMA rows), a, b, d 16-byte aligned and rows = 128 *
 // max_tiles_m (the glue checks them); clusters of 1 x 1 (the scheduler's header says why).
+//
+// The gate/up GEMM with the activation fused (PaddedActGemm, run_act): the same mainloop and
+// scheduler, the same problem (n = 2I over the gate/up stack, its gate and up rows interleaved
+// in blocks of 8), and in place of the TMA epilogue a register-to-global one
+// (hopper_padded_act_epilogue.cuh) that writes h [rows, I] = act(gate) * up, bit for bit the
+// unfused GEMM's gu followed by the swiglu op. Its units (hopper_padded_act_<dtype>_<config>.cu)
+// are compiled with --fmad=false, as the swiglu kernel is. With no epilogue shared memory the
+// mainloop gets the whole carveout for its stages.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +42,7 @@
 #include <cutlass/gemm/kernel/gemm_universal.hpp>
 
 #include "hopper/hopper_cutlass_launch.cuh"
+#include "hopper/hopper_padded_act_epilogue.cuh"
 #include "hopper/hopper_padded_gemm.h"
 #include "hopper/hopper_padded_scheduler.cuh"
 
@@ -107,7 +116,41 @@ struct PaddedGemm {
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 };
 
+// The gate/up GEMM with the activation in its epilogue: PaddedGemm's mainloop (the same
+// builder, its stages from the whole carveout: this epilogue has no shared memory) and
+// scheduler, GateUpActEpilogue in CUTLASS's adapter for register-to-global epilogues.
+template <class Element, class Cfg>
+struct PaddedActGemm {
+  using ProblemShape = Shape<int, int, int, int>;
+  using StrideA = cute::Stride<int64_t, Int<1>, Int<0>>;
+  using StrideB = cute::Stride<int64_t, Int<1>, int64_t>;
+  static constexpr int kAlignment = 8;
+
+  using Epilogue = GateUpActEpilogue<Element>;
+  using CollectiveEpilogue =
+      cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<Epilogue>;
+
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, StrideA, kAlignment, Element,
+      StrideB, kAlignment, float, typename Cfg::TileShape, typename Cfg::ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::TensorStorage))>,
+      typename Cfg::MainloopSchedule>::CollectiveOp;
+
+  template <class Tma>
+  using LStride = cute::tuple_element_t<2, typename Tma::AuxParams::GmemStrides>;
+  static_assert(cute::is_constant<0, LStride<typename CollectiveMainloop::Params::TMA_A>>::value,
+                "A's tensor map must ignore the expert (L) coordinate");
+  static_assert(!cute::is_constant<0, LStride<typename CollectiveMainloop::Params::TMA_B>>::value,
+                "B's tensor map must move with the expert (L) coordinate");
+
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop,
+                                                      CollectiveEpilogue, PaddedTiles>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+};
+
 constexpr const char* kKernel = "hopper padded GEMM";
+constexpr const char* kActKernel = "hopper padded gate/up GEMM with the activation";
 
 template <class G>
 int run(const ArgonHopperPaddedGemm& p, char* err, int err_len) {
@@ -139,6 +182,40 @@ int run(const ArgonHopperPaddedGemm& p, char* err, int err_len) {
       args, nullptr, static_cast<cudaStream_t>(p.stream), kKernel, err, err_len);
 }
 
+// The fused gate/up GEMM: p.b the interleaved gate/up stack [n_experts, n, k] (n = 2I), p.d
+// h [rows, n / 2].
+template <class G>
+int run_act(const ArgonHopperPaddedGemm& p, char* err, int err_len) {
+  using Element = typename G::Gemm::ElementA;
+  const int rows = p.max_tiles_m * ARGON_HOPPER_PADDED_TILE_M;
+  const int64_t k = p.k, n = p.n;
+  cutlass::KernelHardwareInfo hw{};
+  cudaGetDevice(&hw.device_id);
+  hw.sm_count = p.sm_count;
+  typename G::Epilogue::Arguments epilogue{};
+  epilogue.ptr_h = static_cast<Element*>(p.d);
+  epilogue.ldh = n / 2;
+  epilogue.n_h = p.n / 2;
+  epilogue.activation = p.activation;
+  typename G::Gemm::Arguments args{
+      cutlass::gemm::GemmUniversalMode::kBatched,
+      {rows, p.n, p.k, p.n_experts},
+      {static_cast<const Element*>(p.a), typename G::StrideA{k, Int<1>{}, Int<0>{}},
+       static_cast<const Element*>(p.b), typename G::StrideB{k, Int<1>{}, n * k}},
+      epilogue,
+      hw,
+      {}};
+  args.scheduler.tile_expert = p.tile_expert;
+  args.scheduler.used_tiles = p.used_tiles;
+  args.scheduler.order_window = order_window(p.max_tiles_m, p.n_experts);
+
+  if (G::Gemm::get_workspace_size(args) != 0)
+    return argon_hopper_launch::fail(err, err_len, kActKernel, "CUTLASS asked for a workspace",
+                                     "");
+  return argon_hopper_launch::launch<typename G::Gemm>(
+      args, nullptr, static_cast<cudaStream_t>(p.stream), kActKernel, err, err_len);
+}
+
 }  // namespace argon_hopper_padded
 
 // One unit per element type and configuration (hopper_padded_<dtype>_<config>.cu) defines
@@ -147,5 +224,13 @@ int run(const ArgonHopperPaddedGemm& p, char* err, int err_len) {
   int argon_hopper_padded_run_##suffix##_##index(const ArgonHopperPaddedGemm& gemm, char* err, \
                                                  int err_len) {                                \
     return argon_hopper_padded::run<argon_hopper_padded::PaddedGemm<                          \
+        Element, argon_hopper_padded::ConfigAt<index>::type>>(gemm, err, err_len);            \
+  }
+
+// The fused gate/up GEMM's units (hopper_padded_act_<dtype>_<config>.cu), likewise.
+#define ARGON_HOPPER_PADDED_ACT_UNIT(suffix, Element, index)                                    \
+  int argon_hopper_padded_act_run_##suffix##_##index(const ArgonHopperPaddedGemm& gemm,        \
+                                                     char* err, int err_len) {                 \
+    return argon_hopper_padded::run_act<argon_hopper_padded::PaddedActGemm<                    \
         Element, argon_hopper_padded::ConfigAt<index>::type>>(gemm, err, err_len);            \
   }

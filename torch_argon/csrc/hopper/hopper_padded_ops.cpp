@@ -13,6 +13,18 @@
 //       it. config: an index of csrc/hopper/hopper_padded_gemm.h's list
 //       (torch_argon/hopper/configs.py PADDED_CONFIGS names them).
 //
+//   hopper_padded_act_mm(Tensor a, Tensor w, Tensor tile_expert, Tensor meta, int config,
+//                        str activation="silu") -> Tensor
+//   hopper_padded_act_mm_out(Tensor a, Tensor w, Tensor tile_expert, Tensor meta, int config,
+//                            str activation, Tensor(a!) out) -> ()
+//       The gate/up GEMM with the activation in its epilogue: w [E, 2I, K] is a gate/up stack
+//       with gate and up rows interleaved in blocks of 8 (torch_argon/hopper/padded_ops.py
+//       interleave_gate_up; 2I a multiple of 16), out h [R, I]: for every row r of a used tile,
+//       h[r] = swiglu(g, u) where g and u are the hopper_padded_mm rows of the original stack,
+//       rounded to a's dtype (activation "silu", "gelu" or "gelu_tanh", swiglu's formula and
+//       rounding: the bits of hopper_padded_mm followed by swiglu). Other rows as above (zero,
+//       or as they were for the _out form); tile_expert, meta and config as above.
+//
 // The schemas are in every build; the CUDA kernel only where the Hopper units were built
 // (ARGON_WITH_HOPPER, as the grouped GEMM's), on compute capability 9.0 only.
 // torch_argon/hopper/padded_ops.py says why not before calling and holds the fakes. Every
@@ -94,6 +106,62 @@ void hopper_padded_mm_out(const Tensor& a_in, const Tensor& w_in, const Tensor& 
   TORCH_CHECK(failed == 0, "hopper_padded_mm: ", err);
 }
 
+// h's shape [R, I] from the inputs (w the interleaved gate/up stack [E, 2I, K]), after every
+// check but out's; the activation's code in act.
+std::vector<int64_t> check_act_inputs(const Tensor& a, const Tensor& w, const Tensor& tile_expert,
+                                      const Tensor& meta, int64_t config,
+                                      c10::string_view activation, int* act) {
+  auto shape = check_padded_inputs(a, w, tile_expert, meta, config);
+  TORCH_CHECK_VALUE(w.size(1) % 16 == 0,
+                    "w must be the interleaved gate/up stack [E, 2I, K] with I a multiple of 8 "
+                    "(gate and up rows in blocks of 8), got ", w.size(1), " rows");
+  *act = argon::check_activation(activation);
+  shape[1] = w.size(1) / 2;
+  return shape;
+}
+
+void hopper_padded_act_mm_out(const Tensor& a_in, const Tensor& w_in, const Tensor& tile_expert,
+                              const Tensor& meta, int64_t config, c10::string_view activation,
+                              const Tensor& out) {
+  int act = 0;
+  const auto shape = check_act_inputs(a_in, w_in, tile_expert, meta, config, activation, &act);
+  check_out(out, shape, a_in);
+  check_no_overlap({{"out", &out}}, {{"a", &a_in}, {"w", &w_in}, {"tile_expert", &tile_expert},
+                                     {"meta", &meta}});
+  if (out.numel() == 0) return;
+  const c10::cuda::CUDAGuard guard(a_in.device());
+  const cudaDeviceProp* prop = sm90a_device("the padded Hopper gate/up GEMM");
+  const Tensor a = tma_readable(a_in), w = tma_readable(w_in);
+  const Tensor tiles_dense = tile_expert.contiguous(), meta_dense = meta.contiguous();
+  ArgonHopperPaddedGemm gemm{};
+  gemm.dtype = a.scalar_type() == at::kBFloat16 ? ARGON_HOPPER_BF16 : ARGON_HOPPER_FP16;
+  gemm.config = static_cast<int>(config);
+  gemm.a = a.data_ptr();
+  gemm.b = w.data_ptr();
+  gemm.d = out.data_ptr();
+  gemm.tile_expert = tiles_dense.data_ptr<int32_t>();
+  gemm.used_tiles = meta_dense.data_ptr<int32_t>() + ARGON_META_N_TILES;
+  gemm.max_tiles_m = static_cast<int>(tile_expert.size(0));
+  gemm.n_experts = static_cast<int>(w.size(0));
+  gemm.n = static_cast<int>(w.size(1));
+  gemm.k = static_cast<int>(a.size(1));
+  gemm.sm_count = prop->multiProcessorCount;
+  gemm.stream = at::cuda::getCurrentCUDAStream(a.device().index()).stream();
+  gemm.activation = act;
+  char err[512] = "";
+  const int failed = argon_hopper_padded_act_gemm(&gemm, err, sizeof err);
+  TORCH_CHECK(failed == 0, "hopper_padded_act_mm: ", err);
+}
+
+Tensor hopper_padded_act_mm(const Tensor& a, const Tensor& w, const Tensor& tile_expert,
+                            const Tensor& meta, int64_t config, c10::string_view activation) {
+  int act = 0;
+  const auto shape = check_act_inputs(a, w, tile_expert, meta, config, activation, &act);
+  Tensor out = at::zeros(shape, a.options());
+  hopper_padded_act_mm_out(a, w, tile_expert, meta, config, activation, out);
+  return out;
+}
+
 Tensor hopper_padded_mm(const Tensor& a, const Tensor& w, const Tensor& tile_expert,
                         const Tensor& meta, int64_t config) {
   const auto shape = check_padded_inputs(a, w, tile_expert, meta, config);
@@ -108,6 +176,8 @@ Tensor hopper_padded_mm(const Tensor& a, const Tensor& w, const Tensor& tile_exp
 TORCH_LIBRARY_IMPL(argon, CUDA, m) {
   m.impl("hopper_padded_mm", TORCH_FN(argon::hopper_ops::hopper_padded_mm));
   m.impl("hopper_padded_mm_out", TORCH_FN(argon::hopper_ops::hopper_padded_mm_out));
+  m.impl("hopper_padded_act_mm", TORCH_FN(argon::hopper_ops::hopper_padded_act_mm));
+  m.impl("hopper_padded_act_mm_out", TORCH_FN(argon::hopper_ops::hopper_padded_act_mm_out));
 }
 #endif  // ARGON_WITH_HOPPER
 
@@ -117,5 +187,9 @@ TORCH_LIBRARY_FRAGMENT(argon, m) {
         "-> Tensor");
   m.def("hopper_padded_mm_out(Tensor a, Tensor w, Tensor tile_expert, Tensor meta, int config, "
         "Tensor(a!) out) -> ()");
+  m.def("hopper_padded_act_mm(Tensor a, Tensor w, Tensor tile_expert, Tensor meta, int config, "
+        "str activation=\"silu\") -> Tensor");
+  m.def("hopper_padded_act_mm_out(Tensor a, Tensor w, Tensor tile_expert, Tensor meta, "
+        "int config, str activation, Tensor(a!) out) -> ()");
 }
 #endif

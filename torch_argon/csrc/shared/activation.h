@@ -50,6 +50,16 @@ ARGON_FN float argon_activation(float g, argon_u32 act) {
   return argon_silu<M>(g);
 }
 
+// swiglu's value before its one rounding: act(g) * u in fp32. The CUDA swiglu kernel
+// (csrc/cuda/swiglu_cuda.cu) and the padded Hopper GEMM's gate/up epilogue
+// (csrc/hopper/hopper_padded_act_epilogue.cuh) both compute it here, with CUDA's expf / erff /
+// tanhf and the same nvcc floating-point flags (--fmad=false: no multiply-add contracted into
+// an fma), so that the fused epilogue writes the unfused swiglu's bits.
+template <typename M>
+ARGON_FN float argon_gated(float g, float u, argon_u32 act) {
+  return argon_activation<M>(g, act) * u;
+}
+
 // act(g) and act'(g), as argon_activation_grad returns them.
 struct ArgonActGrad {
   float value, slope;
