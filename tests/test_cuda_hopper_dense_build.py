@@ -86,8 +86,9 @@ def test_nvcc_command_targets_sm90a_with_cutlass_includes(clean_env, tmp_path):
                             for dtype in ("bf16", "fp16") for config in padded] +
                            [f"hopper_padded_act_{dtype}_{config}.cu"  # the fused gate/up GEMM's
                             for dtype in ("bf16", "fp16") for config in padded] +
-                           [f"hopper_mixed_{codes}_bf16_cooperative_128x128.cu"
-                            for codes in ("u4", "u8")])  # the mixed-input GEMM's code widths
+                           [f"hopper_mixed_{codes}_bf16_cooperative_128x{tile}.cu"
+                            for codes in ("u4", "u8") for tile in (128, 64)])  # the
+                                              # mixed-input GEMM's code widths and token tiles
     for _, cmd in cmds:
         assert "-gencode=arch=compute_90a,code=sm_90a" in cmd
         assert f"-I{root}/include" in cmd and f"-I{root}/tools/util/include" in cmd
