@@ -153,8 +153,10 @@ def build(root_dir, cuda: bool, logged=None):
     headers = glob.glob(os.path.join(root_dir, UNIT_DIR, "*.h*")) + [
         os.path.join(root_dir, h) for h in SHARED_HEADERS]
     version = os.path.join(cutlass_root(), "include", "cutlass", "version.h")
+    # this file too: it holds the units' flags (UNIT_FLAGS), and an object built under other
+    # flags (e.g. before --fmad=false) must not be kept
     todo = [cmd for obj, cmd in compile_commands(root_dir, out_dir)
-            if stale(obj, [cmd[-3], version, *headers])]
+            if stale(obj, [cmd[-3], version, os.path.abspath(__file__), *headers])]
     jobs = max(1, int(os.environ.get("MAX_JOBS", "0")) or os.cpu_count() or 1)
     if todo:
         with logged(f"the Hopper grouped GEMM ({len(todo)} nvcc units)") if logged else \

@@ -117,12 +117,16 @@ def test_the_op_refuses_cpu_tensors_naming_the_device():
 
 # ---- the switch ------------------------------------------------------------------------------
 
-def test_not_fused_until_the_gpu_tests_pass(monkeypatch):
-    """While FUSED_ACTIVATION_PASSED_GPU_TESTS is False the path keeps the unfused stages;
+def test_not_fused_until_the_gpu_tests_pass_and_no_copy_is_needed(monkeypatch):
+    """While FUSED_ACTIVATION_PASSED_GPU_TESTS is False, or the fused GEMM needs a second copy of
+    the stack (FUSED_ACTIVATION_NEEDS_A_COPY), the path keeps the unfused stages by default;
     FUSE_ACTIVATION forces either way."""
     assert configs.FUSED_ACTIVATION_PASSED_GPU_TESTS is False
+    assert configs.FUSED_ACTIVATION_NEEDS_A_COPY is True
     assert configs.FUSE_ACTIVATION is None and not configs.fuse_activation()
     monkeypatch.setattr(configs, "FUSED_ACTIVATION_PASSED_GPU_TESTS", True)
+    assert not configs.fuse_activation()  # the copy's memory: the caller's choice
+    monkeypatch.setattr(configs, "FUSED_ACTIVATION_NEEDS_A_COPY", False)
     assert configs.fuse_activation()
     monkeypatch.setattr(configs, "FUSE_ACTIVATION", False)
     assert not configs.fuse_activation()
@@ -226,14 +230,28 @@ def test_the_interleaved_stack_is_made_once_and_follows_changes(contracts, monke
     made = cache.get(share.gate_up)
     assert cache.get(experts.select_experts(1, 3).gate_up) is made
     assert torch.equal(made, hopper.interleave_gate_up(experts.gate_up[1:3]))
-    # an in-place change of the stack interleaves again, and the result follows it
+    # an in-place change of the stack interleaves again, into the same buffer (a captured
+    # graph holds its address), and the result follows it
+    old = contracts.stacks[0]
     experts.gate_up.mul_(-1)
     assert not cache.has(experts.gate_up)
     again = padded_path(x, ids, w, experts)
-    assert contracts.stacks[-1] is not contracts.stacks[0]
+    assert contracts.stacks[-1].data_ptr() == old.data_ptr()
+    assert torch.equal(contracts.stacks[-1], hopper.interleave_gate_up(experts.gate_up))
     assert not torch.equal(again, first)
     monkeypatch.setattr(configs, "FUSE_ACTIVATION", False)
     assert_bits_equal(padded_path(x, ids, w, experts), again)
+
+
+def test_a_replaced_storage_is_seen():
+    """A parameter whose .data is replaced keeps its version counter: the storage tells."""
+    cache = cuda_hopper_padded._InterleavedCache()
+    stack = torch.nn.Parameter(torch.randn(2, 32, 8), requires_grad=False)
+    made = cache.get(stack)
+    stack.data = torch.randn(2, 32, 8)
+    assert not cache.has(stack)
+    assert torch.equal(cache.get(stack), hopper.interleave_gate_up(stack.detach()))
+    assert cache.get(stack) is made or cache.get(stack).data_ptr() == made.data_ptr()
 
 
 def test_the_cache_lets_go_of_freed_stacks():
@@ -311,6 +329,28 @@ def test_fused_op_is_the_unfused_gemm_and_swiglu_bit_for_bit(dtype, config, acti
                                       plan.meta, config, activation)
     assert_bits_equal(functional[:used], want[:used])
     assert not functional[used:].any()
+
+
+@needs_hopper
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("config", configs.PADDED_CONFIGS)
+@pytest.mark.parametrize("Kd", [2048, 200])  # a layer's K; one not a multiple of the K tile
+def test_fused_op_over_many_tiles_per_cta_and_a_real_k(dtype, config, Kd):
+    """More work tiles than CTAs, so that every CTA's persistent loop runs several tiles and the
+    ping-pong schedule's second consumer warpgroup runs epilogues of its own (the small cases
+    above give each CTA one tile at most), with a layer's K of 2048 (long sums) and I = 768."""
+    T, K, E, I = 4096, 8, 8, 768  # 4096 rows per expert: 256 M tiles x 12 or 6 N tiles
+    ids, w = make_ids(T, K, E, "uniform", seed=7), make_weights(T, K, seed=7)
+    plan = plan_for(ids, w, E)
+    assert plan.n_tiles * (2 * I // 256) > 4 * torch.cuda.get_device_properties(0).multi_processor_count
+    g = torch.Generator().manual_seed(7)
+    a = torch.randn(plan.sorted_token.shape[0], Kd, generator=g).to(dtype).cuda()
+    stack = (torch.randn(E, 2 * I, Kd, generator=g) / Kd ** 0.5).to(dtype).cuda()
+    want = unfused(a, stack, plan, config, "silu")
+    got = hopper.padded_act_mm(a, hopper.interleave_gate_up(stack), plan.tile_expert, plan.meta,
+                               config, "silu")
+    used = plan.n_tiles * TILE
+    assert_bits_equal(got[:used], want[:used])
 
 
 @needs_hopper

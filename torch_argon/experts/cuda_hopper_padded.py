@@ -30,12 +30,15 @@ It reads the gate/up stack with gate and up rows interleaved in blocks of 8
 (_INTERLEAVED: keyed weakly by the stack's base tensor, checked against the view's offset,
 shape and strides and the version counter, so an in-place change re-interleaves; a change the
 counter does not see, such as one through `.data`, goes unseen, as for the mixed path's repack
-cache; cuda_quantized_dequant's decoded workspace never takes it): a second copy of gate_up in
+cache; a stale copy is re-interleaved into the same buffer, so a CUDA graph that captured it
+reads the new weights once an eager call has refreshed it; cuda_quantized_dequant's decoded
+workspace never takes it): a second copy of gate_up in
 device memory (E * 2I * H values: 805 MB in bf16 at E=128 H=2048 I=768, per layer), the price
 of a kernel whose mainloop is the plain GEMM's (a 5-D tensor map that reads the original stack
 in the interleaved order would remove it; not built). Status: built and checked on the host,
 not yet run on a GPU; until its GPU tests pass (hopper/configs.py
-FUSED_ACTIVATION_PASSED_GPU_TESTS) the path runs the unfused stages, and
+FUSED_ACTIVATION_PASSED_GPU_TESTS), and while it needs the copy (FUSED_ACTIVATION_NEEDS_A_COPY:
+the memory is the caller's choice), the path runs the unfused stages by default, and
 hopper.configs.FUSE_ACTIVATION (a module switch: True / False / None) forces either for the
 tests and the benchmark. Where the fused GEMM cannot run (fused_gate_up_refusal: under
 torch.compile tracing, whose graph cannot read the cache; inside a CUDA graph capture before
@@ -121,9 +124,10 @@ def fused_gate_up_refusal(call) -> str:
 
 
 def _version(t):
-    """t's version counter, or None for an inference tensor (it has none, and cannot change
-    outside inference mode, so its entry never goes stale)."""
-    return None if t.is_inference() else t._version
+    """What an entry must match to be fresh: t's storage (a parameter whose .data was replaced
+    keeps its version counter) and its version counter (None for an inference tensor, which has
+    none: an in-place write to one inside inference mode goes unseen)."""
+    return (t.untyped_storage().data_ptr(), None if t.is_inference() else t._version)
 
 
 class _InterleavedCache:
@@ -151,13 +155,19 @@ class _InterleavedCache:
         return self._cached(w) is not None
 
     def get(self, w):
-        """interleave_gate_up(w), made at the first call for this stack (and version)."""
+        """interleave_gate_up(w), made at the first call for this stack (and version). A stale
+        entry is refreshed in place: a CUDA graph that captured the fused GEMM holds its
+        buffer's address, which must stay valid and come to hold the new weights."""
         value = self._cached(w)
         if value is not None:
             return value
+        base, view = self._key(w)
+        with self.lock:
+            stale = self.entries.get(base, {}).get(view)
         with torch.no_grad():
             value = hopper.interleave_gate_up(w)
-        base, view = self._key(w)
+            if stale is not None:
+                value = stale[1].copy_(value)
         with self.lock:
             per_base = self.entries.get(base)
             if per_base is None:
