@@ -27,6 +27,17 @@
 #                                       # model's prefill (h200_mixed_limits.sh)
 #   bash bench/h200_session.sh act      # build, the fused gate/up activation's tests, then
 #                                       # fused vs unfused timed (h200_act.sh)
+#   bash bench/h200_session.sh standalone  # no build: every carried build/*_standalone binary
+#                                       # (120 s each), its output printed and written
+#                                       # under $OUT as <name>.txt (~1-2 min)
+# The standalone binaries (checks and timings of one kernel's C entry point, without torch or
+# the extension) are built here, with the commands in the header of their source
+# (tools/*_standalone.cu: tools/hopper_mixed_standalone.cu, tools/hopper_padded_act_standalone.cu),
+# and carried: carry: ["build/mixed_standalone", "build/padded_act_standalone"] (build/ is
+# ignored by git). That step compiles nothing and needs none of the set-up below, so it fits a
+# call of ~2-3 minutes with the machine's start; a binary's exit code is 0 (its checks ok), 1 (a
+# check failed), 2 (a CUDA error), 124 (past the 120 s); the step's is 0 where every one gave 0,
+# 1 where one did not, 2 where none was carried.
 # Extra arguments go to the step's script. Carry: .whl (nvidia-cutlass wheel), .baselines
 # (bench/baselines/stage_vllm.sh), bench/baselines/ggml_src (bench/baselines/stage_ggml.sh) or
 # the binary bench/baselines/build_ggml_cuda.sh made from it (bench/baselines/ggml_bin); the
@@ -37,6 +48,24 @@
 #   bash bench/baselines/stage_vllm.sh && bash bench/baselines/stage_ggml.sh
 set -uo pipefail
 here="$(dirname "$0")"
+# standalone: before the environment (no build, no CUTLASS, no Python)
+if [ "${1:-}" = standalone ]; then
+  rc=0
+  found=0
+  for bin in build/*_standalone; do
+    [ -f "$bin" ] || continue
+    found=1
+    [ -x "$bin" ] || chmod +x "$bin"
+    echo "== $bin"
+    # its output also under $OUT where the call has one
+    timeout 120 "$bin" 2>&1 | tee "${OUT:-/tmp}/$(basename "$bin").txt"
+    r=${PIPESTATUS[0]}
+    echo "== $bin rc=$r at ${SECONDS}s"
+    [ "$r" -eq 0 ] || rc=1
+  done
+  [ "$found" = 1 ] || { echo "== no build/*_standalone carried (see the header)"; exit 2; }
+  exit "$rc"
+fi
 # NVCC_APPEND_FLAGS= (set, empty) leaves the lab loops out: a shorter build; `once` leaves them
 # out unless the caller sets the flags
 [ "${1:-}" = once ] || [ "${1:-}" = profile ] || [ "${1:-}" = stalls ] ||
@@ -65,5 +94,5 @@ case "$step" in
   mixed) bash "$here/h200_mixed.sh" "$@" ;;
   limits) bash "$here/h200_mixed_limits.sh" "$@" ;;
   act) bash "$here/h200_act.sh" "$@" ;;
-  *) echo "usage: bash bench/h200_session.sh build|hopper|quant|loops|vllm|suite|once|profile|stalls|points|dequant|mixed|limits|act [args]"; exit 2 ;;
+  *) echo "usage: bash bench/h200_session.sh build|hopper|quant|loops|vllm|suite|once|profile|stalls|points|dequant|mixed|limits|act|standalone [args]"; exit 2 ;;
 esac

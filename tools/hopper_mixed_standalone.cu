@@ -7,11 +7,17 @@
 // whose expert is out of range written with zeros, the tile past the used count left as it was.
 // Then times the gate/up GEMM of E=128 H=2048 I=768 at a few rows per expert for both tiles.
 //
-//   C=$ARGON_CUTLASS_DIR; S=torch_argon/csrc/hopper
-//   nvcc -std=c++17 -O3 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a \
+//   C=$ARGON_CUTLASS_DIR; S=torch_argon/csrc/hopper; mkdir -p build
+//   nvcc -std=c++17 -O3 -DNDEBUG --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a \
 //     -I$C/include -I$C/tools/util/include -Itorch_argon/csrc tools/hopper_mixed_standalone.cu \
-//     $S/hopper_mixed_entry.cu $S/hopper_mixed_u*_bf16_cooperative_128x*.cu -o mixed_standalone
-//   ./mixed_standalone          # prints the checks' errors and the timings; exit 1 on a failure
+//     $S/hopper_mixed_entry.cu $S/hopper_mixed_u*_bf16_cooperative_128x*.cu \
+//     -o build/mixed_standalone
+//   ./build/mixed_standalone    # prints the checks' errors and the timings; exit 1 on a failure
+// -DNDEBUG as build_tools/hopper_build.py compiles the units: without it ptxas warned that the
+// 4-bit kernels' wgmma are serialized (C7510, a function call inside the wgmma pipeline: the
+// device asserts, gone with -DNDEBUG), so the timings would not be the extension's kernels'.
+// ~5 min here on 2 cores; 1.4 MB.
+// Carried as build/mixed_standalone and run by `bash bench/h200_session.sh standalone`.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
