@@ -30,17 +30,13 @@
 #include <vector>
 
 #include "hopper/hopper_mixed_gemm.h"
+#include "standalone_cuda.h"
 
 namespace {
 
-#define CHECK_CUDA(call)                                                              \
-  do {                                                                                \
-    cudaError_t e_ = (call);                                                          \
-    if (e_ != cudaSuccess) {                                                          \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(2);                                                                   \
-    }                                                                                 \
-  } while (0)
+using standalone::median_us;
+using standalone::sm_count;
+using standalone::to_device;
 
 uint16_t bf16_bits(float v) {  // round to nearest even (finite values)
   uint32_t u;
@@ -100,21 +96,6 @@ struct Weights {
         }
   }
 };
-
-template <class T>
-T* to_device(const std::vector<T>& v) {
-  T* p = nullptr;
-  CHECK_CUDA(cudaMalloc(&p, v.size() * sizeof(T) + 16));
-  CHECK_CUDA(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return p;
-}
-
-int sm_count() {
-  int dev = 0, count = 0;
-  CHECK_CUDA(cudaGetDevice(&dev));
-  CHECK_CUDA(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev));
-  return count;
-}
 
 struct Shape {
   int e, n, k, bits;
@@ -232,21 +213,9 @@ void time_gate_up(int bits, int tile, int rows) {
   int32_t* d_te = to_device(tile_expert);
   int32_t* d_used = to_device(std::vector<int32_t>{tiles});
   Shape shape{E, N, K, bits};
-  cudaEvent_t a, b;
-  CHECK_CUDA(cudaEventCreate(&a));
-  CHECK_CUDA(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int i = 0; i < 23; ++i) {
-    CHECK_CUDA(cudaEventRecord(a));
-    if (launch(shape, d_codes, d_s, d_z, d_x, d_d, d_te, d_used, tiles, tile)) return;
-    CHECK_CUDA(cudaEventRecord(b));
-    CHECK_CUDA(cudaEventSynchronize(b));
-    float t = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&t, a, b));
-    if (i >= 3) ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
-  const double us = ms[ms.size() / 2] * 1e3;
+  const double us = median_us(
+      [&] { return launch(shape, d_codes, d_s, d_z, d_x, d_d, d_te, d_used, tiles, tile); });
+  if (us < 0) return;
   const double bytes = double(code_bytes) + 8.0 * pairs;
   std::printf("time: gate/up E=%d N=%d K=%d, %d-bit codes, %d rows per expert, token tile %d: "
               "%.1f us (%.2f TB/s of codes, scales and zeros)\n",

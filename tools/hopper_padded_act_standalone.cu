@@ -73,17 +73,14 @@
 #include "hopper/hopper_padded_gemm.h"
 #include "shared/activation.h"
 #include "shared/swiglu_params.h"
+#include "standalone_cuda.h"
 
 namespace {
 
-#define CHECK_CUDA(call)                                                              \
-  do {                                                                                \
-    cudaError_t e_ = (call);                                                          \
-    if (e_ != cudaSuccess) {                                                          \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(2);                                                                   \
-    }                                                                                 \
-  } while (0)
+using standalone::median_us;
+using standalone::sm_count;
+using standalone::to_device;
+using standalone::to_host;
 
 const char* const kConfigs[ARGON_HOPPER_PADDED_N_CONFIGS] = {"pingpong_128x128",
                                                              "cooperative_128x256"};
@@ -193,29 +190,6 @@ __global__ void fill_kernel(uint16_t* p, int64_t n, float scale, uint32_t seed, 
     p[i] = dtype == ARGON_HOPPER_BF16 ? __nv_bfloat16_raw(__float2bfloat16_rn(v)).x
                                       : __half_raw(__float2half_rn(v)).x;
   }
-}
-
-template <class T>
-T* to_device(const std::vector<T>& v) {
-  T* p = nullptr;
-  CHECK_CUDA(cudaMalloc(&p, v.size() * sizeof(T) + 16));
-  CHECK_CUDA(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return p;
-}
-template <class T>
-std::vector<T> to_host(const T* p, size_t n) {
-  std::vector<T> v(n);
-  CHECK_CUDA(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
-  return v;
-}
-
-int sm_count() {  // asked once: not inside the timed launches
-  static int count = 0;
-  if (count) return count;
-  int dev = 0;
-  CHECK_CUDA(cudaGetDevice(&dev));
-  CHECK_CUDA(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev));
-  return count;
 }
 
 // One launch of either entry (act < 0: the plain GEMM); 0, or 1 with its message printed.
@@ -435,28 +409,6 @@ bool check(int dtype, std::mt19937& rng) {
                   (void*)d_te, (void*)d_used})
     CHECK_CUDA(cudaFree(p));
   return all;
-}
-
-// Median of 20 launches after 3 (us); -1 where a launch failed.
-template <class F>
-double median_us(F&& one) {
-  cudaEvent_t a, b;
-  CHECK_CUDA(cudaEventCreate(&a));
-  CHECK_CUDA(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int i = 0; i < 23; ++i) {
-    CHECK_CUDA(cudaEventRecord(a));
-    if (one()) return -1;
-    CHECK_CUDA(cudaEventRecord(b));
-    CHECK_CUDA(cudaEventSynchronize(b));
-    float t = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&t, a, b));
-    if (i >= 3) ms.push_back(t);
-  }
-  CHECK_CUDA(cudaEventDestroy(a));
-  CHECK_CUDA(cudaEventDestroy(b));
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2] * 1e3;
 }
 
 // The gate/up GEMM of E=128 H=2048 I=768 with `per_expert` rows in every expert (whole tiles),
