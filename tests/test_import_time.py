@@ -1,13 +1,16 @@
 """`import torch_argon` costs at most 1.2x `import torch` (issue 42 item 14): Triton, and the
 torch._inductor / torch._dynamo its ops' registration pulls in, are imported when CUDA starts or
 at the first use of the Triton kernels (torch_argon/triton_ops/__init__.py), never by the import.
-Each import is timed in a fresh interpreter, the two interleaved, best of a few rounds."""
+Each round is a fresh interpreter that times `import torch`, then `import torch_argon` on top of
+it: the two parts of a round are seconds apart, so a load spike on a shared CI machine rarely
+hits one and not the other (timing them in separate interpreters failed CI at 1.28x where the
+in-process ratio is 1.06x); the median over rounds drops the round it does hit."""
 import subprocess
 import sys
 
 import pytest
 
-ROUNDS = 3
+ROUNDS = 5
 MAX_RATIO = 1.2
 
 
@@ -18,9 +21,11 @@ def _run(code):
     return out.stdout.split()
 
 
-def _import_seconds(module):
-    return float(_run("import time; t = time.perf_counter(); import " + module +
-                      "; print(time.perf_counter() - t)")[-1])
+def _import_seconds_torch_then_argon():
+    torch_s, argon_s = _run("import time; t0 = time.perf_counter(); import torch; "
+                            "t1 = time.perf_counter(); import torch_argon; "
+                            "print(t1 - t0, time.perf_counter() - t1)")[-2:]
+    return float(torch_s), float(argon_s)
 
 
 def test_import_leaves_triton_and_the_compiler_unimported():
@@ -41,10 +46,9 @@ def test_triton_kernels_load_at_first_use():
 
 
 def test_import_costs_at_most_a_fifth_more_than_torch():
-    torch_s, argon_s = [], []
-    for _ in range(ROUNDS):  # interleaved: a load spike hits both
-        torch_s.append(_import_seconds("torch"))
-        argon_s.append(_import_seconds("torch_argon"))
-    ratio = min(argon_s) / min(torch_s)
-    assert ratio <= MAX_RATIO, (f"import torch_argon {min(argon_s):.2f} s against import torch "
-                                f"{min(torch_s):.2f} s: {ratio:.2f}x")
+    timed = [_import_seconds_torch_then_argon() for _ in range(ROUNDS)]
+    rounds = sorted(((torch_s + argon_s) / torch_s, torch_s, argon_s)
+                    for torch_s, argon_s in timed)
+    ratio, torch_s, argon_s = rounds[len(rounds) // 2]
+    assert ratio <= MAX_RATIO, (f"import torch_argon adds {argon_s:.2f} s to import torch's "
+                                f"{torch_s:.2f} s: {ratio:.2f}x (median of {ROUNDS} rounds)")
