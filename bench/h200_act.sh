@@ -33,14 +33,14 @@ echo "== probe: $(tail -n 1 "$OUT/probe.txt") at ${SECONDS}s"
 
 r=$(left 200)
 [ "$r" -gt 20 ] && {
-  CUDA_LAUNCH_BLOCKING=1 timeout "$r" python3 -m pytest -q -p no:cacheprovider \
+  ARGON_REQUIRE_HOPPER=1 CUDA_LAUNCH_BLOCKING=1 timeout "$r" python3 -m pytest -q -p no:cacheprovider \
     tests/test_hopper_padded_act.py > "$OUT/tests.log" 2>&1
   echo "== act tests rc=$? at ${SECONDS}s"; grep -E "^FAILED|^ERROR" "$OUT/tests.log" | head -20
   tail -n 1 "$OUT/tests.log"
 }
 r=$(left 80)
 [ "${ACT_PADDED:-1}" = 1 ] && [ "$r" -gt 20 ] && {
-  timeout "$r" python3 -m pytest -q -p no:cacheprovider tests/test_cuda_hopper_padded.py \
+  ARGON_REQUIRE_HOPPER=1 timeout "$r" python3 -m pytest -q -p no:cacheprovider tests/test_cuda_hopper_padded.py \
     >> "$OUT/tests.log" 2>&1
   echo "== padded tests rc=$? at ${SECONDS}s"; tail -n 1 "$OUT/tests.log"
 }

@@ -27,14 +27,14 @@ grep -E "GEMM mixed|GEMM kernels" "$OUT/step_build.txt" | head -5
 
 r=$(left 120)
 [ "$r" -gt 20 ] && {
-  timeout "$r" python3 -m pytest -q -p no:cacheprovider --maxfail=20 tests/test_cuda_quantized_mixed.py \
+  ARGON_REQUIRE_HOPPER=1 timeout "$r" python3 -m pytest -q -p no:cacheprovider --maxfail=20 tests/test_cuda_quantized_mixed.py \
     > "$OUT/tests.log" 2>&1
   echo "== mixed tests rc=$? at ${SECONDS}s"; grep -E "^FAILED|^ERROR|Error" "$OUT/tests.log" | head
   tail -n 1 "$OUT/tests.log"
 }
 r=$(left 90)
 [ "${PADDED_TESTS:-1}" = 1 ] && [ "$r" -gt 20 ] && {
-  timeout "$r" python3 -m pytest -q -p no:cacheprovider tests/test_cuda_hopper_padded.py \
+  ARGON_REQUIRE_HOPPER=1 timeout "$r" python3 -m pytest -q -p no:cacheprovider tests/test_cuda_hopper_padded.py \
     >> "$OUT/tests.log" 2>&1
   echo "== padded tests rc=$? at ${SECONDS}s"; tail -n 1 "$OUT/tests.log"
 }

@@ -3,10 +3,11 @@
 mainloop with our per-32-group conversion of 4- or 8-bit codes, over the padded plan).
 
 On every machine: where the registry puts it and why it declines (on the CPU; neither GEMM in
-a format it converts, plain-float parts, fp16, tile_m other than 128; under path="auto" / "triton" below the
+a format it converts, plain-float parts, fp16, tile_m other than its token tiles (128 or 64;
+128 only for a hybrid); under path="auto" / "triton" below the
 rows per expert of experts/quantized_crossover.py MIXED_FROM_ROWS for its split of GEMMs, at an
 unknown count and for a split without a row; gpuq's GEMMs declining for it from there), the op's
-fakes and their argument errors, the repack cache, the
+fakes and their argument errors, the repack cache (tests/test_derived_cache.py: the cache itself), the
 decoded GEMMs' workspace, the implementation's stages with the CUDA ops (the mixed-input GEMM,
 and the padded dense GEMM of a decoded GEMM: Q4_K gate/up with Q6_K down, Q6_K gate/up with
 Q4_K down) emulated in torch. On a GPU of compute capability 9.0 with the Hopper units built
@@ -17,13 +18,14 @@ scaled tolerance), -1 ids, experts with 0 rows, T = 0, garbage-filled outputs (t
 used count untouched), the whole experts path against the layer reference (one format, two
 formats of one width, the hybrids), CUDA graph replay."""
 import dataclasses
+import itertools
 
 import pytest
 import torch
 
 import torch_argon
 from gpuq_cases import SCALED_TOL
-from hopper_cases import assert_bits_equal, assert_replays_like_eager
+from hopper_cases import assert_bits_equal, assert_replays_like_eager, needs_kernel
 from routing_cases import garbage_like, make_ids, make_weights
 from torch_argon import reference
 from torch_argon.experts import (ExpertsCall, cuda_hopper_padded, cuda_quantized_dequant,
@@ -42,7 +44,7 @@ def mixed_refusal():
     return mixed_ops.refusal("cuda") if torch.cuda.is_available() else "no CUDA device"
 
 
-needs_mixed = pytest.mark.skipif(bool(mixed_refusal()), reason=mixed_refusal() or "runs")
+needs_mixed = needs_kernel(mixed_refusal())
 
 
 def q_experts(E=4, H=256, I=256, name="Q4_K", down_name=None, device="cpu", seed=0,
@@ -351,10 +353,13 @@ def test_workspace_holds_the_decoded_gemms_only(shared_workspace):
 
 
 @pytest.mark.parametrize("rows,tile", [(1, 64), (64, 64), (64.5, 128), (1000, 128)])
-def test_the_token_tile_is_64_up_to_64_rows_per_expert(rows, tile):
+def test_the_token_tile_is_64_up_to_64_rows_per_expert(monkeypatch, rows, tile):
     """Both GEMMs mixed: 64 rows a tile while an expert's mean rows fit in one (less tensor work
-    on padding); a decoded GEMM or an unknown count of rows: 128."""
+    on padding); a decoded GEMM or an unknown count of rows: 128. Until the 64-token tile is
+    timed on a GPU, 128 everywhere."""
     q = q_experts(E=8)
+    assert MIXED.default_tile_m(cuda_call(q), rows * 8) == 128
+    monkeypatch.setattr(quantized_crossover, "MIXED_TOKEN_TILE_64_MEASURED", True)
     call = cuda_call(q)
     assert MIXED.default_tile_m(call, rows * 8) == tile
     assert MIXED.default_tile_m(call, None) == 128
@@ -390,13 +395,17 @@ def test_the_op_refuses_cpu_tensors_naming_the_device():
 
 def test_repack_cache_follows_the_weights_version():
     part = q_experts(E=2).down
-    first = cuda_quantized_mixed.CACHE.get([part])
-    assert cuda_quantized_mixed.CACHE.has([part])
-    assert cuda_quantized_mixed.CACHE.get([part]) is first
-    part.data[0, 0, 4] ^= 1  # an in-place change: repacked again
-    assert not cuda_quantized_mixed.CACHE.has([part])
-    second = cuda_quantized_mixed.CACHE.get([part])
-    assert second is not first and not torch.equal(second.scales, first.scales)
+    first = cuda_quantized_mixed.cached_repack([part])
+    assert cuda_quantized_mixed.has_repacked([part])
+    assert cuda_quantized_mixed.cached_repack([part]) is first
+    old_scales = first.scales.clone()
+    part.data[0, 0, 4] ^= 1  # an in-place change: repacked again, into the same buffers
+    assert not cuda_quantized_mixed.has_repacked([part])
+    second = cuda_quantized_mixed.cached_repack([part])
+    assert second.scales.data_ptr() == first.scales.data_ptr()
+    assert not torch.equal(second.scales, old_scales)
+    want = mr.repack(part.data, "Q4_K", part.n_in)
+    assert all(torch.equal(a, b) for a, b in zip(second[:3], want[:3]))
 
 
 def test_repack_cache_takes_inference_tensors():
@@ -404,21 +413,33 @@ def test_repack_cache_takes_inference_tensors():
     version counter: their entry is kept, never stale."""
     with torch.inference_mode():
         part = q_experts(E=2).down
-    first = cuda_quantized_mixed.CACHE.get([part])
-    assert cuda_quantized_mixed.CACHE.get([part]) is first
+    first = cuda_quantized_mixed.cached_repack([part])
+    assert cuda_quantized_mixed.cached_repack([part]) is first
+
+
+def test_repack_cache_finds_views_made_at_every_call():
+    """An expert-parallel rank's share is a fresh view of the stack at every call
+    (QuantizedExperts.select_experts): it finds its entry instead of repacking the layer."""
+    q = q_experts(E=4)
+    first = cuda_quantized_mixed.repacked(q.select_experts(1, 3), "down")
+    assert cuda_quantized_mixed.repacked(q.select_experts(1, 3), "down") is first
+    want = mr.repack(q.down.data[1:3], "Q4_K", q.down.n_in)
+    assert torch.equal(first.codes, want.codes)
 
 
 def test_separate_gate_and_up_are_concatenated_once():
     q = q_experts(E=2)
     gate = QuantizedWeight(q.gate_up.data[:, :256].clone(), "Q4_K", 256)
     up = QuantizedWeight(q.gate_up.data[:, 256:].clone(), "Q4_K", 256)
-    first = cuda_quantized_mixed.CACHE.get([gate, up])
-    assert cuda_quantized_mixed.CACHE.get([gate, up]) is first
+    first = cuda_quantized_mixed.cached_repack([gate, up])
+    assert cuda_quantized_mixed.cached_repack([gate, up]) is first
     want = mr.repack(q.gate_up.data, "Q4_K", 256)
     assert torch.equal(first.codes, want.codes) and torch.equal(first.scales, want.scales)
     up.data[0, 0, 4] ^= 1  # a change to either part repacks the pair
-    assert not cuda_quantized_mixed.CACHE.has([gate, up])
-    assert cuda_quantized_mixed.CACHE.get([gate, up]) is not first
+    assert not cuda_quantized_mixed.has_repacked([gate, up])
+    again = cuda_quantized_mixed.cached_repack([gate, up])
+    want = mr.repack(torch.cat([gate.data, up.data], dim=1), "Q4_K", 256)
+    assert torch.equal(again.scales, want.scales) and torch.equal(again.codes, want.codes)
 
 
 def emulated_mm(x, m, tile_expert, meta, *, out=None):
@@ -492,8 +513,9 @@ FLOW_CASES = [(f, fused) for f in (("Q4_K", "Q4_K"), ("Q4_K", "Q6_K"), ("Q6_K", 
                          ids=["+".join(f) + ("" if fused else "-split") for f, fused in FLOW_CASES])
 @pytest.mark.parametrize("dist,T", [("uniform", 300), ("neg_some", 77), ("empty", 40),
                                     ("uniform", 0)])
-def test_experts_flow_on_the_cpu_with_the_ops_emulated(emulated_ops, formats, fused, dist, T):
-    """The implementation's stages (plan of tile_m 128, gather, the repack (gate and up
+def test_experts_flow_on_the_cpu_with_the_ops_emulated(emulated_ops, monkeypatch, formats, fused,
+                                                      dist, T):
+    """The implementation's stages (plan of tile_m 128 or 64, gather, the repack (gate and up
     concatenated where they are two stacks) of the GEMMs in its formats, the decode of the others into
     the workspace, gate/up, swiglu, down, combine) with the CUDA GEMMs replaced by their
     contracts in torch: the layer's output within the scaled tolerance of the exact
@@ -501,6 +523,7 @@ def test_experts_flow_on_the_cpu_with_the_ops_emulated(emulated_ops, formats, fu
     or (gate, down, up): up in another format than gate, so gate/up is decoded from two
     stacks (the only split form QuantizedExperts.from_parts keeps)."""
     E, K, H, I = 8, 4, 768, 256  # H != 2I: the padded GEMM's N tells the two GEMMs apart
+    monkeypatch.setattr(quantized_crossover, "MIXED_TOKEN_TILE_64_MEASURED", True)  # both tiles
     name, down_name, up_name = (*formats, None)[:3]
     q = q_experts(E=E, H=H, I=I, name=name, down_name=down_name, seed=3, fused=fused,
                   up_name=up_name)
@@ -657,13 +680,13 @@ def test_opcheck_of_the_fakes():
 
 
 def opcheck_both_forms(device):
-    """torch.library.opcheck of both forms of the op, 4- and 8-bit codes, on a plan's tensors
-    on `device`."""
+    """torch.library.opcheck of both forms of the op, 4- and 8-bit codes, both token tiles, on
+    a plan's tensors on `device`."""
     T, K, E, Kd, N = 64, 2, 4, 256, 32
     ids, w = make_ids(T, K, E, "uniform"), make_weights(T, K)
-    plan = torch_argon.argon_ops.moe_plan(ids.to(device), w.to(device), E, TILE)
-    x = torch.randn(plan.sorted_token.shape[0], Kd, device=device).bfloat16()
-    for qtype in ("Q4_K", "Q8_0"):
+    for tile, qtype in itertools.product(mixed_ops.TOKEN_TILES, ("Q4_K", "Q8_0")):
+        plan = torch_argon.argon_ops.moe_plan(ids.to(device), w.to(device), E, tile)
+        x = torch.randn(plan.sorted_token.shape[0], Kd, device=device).bfloat16()
         g = torch.Generator().manual_seed(0)
         m = mr.repack(random_quantized(qtype, N, Kd, leading=(E,), generator=g).to(device),
                       qtype, Kd)
@@ -799,7 +822,7 @@ def test_experts_path_with_gate_and_up_in_two_formats(gate, up):
 def test_experts_path_matches_the_reference(dist, T, formats):
     q, x, ids, w, want = experts_case(T, dist, formats=formats)
     got = torch_argon.moe_experts(x, ids, w, q, path="cuda_quantized_mixed",
-                                  activation_quant="none")
+                                  tile_m=64 if T == 64 else None, activation_quant="none")
     assert got.shape == want.shape and got.dtype == torch.bfloat16
     if T:
         err = ((got.float().cpu() - want).norm() / want.norm()).item()
@@ -808,12 +831,12 @@ def test_experts_path_matches_the_reference(dist, T, formats):
 
 @needs_mixed
 @pytest.mark.parametrize("formats", FORMATS, ids=lambda f: "+".join(f))
-@pytest.mark.parametrize("T", [256, 64])  # 128 and 32 rows per expert: both token tiles
-def test_cuda_graph_replay_equals_eager(formats, T):
+@pytest.mark.parametrize("T,tile", [(256, 128), (64, 64)])  # 128 and 32 rows per expert
+def test_cuda_graph_replay_equals_eager(formats, T, tile):
     q, x, ids, w, _ = experts_case(T, "uniform", formats=formats)
 
     def run():
-        return torch_argon.moe_experts(x, ids, w, q, path="cuda_quantized_mixed",
+        return torch_argon.moe_experts(x, ids, w, q, path="cuda_quantized_mixed", tile_m=tile,
                                        activation_quant="none")
 
     assert_replays_like_eager(run, x)  # its first eager call repacks, outside the capture
@@ -822,14 +845,15 @@ def test_cuda_graph_replay_equals_eager(formats, T):
 @needs_mixed
 @pytest.mark.parametrize("formats", [("Q4_K", "Q6_K"), ("IQ4_XS", "IQ4_XS")],
                          ids=lambda f: "+".join(f))
-def test_torch_compile_fullgraph_equals_eager(formats):
+@pytest.mark.parametrize("T,tile", [(256, 128), (64, 64)])
+def test_torch_compile_fullgraph_equals_eager(formats, T, tile):
     """By name under torch.compile (fullgraph): the repack in the graph, the same bits as the
-    eager call (not yet run on a GPU)."""
+    eager call, both token tiles (not yet run on a GPU)."""
     torch._dynamo.reset()
-    q, x, ids, w, _ = experts_case(256, "uniform", formats=formats)
+    q, x, ids, w, _ = experts_case(T, "uniform", formats=formats)
 
     def run(x, ids, w):
-        return torch_argon.moe_experts(x, ids, w, q, path="cuda_quantized_mixed",
+        return torch_argon.moe_experts(x, ids, w, q, path="cuda_quantized_mixed", tile_m=tile,
                                        activation_quant="none")
 
     assert torch.equal(torch.compile(run, fullgraph=True)(x, ids, w), run(x, ids, w))
@@ -847,7 +871,7 @@ def test_inside_a_graph_capture_it_waits_for_an_eager_first_call(on_h100, monkey
     assert registry.choose(call) is DEQUANT
     parts = [q.gate_up]
     with pytest.raises(RuntimeError, match="run the layer once before capturing"):
-        cuda_quantized_mixed.CACHE.get(parts)
+        cuda_quantized_mixed.cached_repack(parts)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     for role in ("gate_up", "down"):
         cuda_quantized_mixed.repacked(q, role)  # the eager first call

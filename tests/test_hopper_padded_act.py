@@ -11,7 +11,6 @@ the fused op against hopper_padded_mm + swiglu bit for bit (fp16 and bf16, every
 configuration, a clipped last N tile, -1 ids, experts with no rows, T = 0, garbage-filled outputs
 with the unused tiles untouched), the path fused against unfused, CUDA graph capture and replay,
 torch.compile and opcheck."""
-import gc
 
 import pytest
 import torch
@@ -24,6 +23,7 @@ from routing_cases import garbage_like, make_ids, make_weights
 from triton_cases import rel_err
 from torch_argon import hopper
 from torch_argon.experts import cuda_hopper_padded
+from torch_argon.experts.derived_cache import DerivedCache
 from torch_argon.hopper import configs, padded_ops
 from torch_argon.weights import DenseExperts
 
@@ -179,7 +179,7 @@ def contracts(on_h200, monkeypatch):  # noqa: F811 (the fixture)
     monkeypatch.setattr(hopper, "padded_mm", padded_mm_contract)
     monkeypatch.setattr(hopper, "padded_act_mm", act)
     monkeypatch.setattr(padded_ops, "act_refusal", lambda device: "")
-    monkeypatch.setattr(cuda_hopper_padded, "_INTERLEAVED", cuda_hopper_padded._InterleavedCache())
+    monkeypatch.setattr(cuda_hopper_padded, "_INTERLEAVED", DerivedCache())
     return act
 
 
@@ -226,51 +226,21 @@ def test_the_interleaved_stack_is_made_once_and_follows_changes(contracts, monke
     # views made afresh (an expert-parallel rank's share) find their entry
     cache = cuda_hopper_padded._INTERLEAVED
     share = experts.select_experts(1, 3)
-    assert not cache.has(share.gate_up)
-    made = cache.get(share.gate_up)
-    assert cache.get(experts.select_experts(1, 3).gate_up) is made
+    assert not cache.has((share.gate_up,))
+    made = cuda_hopper_padded.interleaved(share.gate_up)
+    assert cuda_hopper_padded.interleaved(experts.select_experts(1, 3).gate_up) is made
     assert torch.equal(made, hopper.interleave_gate_up(experts.gate_up[1:3]))
     # an in-place change of the stack interleaves again, into the same buffer (a captured
     # graph holds its address), and the result follows it
     old = contracts.stacks[0]
     experts.gate_up.mul_(-1)
-    assert not cache.has(experts.gate_up)
+    assert not cache.has((experts.gate_up,))
     again = padded_path(x, ids, w, experts)
     assert contracts.stacks[-1].data_ptr() == old.data_ptr()
     assert torch.equal(contracts.stacks[-1], hopper.interleave_gate_up(experts.gate_up))
     assert not torch.equal(again, first)
     monkeypatch.setattr(configs, "FUSE_ACTIVATION", False)
     assert_bits_equal(padded_path(x, ids, w, experts), again)
-
-
-def test_a_replaced_storage_is_seen():
-    """A parameter whose .data is replaced keeps its version counter: the storage tells."""
-    cache = cuda_hopper_padded._InterleavedCache()
-    stack = torch.nn.Parameter(torch.randn(2, 32, 8), requires_grad=False)
-    made = cache.get(stack)
-    stack.data = torch.randn(2, 32, 8)
-    assert not cache.has(stack)
-    assert torch.equal(cache.get(stack), hopper.interleave_gate_up(stack.detach()))
-    assert cache.get(stack) is made or cache.get(stack).data_ptr() == made.data_ptr()
-
-
-def test_the_cache_lets_go_of_freed_stacks():
-    cache = cuda_hopper_padded._InterleavedCache()
-    stack = torch.randn(2, 32, 8)
-    cache.get(stack)
-    cache.get(stack[:1])
-    assert len(cache.entries) == 1
-    del stack
-    gc.collect()
-    assert len(cache.entries) == 0
-
-
-def test_inference_tensors_are_cached_without_a_version():
-    cache = cuda_hopper_padded._InterleavedCache()
-    with torch.inference_mode():
-        stack = torch.randn(2, 32, 8)
-        made = cache.get(stack)
-    assert cache.get(stack) is made
 
 
 def test_where_the_fused_gemm_cannot_run_the_path_says_why(contracts, monkeypatch):
@@ -285,11 +255,10 @@ def test_where_the_fused_gemm_cannot_run_the_path_says_why(contracts, monkeypatc
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     monkeypatch.setattr(padded_ops, "act_refusal", lambda device: "")
-    cache = cuda_hopper_padded._InterleavedCache()
-    monkeypatch.setattr(cuda_hopper_padded, "_INTERLEAVED", cache)
+    monkeypatch.setattr(cuda_hopper_padded, "_INTERLEAVED", DerivedCache())
     assert "inside a CUDA graph capture before the stack's first fused call" in \
         cuda_hopper_padded.fused_gate_up_refusal(call)
-    cache.get(experts.gate_up)
+    cuda_hopper_padded.interleaved(experts.gate_up)
     assert cuda_hopper_padded.fused_gate_up_refusal(call) == ""
 
 
@@ -457,7 +426,7 @@ def test_cuda_graph_replay_equals_eager_fused(fused):
     from hopper_cases import assert_replays_like_eager, experts_path
     x, ids, w, experts = layer_case(torch.bfloat16, T=256)
     assert_replays_like_eager(lambda: experts_path("cuda_hopper_padded", x, ids, w, experts), x)
-    assert cuda_hopper_padded._INTERLEAVED.has(experts.gate_up)
+    assert cuda_hopper_padded._INTERLEAVED.has((experts.gate_up,))
 
 
 @needs_hopper
@@ -478,10 +447,10 @@ def test_capture_before_the_first_fused_call_runs_the_unfused_stages(monkeypatch
     torch.cuda.current_stream().wait_stream(stream)
     graph.replay()
     torch.cuda.synchronize()
-    assert not cuda_hopper_padded._INTERLEAVED.has(experts.gate_up)
+    assert not cuda_hopper_padded._INTERLEAVED.has((experts.gate_up,))
     assert_bits_equal(captured, want)
     graph2, captured2 = capture(lambda: experts_path("cuda_hopper_padded", x, ids, w, experts))
-    assert cuda_hopper_padded._INTERLEAVED.has(experts.gate_up)
+    assert cuda_hopper_padded._INTERLEAVED.has((experts.gate_up,))
     graph2.replay()
     torch.cuda.synchronize()
     assert_bits_equal(captured2, want)

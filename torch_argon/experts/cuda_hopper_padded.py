@@ -27,10 +27,8 @@ back (at E=128 K=8 H=2048 I=768 T=8192, about 73.7k padded rows: gu is 226 MB, w
 read again, ~450 MB of traffic, plus the swiglu launch; h's 113 MB are written either way).
 It reads the gate/up stack with gate and up rows interleaved in blocks of 8
 (hopper.interleave_gate_up), made once per stack at its first fused call and kept beside it
-(_INTERLEAVED: keyed weakly by the stack's base tensor, checked against the view's offset,
-shape and strides and the version counter, so an in-place change re-interleaves; a change the
-counter does not see, such as one through `.data`, goes unseen, as for the mixed path's repack
-cache; a stale copy is re-interleaved into the same buffer, so a CUDA graph that captured it
+(_INTERLEAVED, a derived_cache.DerivedCache: per stack and view, re-interleaved after an
+in-place change or a replaced .data, into the same buffer, so a CUDA graph that captured it
 reads the new weights once an eager call has refreshed it; cuda_quantized_dequant's decoded
 workspace never takes it): a second copy of gate_up in
 device memory (E * 2I * H values: 805 MB in bf16 at E=128 H=2048 I=768, per layer), the price
@@ -45,13 +43,12 @@ torch.compile tracing, whose graph cannot read the cache; inside a CUDA graph ca
 the stack's first eager fused call, which would capture the interleaving copy; a build without
 its units) the path runs the unfused stages, with the same result.
 """
-import threading
 
 import torch
-from torch.utils.weak import WeakIdKeyDictionary
 
 from .. import hopper
 from . import cuda_hopper_dense as dense
+from .derived_cache import DerivedCache
 
 
 class CudaHopperPadded(dense.CudaHopperDense):
@@ -99,7 +96,7 @@ class CudaHopperPadded(dense.CudaHopperDense):
             return super().gate_up_act(call, xs, plan, config)
         w = call.weights
         h = xs.new_empty((xs.shape[0], w.inter))
-        return hopper.padded_act_mm(xs, _INTERLEAVED.get(w.gate_up), plan.tile_expert,
+        return hopper.padded_act_mm(xs, interleaved(w.gate_up), plan.tile_expert,
                                     plan.meta, config, call.activation, out=h)
 
 
@@ -117,67 +114,18 @@ def fused_gate_up_refusal(call) -> str:
         return ("under torch.compile tracing the interleaved stack's cache cannot be read (the "
                 "graph would interleave the weights at every call)")
     if (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
-            and not _INTERLEAVED.has(call.weights.gate_up)):
+            and not _INTERLEAVED.has((call.weights.gate_up,))):
         return ("inside a CUDA graph capture before the stack's first fused call: its "
                 "interleaving cannot be captured (run the layer once before capturing)")
     return hopper.padded_ops.act_refusal(call.x.device)
 
 
-def _version(t):
-    """What an entry must match to be fresh: t's storage (a parameter whose .data was replaced
-    keeps its version counter) and its version counter (None for an inference tensor, which has
-    none: an in-place write to one inside inference mode goes unseen)."""
-    return (t.untyped_storage().data_ptr(), None if t.is_inference() else t._version)
+# The interleaved copy of each gate/up stack the fused GEMM has run (derived_cache's doc: kept
+# per stack and view, refreshed in place after an in-place change)
+_INTERLEAVED = DerivedCache()
 
 
-class _InterleavedCache:
-    """The interleaved copy of each gate/up stack the fused GEMM has run: keyed weakly by the
-    stack's base tensor (an entry goes with it; views made afresh at every call, as
-    DenseExperts.select_experts makes them, find their entry), per view (storage offset, shape,
-    strides, dtype), checked against the version counter (an in-place change re-interleaves)."""
-
-    def __init__(self):
-        self.entries = WeakIdKeyDictionary()
-        self.lock = threading.Lock()
-
-    @staticmethod
-    def _key(w):
-        base = w._base if w._base is not None else w
-        return base, (w.storage_offset(), tuple(w.shape), tuple(w.stride()), w.dtype)
-
-    def _cached(self, w):
-        base, view = self._key(w)
-        with self.lock:
-            hit = self.entries.get(base, {}).get(view)
-        return hit[1] if hit is not None and hit[0] == _version(w) else None
-
-    def has(self, w) -> bool:
-        return self._cached(w) is not None
-
-    def get(self, w):
-        """interleave_gate_up(w), made at the first call for this stack (and version). A stale
-        entry is refreshed in place: a CUDA graph that captured the fused GEMM holds its
-        buffer's address, which must stay valid and come to hold the new weights."""
-        value = self._cached(w)
-        if value is not None:
-            return value
-        base, view = self._key(w)
-        with self.lock:
-            stale = self.entries.get(base, {}).get(view)
-        with torch.no_grad():
-            value = hopper.interleave_gate_up(w)
-            if stale is not None:
-                value = stale[1].copy_(value)
-        with self.lock:
-            per_base = self.entries.get(base)
-            if per_base is None:
-                per_base = self.entries[base] = {}
-            per_base[view] = (_version(w), value)
-        return value
-
-    def clear(self):
-        with self.lock:
-            self.entries.clear()
-
-
-_INTERLEAVED = _InterleavedCache()
+def interleaved(gate_up):
+    """interleave_gate_up(gate_up), made at the first fused call for this stack (and
+    version)."""
+    return _INTERLEAVED.get((gate_up,), lambda: hopper.interleave_gate_up(gate_up))

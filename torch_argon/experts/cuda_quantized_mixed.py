@@ -27,8 +27,8 @@ only gate/up runs mixed, only its 2/3 of that decode pass is saved.
 
 The weights are repacked once per stack (torch_argon/quant/mixed_repack.py; gate and up
 concatenated along N where they are two parts) at the first call that runs them, and kept beside
-them: a cache keyed by the stack's byte tensor (weakly: freed with it) and its version counter
-(an in-place change repacks). The repack costs 5 bits per value of device memory for the 4-bit
+them (CACHE, a derived_cache.DerivedCache: per stack and view, repacked after an in-place
+change or a replaced .data, into the same buffers, which a captured CUDA graph reads). The repack costs 5 bits per value of device memory for the 4-bit
 formats (Q4_K's GGUF bytes are 4.5: 0.38 GB for E=128 H=2048 I=768 per layer), 9 for the 8-bit
 ones (IQ4_XS's are 4.25, Q8_0's 8.5).
 A decoded GEMM takes cuda_quantized_dequant's workspace for its weights only (down:
@@ -53,10 +53,8 @@ than gpuq's GEMMs and the dequant path (MIXED_FROM_ROWS: 10-24 with both GEMMs i
 40-48 with down decoded), below them, at an unknown count of rows and for the splits without a
 row declining it.
 """
-import threading
 
 import torch
-from torch.utils.weak import WeakIdKeyDictionary
 
 from .. import gpuq
 from ..hopper import configs as hopper_configs
@@ -66,59 +64,12 @@ from . import cuda_hopper_dense as dense
 from . import cuda_quantized_dequant as dequant
 from .base import Experts, fused_call_refusal
 from .cuda_hopper_padded import CudaHopperPadded
+from .derived_cache import DerivedCache
 from .ops_quantized import float_parts
 from . import quantized_crossover
 from .quantized_crossover import MIXED_DECODED, below_rows, mixed_from_rows
 
 _PADDED = CudaHopperPadded()  # its configurations and GEMM for the decoded weights
-
-
-def _version(t):
-    """t's version counter, or None for an inference tensor (it has none, and cannot change
-    outside inference mode, so its entry never goes stale)."""
-    return None if t.is_inference() else t._version
-
-
-class _RepackCache:
-    """The repacked weights per GEMM: keyed by the byte tensor of its first part (gate/up's or
-    down's; gate's where gate and up are separate parts, concatenated along N once, not at
-    every call), weakly (an entry goes with that tensor), checked against every part's
-    identity and version (an in-place change repacks)."""
-
-    def __init__(self):
-        self.entries = WeakIdKeyDictionary()
-        self.lock = threading.Lock()
-
-    @staticmethod
-    def _key(parts):
-        """(the key tensor, the versions an entry must match) of a GEMM's parts."""
-        return parts[0].data, tuple((id(p.data), _version(p.data)) for p in parts)
-
-    def _cached(self, key, versions):
-        """The entry's MixedWeights where it matches `versions`, else None."""
-        with self.lock:
-            hit = self.entries.get(key)
-        return hit[1] if hit is not None and hit[0] == versions else None
-
-    def has(self, parts) -> bool:
-        return self._cached(*self._key(parts)) is not None
-
-    def get(self, parts):
-        """The MixedWeights of a GEMM's parts (one, or gate and up), repacked at the first
-        call."""
-        key, versions = self._key(parts)
-        value = self._cached(key, versions)
-        if value is not None:
-            return value
-        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError(
-                "cuda_quantized_mixed: the experts' weights are repacked at their first call, "
-                "which cannot run inside a CUDA graph capture (it copies tables to the device "
-                "and allocates); run the layer once before capturing")
-        value = repack_parts(parts)
-        with self.lock:
-            self.entries[key] = (versions, value)
-        return value
 
 
 def repack_parts(parts):
@@ -127,7 +78,30 @@ def repack_parts(parts):
     return packed[0] if len(packed) == 1 else mixed_repack.concat_n(*packed)
 
 
-CACHE = _RepackCache()
+# The repacked weights per GEMM (derived_cache's doc: per weights view, repacked after an
+# in-place change or a replaced .data, into the same buffers; gate and up held as two parts are
+# concatenated once, not at every call)
+CACHE = DerivedCache()
+
+
+def _part_tensors(parts):
+    return tuple(p.data for p in parts)
+
+
+def has_repacked(parts) -> bool:
+    return CACHE.has(_part_tensors(parts))
+
+
+def cached_repack(parts):
+    """The MixedWeights of a GEMM's parts (one, or gate and up), repacked at the first call."""
+    tensors = _part_tensors(parts)
+    if (not CACHE.has(tensors) and torch.cuda.is_available()
+            and torch.cuda.is_current_stream_capturing()):
+        raise RuntimeError(
+            "cuda_quantized_mixed: the experts' weights are repacked at their first call, "
+            "which cannot run inside a CUDA graph capture (it copies tables to the device "
+            "and allocates); run the layer once before capturing")
+    return CACHE.get(tensors, lambda: repack_parts(parts))
 
 
 def repacked(w, role):
@@ -136,7 +110,7 @@ def repacked(w, role):
     graph instead (the cache, Python objects and a lock, is not traceable: a compiled call then
     repacks at every call, which is why the automatic choice declines this path there)."""
     parts = list(gemm_parts(w, role).values())
-    return repack_parts(parts) if torch.compiler.is_compiling() else CACHE.get(parts)
+    return repack_parts(parts) if torch.compiler.is_compiling() else cached_repack(parts)
 
 
 ROLES = ("gate_up", "down")
@@ -225,7 +199,7 @@ class CudaQuantizedMixed(Experts):
                     "path='cuda_quantized_mixed' runs it so")
         w = call.weights
         if (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
-                and not all(CACHE.has(list(gemm_parts(w, role).values()))
+                and not all(has_repacked(list(gemm_parts(w, role).values()))
                             for role in mixed_gemms(w))):
             return ("inside a CUDA graph capture before the weights' first call: their repack "
                     "cannot be captured (run the layer once before capturing)")
@@ -257,10 +231,11 @@ class CudaQuantizedMixed(Experts):
     def default_tile_m(self, call, n_entries):
         """The GEMM's token tile (every tile holds one expert's rows): 64 where both GEMMs run
         mixed and the experts hold at most quantized_crossover.MIXED_TOKEN_TILE_64_UP_TO_ROWS
-        rows on average, else 128 (an unknown count of rows, a GEMM decoded onto the padded
-        dense GEMM)."""
+        rows on average, once that tile is timed (MIXED_TOKEN_TILE_64_MEASURED); else 128 (an
+        unknown count of rows, a GEMM decoded onto the padded dense GEMM)."""
         w = call.weights
-        if n_entries is None or token_tiles(w) == (hopper_configs.PADDED_TILE_M,):
+        if (n_entries is None or token_tiles(w) == (hopper_configs.PADDED_TILE_M,)
+                or not quantized_crossover.MIXED_TOKEN_TILE_64_MEASURED):
             return hopper_configs.PADDED_TILE_M
         rows = n_entries / max(w.n_experts, 1)
         return 64 if rows <= quantized_crossover.MIXED_TOKEN_TILE_64_UP_TO_ROWS else 128
@@ -275,6 +250,14 @@ class CudaQuantizedMixed(Experts):
     def apply(self, call, x, xs, plan, workspace):
         w = call.weights
         mixed = mixed_gemms(w)
+        # the op takes its token tile from the shapes (rows per tile of tile_expert): a plan of
+        # another tile_m than the rows it was gathered with would run the wrong tile silently
+        if (plan.tile_m not in token_tiles(w)
+                or xs.shape[0] != plan.tile_m * plan.tile_expert.shape[0]):
+            raise RuntimeError(
+                f"cuda_quantized_mixed: a plan of tile_m {plan.tile_m} with "
+                f"{plan.tile_expert.shape[0]} tiles for {xs.shape[0]} gathered rows (tile_m "
+                f"{' or '.join(map(str, token_tiles(w)))} for these weights)")
         configs = {}
         if len(mixed) < len(ROLES):  # the padded GEMM's configurations for the decoded one
             rows = plan.pos.numel() / max(w.n_experts, 1)  # mean entries per expert

@@ -115,6 +115,12 @@ MIXED_KERNEL_PASSED_GPU_TESTS = False
 # the padded dense GEMM keeps 128 (that GEMM's M tile).
 MIXED_TOKEN_TILE_64_UP_TO_ROWS = 64
 
+# Whether the 64-token tile has been timed against the 128 one on a GPU (bench_quant.py
+# --mixed-tile-64-up-to 0 holds 128: h200_mixed.sh's MIXED_TILE128_T). MIXED_FROM_ROWS was
+# measured with the 128-token tile; until the 64 one is timed the automatic choice keeps 128 and
+# the rule above applies to tile_m=None only where this is True (tile_m=64 runs it by name).
+MIXED_TOKEN_TILE_64_MEASURED = False
+
 
 def mixed_from_rows(gate_up, down):
     """The rows per expert from which the automatic choice runs cuda_quantized_mixed on a layer

@@ -1,6 +1,7 @@
 // The order in which the padded Hopper GEMM's tile scheduler (hopper_padded_scheduler.cuh) walks
-// its works: output tiles (m, n) of the used 128-row tiles m (consecutive m: one expert's tiles,
-// then the next expert's) and the N tiles n.
+// its works: output tiles (m, n) of the plan's used tiles m (of 128 rows, or the mixed-input
+// GEMM's token tile; consecutive m: one expert's tiles, then the next expert's) and the N
+// tiles n.
 //
 // The works go window by window of `window` M tiles, M fastest inside a window: the M tiles that
 // share a B tile n are adjacent works (except an expert whose tiles straddle two windows), taken

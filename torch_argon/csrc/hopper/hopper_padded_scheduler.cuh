@@ -3,8 +3,9 @@
 // keyed by a tag type (GemmUniversal's fourth parameter); this file defines our tag and its
 // specialization, so the kernel walks the plan's used tiles instead of a dense M x N x L grid.
 //
-// Algorithm. The plan (tile_m 128, the kernel's M tile) lays every expert's rows out in whole
-// 128-row tiles; tile_expert[m] is tile m's expert and meta[ARGON_META_N_TILES] the number of
+// Algorithm. The plan (tile_m 128, the kernel's M tile; the mixed-input GEMM's token tile, 128
+// or 64, which that kernel holds along N: "transposed" below) lays every expert's rows out in
+// whole tiles; tile_expert[m] is tile m's expert and meta[ARGON_META_N_TILES] the number of
 // tiles in use (the others come after them). The work is the used tiles times the N tiles, in
 // the order of hopper_padded_order.h (windows of a few M tiles, M fastest inside one; the launch
 // picks the window, order_window): work w is output tile (m, n) = work_tile(w), and its L
@@ -70,7 +71,7 @@ struct PaddedTileParams {
   Sm90SchedulerParams::RasterOrder raster_order_ = Sm90SchedulerParams::RasterOrder::AlongN;
   const int32_t* tile_expert = nullptr;
   const int32_t* used_tiles = nullptr;
-  int32_t max_tiles_m = 0;  // the plan's tiles a and d hold (M / 128; N / 128 transposed)
+  int32_t max_tiles_m = 0;  // the plan's tiles a and d hold (M / 128; N / tile transposed)
   int32_t tiles_n = 0;      // ceil(N / TileN) (ceil(M / TileM) transposed)
   int32_t n_experts = 0;    // L
   int32_t order_window = 1;  // M tiles a window of the order, >= 1
