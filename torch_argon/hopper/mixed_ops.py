@@ -11,7 +11,7 @@ import torch
 
 from .._kernels import has_kernel as _has_kernel
 from .padded_ops import check_padded_plan
-from .ops import refusal as _hopper_refusal
+from .ops import call, refusal as _hopper_refusal
 
 # The plans' tile_m the kernel runs (its token tile: csrc/hopper/hopper_mixed_gemm.h's tile_rows)
 TOKEN_TILES = (128, 64)
@@ -32,14 +32,9 @@ def mixed_mm(x, m, tile_expert, meta, *, out=None):
     meta[1]), the tile's rows of x [R, K] (bf16) times W[tile_expert[t]]^T, W the bf16 weights
     of the MixedWeights `m` (mixed_repack.mixed_dequantize's, never materialized); the other
     rows zero, or as they were in `out` where given."""
-    if not torch.compiler.is_compiling():
-        why = refusal(x.device)
-        if why:
-            raise NotImplementedError(why)
-    if out is None:
-        return torch.ops.argon.hopper_mixed_mm(x, m.codes, m.scales, m.zeros, tile_expert, meta)
-    torch.ops.argon.hopper_mixed_mm_out(x, m.codes, m.scales, m.zeros, tile_expert, meta, out)
-    return out
+    return call(refusal, x.device, torch.ops.argon.hopper_mixed_mm,
+                torch.ops.argon.hopper_mixed_mm_out,
+                (x, m.codes, m.scales, m.zeros, tile_expert, meta), out)
 
 
 # ---- fakes: output shapes from the arguments' shapes alone ------------------------------------

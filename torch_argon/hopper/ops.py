@@ -34,19 +34,27 @@ def refusal(device) -> str:
     return ""
 
 
+def call(why_not, device, op, op_out, args, out):
+    """The Hopper wrappers' one form: outside torch.compile (which traces the fakes), a kernel
+    that does not run on `device` is a NotImplementedError saying why (`why_not(device)`); then
+    op(*args), or op_out(*args, out) returning `out`."""
+    if not torch.compiler.is_compiling():
+        why = why_not(device)
+        if why:
+            raise NotImplementedError(why)
+    if out is None:
+        return op(*args)
+    op_out(*args, out)
+    return out
+
+
 def grouped_mm(a, w, offsets, counts, config, *, out=None):
     """out [R, N]: for every expert e, rows offsets[e] .. offsets[e] + counts[e] of a [R, K]
     times w[e]^T (w [E, N, K], a's dtype fp16 / bf16; offsets and counts the plan's); the other
     rows zero, or as they were in `out` where given. config: a name of configs.CONFIGS."""
-    if not torch.compiler.is_compiling():
-        why = refusal(a.device)
-        if why:
-            raise NotImplementedError(why)
-    index = configs.index(config)
-    if out is None:
-        return torch.ops.argon.hopper_grouped_mm(a, w, offsets, counts, index)
-    torch.ops.argon.hopper_grouped_mm_out(a, w, offsets, counts, index, out)
-    return out
+    return call(refusal, a.device, torch.ops.argon.hopper_grouped_mm,
+                torch.ops.argon.hopper_grouped_mm_out,
+                (a, w, offsets, counts, configs.index(config)), out)
 
 
 # ---- fakes: output shapes from the arguments' shapes alone ------------------------------------

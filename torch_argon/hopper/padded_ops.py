@@ -18,7 +18,7 @@ import torch
 from .. import activations
 from .._kernels import has_kernel as _has_kernel
 from . import configs
-from .ops import check_operands, check_out, refusal
+from .ops import call, check_operands, check_out, refusal
 
 INTERLEAVE = 8  # gate / up rows per block of the interleaved stack (the wgmma fragment's 8 columns)
 
@@ -28,15 +28,9 @@ def padded_mm(a, w, tile_expert, meta, config, *, out=None):
     128 m .. 128 m + 127 of a [R, K] times w[tile_expert[m]]^T (w [E, N, K], a's dtype fp16 /
     bf16); the other rows zero, or as they were in `out` where given. config: a name of
     configs.PADDED_CONFIGS."""
-    if not torch.compiler.is_compiling():
-        why = refusal(a.device)
-        if why:
-            raise NotImplementedError(why)
-    index = configs.padded_index(config)
-    if out is None:
-        return torch.ops.argon.hopper_padded_mm(a, w, tile_expert, meta, index)
-    torch.ops.argon.hopper_padded_mm_out(a, w, tile_expert, meta, index, out)
-    return out
+    return call(refusal, a.device, torch.ops.argon.hopper_padded_mm,
+                torch.ops.argon.hopper_padded_mm_out,
+                (a, w, tile_expert, meta, configs.padded_index(config)), out)
 
 
 def act_refusal(device) -> str:
@@ -57,17 +51,10 @@ def padded_act_mm(a, w_interleaved, tile_expert, meta, config, activation="silu"
     interleave_gate_up(w) ([E, 2I, K], I a multiple of 8); bit for bit
     swiglu(padded_mm(a, w, ...), activation=...). The other rows zero, or as they were in `out`
     where given. config: a name of configs.PADDED_CONFIGS."""
-    if not torch.compiler.is_compiling():
-        why = act_refusal(a.device)
-        if why:
-            raise NotImplementedError(why)
-    index = configs.padded_index(config)
-    if out is None:
-        return torch.ops.argon.hopper_padded_act_mm(a, w_interleaved, tile_expert, meta, index,
-                                                    activation)
-    torch.ops.argon.hopper_padded_act_mm_out(a, w_interleaved, tile_expert, meta, index,
-                                             activation, out)
-    return out
+    return call(act_refusal, a.device, torch.ops.argon.hopper_padded_act_mm,
+                torch.ops.argon.hopper_padded_act_mm_out,
+                (a, w_interleaved, tile_expert, meta, configs.padded_index(config), activation),
+                out)
 
 
 def interleave_gate_up(w):
