@@ -214,6 +214,18 @@ def test_config_choice_default_and_table(monkeypatch):
         configs.padded_index("pingpong_64x128")  # the ptr-array GEMM's, not compiled here
 
 
+def test_a_bad_config_name_is_a_value_error_on_every_device():
+    """The wrappers read the name before the device's refusal: the same error here as on an
+    H200."""
+    a, w = torch.zeros(TILE, 64, dtype=torch.bfloat16), torch.zeros(2, 16, 64, dtype=torch.bfloat16)
+    tile_expert, meta = torch.zeros(1, dtype=torch.int32), torch.zeros(4, dtype=torch.int32)
+    for wrapper in (hopper.padded_mm, hopper.padded_act_mm):
+        with pytest.raises(ValueError, match="config must be one of"):
+            wrapper(a, w, tile_expert, meta, "pingpong_64x128")
+    with pytest.raises(NotImplementedError, match="run on CUDA tensors, not cpu"):
+        hopper.padded_mm(a, w, tile_expert, meta, "pingpong_128x128")
+
+
 # ---- the op's fakes (torch.compile's shapes) --------------------------------------------------
 
 def fake_args(tiles=3, K=64, N=48, E=4, dtype=torch.bfloat16):
