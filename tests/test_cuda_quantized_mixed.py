@@ -670,6 +670,14 @@ def test_fake_gives_out_shape_and_checks_arguments():
                    torch.empty(3 * TILE, 40, dtype=torch.bfloat16))
 
 
+def test_fake_checks_the_int32_limits_as_the_op_does():
+    """Rows past int32 (the kernel's row index): the op's ValueError from the fake too."""
+    tiles = 2 ** 24 + 1  # 128-row tiles: 2^31 + 128 rows
+    mode, args = fake_args(tiles=tiles)
+    with mode, pytest.raises(ValueError, match="x's rows must fit in int32"):
+        torch.ops.argon.hopper_mixed_mm(*args)
+
+
 def test_opcheck_of_the_fakes():
     """torch.library.opcheck's schema and fake checks on meta tensors (the CUDA kernel itself is
     checked by the GPU tests)."""

@@ -13,6 +13,8 @@ from .._kernels import has_kernel as _has_kernel
 from .padded_ops import check_padded_plan
 from .ops import call, refusal as _hopper_refusal
 
+INT32_MAX = 2 ** 31 - 1  # the kernel's shapes and row indices are int32
+
 # The plans' tile_m the kernel runs (its token tile: csrc/hopper/hopper_mixed_gemm.h's tile_rows)
 TOKEN_TILES = (128, 64)
 
@@ -44,7 +46,7 @@ def _check_shapes(x, codes, scales, zeros, tile_expert, meta):
     if x.dim() != 2 or x.dtype != torch.bfloat16:
         raise ValueError(f"x must be bfloat16 [R, K], got {x.dtype} of shape {tuple(x.shape)}")
     k = x.shape[1]
-    if k <= 0 or k % 64:
+    if k <= 0 or k % 64 or k > INT32_MAX:
         raise ValueError(f"K (x's columns) must be a positive multiple of 64 (the GEMM's K "
                          f"tile), got {k}")
     if (codes.dim() != 4 or codes.dtype != torch.uint8 or codes.shape[1] != k // 16
@@ -53,9 +55,9 @@ def _check_shapes(x, codes, scales, zeros, tile_expert, meta):
                          f"[E, K / 16, N / 16, 256] (8-bit) with K = x's columns ({k}), got "
                          f"{codes.dtype} of shape {tuple(codes.shape)}")
     e, n = codes.shape[0], 16 * codes.shape[2]
-    if e <= 0:
+    if e <= 0 or e > INT32_MAX:
         raise ValueError(f"codes must hold between 1 and 2^31 - 1 experts, got {e}")
-    if n <= 0 or n > 2 ** 31 - 1:
+    if n <= 0 or n > INT32_MAX:
         raise ValueError(f"N (16 * codes.size(2), its blocks of 16 rows) must be between 1 and "
                          f"2^31 - 1, got {n}")
     for name, t in (("scales", scales), ("zeros", zeros)):
@@ -64,6 +66,8 @@ def _check_shapes(x, codes, scales, zeros, tile_expert, meta):
                              f"{[e, k // 64, n, 2]} (mixed_repack's), got {t.dtype} of shape "
                              f"{tuple(t.shape)}")
     check_padded_plan("x", x, tile_expert, meta, tiles=TOKEN_TILES)
+    if x.shape[0] > INT32_MAX:
+        raise ValueError(f"x's rows must fit in int32, got {x.shape[0]}")
     return n
 
 
