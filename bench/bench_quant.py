@@ -441,8 +441,9 @@ def main(argv=None):
     ap.add_argument("--mixed-tile-64-up-to", type=float, metavar="ROWS",
                     help="cuda_quantized_mixed's token tile rule for this run: 64 up to ROWS mean "
                          "rows per expert (experts/quantized_crossover.py "
-                         "MIXED_TOKEN_TILE_64_UP_TO_ROWS; 0: always 128); the records' tile_m "
-                         "says which ran")
+                         "MIXED_TOKEN_TILE_64_UP_TO_ROWS, applied as if "
+                         "MIXED_TOKEN_TILE_64_MEASURED; 0: always 128, the default until then); "
+                         "the records' tile_m says which ran")
     ap.add_argument("--tiny", action="store_true", help="toy sizes on --device (logic test)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
@@ -455,6 +456,7 @@ def main(argv=None):
     if args.mixed_tile_64_up_to is not None:
         from torch_argon.experts import quantized_crossover
         quantized_crossover.MIXED_TOKEN_TILE_64_UP_TO_ROWS = args.mixed_tile_64_up_to
+        quantized_crossover.MIXED_TOKEN_TILE_64_MEASURED = True
     Run.set((args.device, {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype],
              TINY_CONFIGS if args.tiny else CONFIGS))
     if Run.device == "cuda" and not torch.cuda.is_available():

@@ -13,10 +13,12 @@
 #      cuda_quantized_mixed and cuda_quantized_dequant) beside the bf16 column, E=128 K=8
 #      H=2048 I=768 and E=512 K=10 H=2048 I=512, T = MIXED_T (default 2048 / 8192 / 16384)
 #      (run whatever step 2 said: each record carries its rel_err against the dense path), and
-#      llama.cpp's MUL_MAT_ID column where bench/baselines/ggml_bin is carried
+#      llama.cpp's MUL_MAT_ID column where bench/baselines/ggml_bin is carried; the mixed GEMM's
+#      token tile by the rule of 64 up to 64 rows per expert (--mixed-tile-64-up-to 64: not the
+#      default until timed, MIXED_TOKEN_TILE_64_MEASURED)
 #   4. MIXED_TILE128_T (a comma list of T, unset: skipped): those points of MIXED_TILE128_FORMATS
-#      (default Q4_K) again with the mixed GEMM's token tile held at 128 (--mixed-tile-64-up-to
-#      0), beside step 3's default rule (64 up to 64 rows per expert)
+#      (default Q4_K) again with the token tile held at 128 (--mixed-tile-64-up-to 0), beside
+#      step 3's rule
 # Run through bench/h200_session.sh mixed. Writes under $OUT: step_build.txt, tests.log,
 # mixed.json, mixed.log.
 set -uo pipefail
@@ -46,7 +48,8 @@ r=$(left 240)
   timeout "$r" python3 bench/bench_quant.py --json "$OUT/mixed.json" \
     --formats "${MIXED_FORMATS:-Q4_K,Q4_K/Q6_K}" --configs E128,E512 \
     --T "${MIXED_T:-2048,8192,16384}" --budget-s $((r - 30)) ${llama[@]+"${llama[@]}"} \
-    --impls "${MIXED_IMPLS:-cuda_quantized_dequant,cuda_quantized_mixed}" 2>&1 | tee "$OUT/mixed.log" |
+    --impls "${MIXED_IMPLS:-cuda_quantized_dequant,cuda_quantized_mixed}" \
+    --mixed-tile-64-up-to 64 2>&1 | tee "$OUT/mixed.log" |
     grep -v "^  compiled"
   echo "== bench_quant at ${SECONDS}s"
 }
