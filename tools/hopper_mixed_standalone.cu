@@ -185,9 +185,7 @@ bool check(int bits, int tile, std::mt19937& rng) {
   }
   std::printf("check: %d-bit codes, token tile %d: %s (worst tile's relative error %.2e)\n", bits,
               tile, ok ? "ok" : "FAILED", worst);
-  for (void* p : {(void*)d_codes, (void*)d_s, (void*)d_z, (void*)d_x, (void*)d_d, (void*)d_te,
-                  (void*)d_used})
-    CHECK_CUDA(cudaFree(p));
+  standalone::free_all({d_codes, d_s, d_z, d_x, d_d, d_te, d_used});
   return ok;
 }
 
@@ -220,18 +218,13 @@ void time_gate_up(int bits, int tile, int rows) {
   std::printf("time: gate/up E=%d N=%d K=%d, %d-bit codes, %d rows per expert, token tile %d: "
               "%.1f us (%.2f TB/s of codes, scales and zeros)\n",
               E, N, K, bits, rows, tile, us, bytes / us * 1e-6);
-  for (void* p : {(void*)d_codes, (void*)d_s, (void*)d_z, (void*)d_x, (void*)d_d, (void*)d_te,
-                  (void*)d_used})
-    CHECK_CUDA(cudaFree(p));
+  standalone::free_all({d_codes, d_s, d_z, d_x, d_d, d_te, d_used});
 }
 
 }  // namespace
 
 int main() {
-  cudaDeviceProp prop;
-  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
-  std::printf("device: %s (sm_%d%d, %d SMs)\n", prop.name, prop.major, prop.minor,
-              prop.multiProcessorCount);
+  standalone::print_device();
   std::mt19937 rng(1);
   bool ok = true;
   for (int bits : {4, 8})

@@ -405,9 +405,7 @@ bool check(int dtype, std::mt19937& rng) {
               refuses_n && refuses_act ? "ok" : "FAILED");
   all &= refuses_n && refuses_act;
   CHECK_CUDA(cudaDeviceSynchronize());
-  for (void* p : {(void*)d_a, (void*)d_w, (void*)d_wi, (void*)d_gu, (void*)d_h, (void*)d_hu,
-                  (void*)d_te, (void*)d_used})
-    CHECK_CUDA(cudaFree(p));
+  standalone::free_all({d_a, d_w, d_wi, d_gu, d_h, d_hu, d_te, d_used});
   return all;
 }
 
@@ -454,18 +452,14 @@ bool time_gate_up(int per_expert) {
       ok &= fused > 0;
     }
   }
-  for (void* p : {(void*)d_a, (void*)d_w, (void*)d_gu, (void*)d_h, (void*)d_te, (void*)d_used})
-    CHECK_CUDA(cudaFree(p));
+  standalone::free_all({d_a, d_w, d_gu, d_h, d_te, d_used});
   return ok;
 }
 
 }  // namespace
 
 int main() {
-  cudaDeviceProp prop;
-  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
-  std::printf("device: %s (sm_%d%d, %d SMs)\n", prop.name, prop.major, prop.minor,
-              prop.multiProcessorCount);
+  standalone::print_device();
   std::mt19937 rng(1);
   bool ok = true;
   for (int dtype : {ARGON_HOPPER_BF16, ARGON_HOPPER_FP16}) ok &= check(dtype, rng);

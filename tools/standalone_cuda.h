@@ -1,13 +1,14 @@
 // What the standalone GPU checks (tools/*_standalone.cu: a kernel's C entry point and units in
 // one binary, no torch, carried to a device and run in seconds) share on the host: the CUDA error
-// check (exit code 2), copies to and from the device, the multiprocessor count, and the median
-// of timed launches.
+// check (exit code 2), the device's line, copies to and from the device, the multiprocessor
+// count, and the median of timed launches.
 #pragma once
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <vector>
 
 #define CHECK_CUDA(call)                                                                     \
@@ -20,6 +21,18 @@
   } while (0)
 
 namespace standalone {
+
+// The output's first line: which GPU gave the numbers.
+inline void print_device() {
+  cudaDeviceProp prop;
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s (sm_%d%d, %d SMs)\n", prop.name, prop.major, prop.minor,
+              prop.multiProcessorCount);
+}
+
+inline void free_all(std::initializer_list<const void*> buffers) {
+  for (const void* p : buffers) CHECK_CUDA(cudaFree(const_cast<void*>(p)));
+}
 
 // A device copy of v (16 bytes of slack: the kernels' 16-byte loads near the end stay inside).
 template <class T>

@@ -76,69 +76,31 @@ struct ConfigAt<1> {
   using type = CooperativeWide;
 };
 
-// The CUTLASS kernel of one element type and configuration. Problem (M, N, K, L) = (rows, n, k,
-// n_experts); strides as (M or N, K, L) modes: A and D row-major with a stride-0 L, B the
-// experts' K-major weights; no C operand (the epilogue writes alpha * acc, alpha = 1).
-template <class Element, class Cfg>
-struct PaddedGemm {
-  using ProblemShape = Shape<int, int, int, int>;
-  using StrideA = cute::Stride<int64_t, Int<1>, Int<0>>;
-  using StrideB = cute::Stride<int64_t, Int<1>, int64_t>;
-  using StrideD = cute::Stride<int64_t, Int<1>, Int<0>>;
-  static constexpr int kAlignment = 8;  // elements per 16 bytes
+// The layouts of the problem (M, N, K, L) = (rows, n, k, n_experts), as (M or N, K, L) modes:
+// A and D row-major with a stride-0 L, B the experts' K-major weights.
+using ProblemShape = Shape<int, int, int, int>;
+using StrideA = cute::Stride<int64_t, Int<1>, Int<0>>;
+using StrideB = cute::Stride<int64_t, Int<1>, int64_t>;
+using StrideD = cute::Stride<int64_t, Int<1>, Int<0>>;
+constexpr int kAlignment = 8;  // elements per 16 bytes
 
-  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Cfg::TileShape,
-      typename Cfg::ClusterShape, cutlass::epilogue::collective::EpilogueTileAuto, float, float,
-      void, StrideD, kAlignment, Element, StrideD, kAlignment, typename Cfg::EpilogueSchedule,
-      cutlass::epilogue::fusion::LinearCombination<Element, float, void, float>>::CollectiveOp;
+// The stride of a tensor map's L (expert) coordinate, in the types CuTe built.
+template <class Tma>
+using LStride = cute::tuple_element_t<2, typename Tma::AuxParams::GmemStrides>;
 
+// The kernel of one element type, configuration and collective epilogue: the mainloop built
+// with the stages that the epilogue's shared memory (EpilogueSmemBytes) leaves, our scheduler.
+template <class Element, class Cfg, class Epilogue, int EpilogueSmemBytes>
+struct PaddedKernel {
+  using CollectiveEpilogue = Epilogue;
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, StrideA, kAlignment, Element,
       StrideB, kAlignment, float, typename Cfg::TileShape, typename Cfg::ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
-          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      cutlass::gemm::collective::StageCountAutoCarveout<EpilogueSmemBytes>,
       typename Cfg::MainloopSchedule>::CollectiveOp;
 
-  // The layout's premise, checked in the types CuTe built: the TMA coordinate of A's and D's
-  // L mode has the static stride 0 (the expert moves neither), B's has not.
-  template <class Tma>
-  using LStride = cute::tuple_element_t<2, typename Tma::AuxParams::GmemStrides>;
-  static_assert(cute::is_constant<0, LStride<typename CollectiveMainloop::Params::TMA_A>>::value,
-                "A's tensor map must ignore the expert (L) coordinate");
-  static_assert(cute::is_constant<0, LStride<typename CollectiveEpilogue::Params::TMA_D>>::value,
-                "D's tensor map must ignore the expert (L) coordinate");
-  static_assert(!cute::is_constant<0, LStride<typename CollectiveMainloop::Params::TMA_B>>::value,
-                "B's tensor map must move with the expert (L) coordinate");
-
-  using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop,
-                                                      CollectiveEpilogue, PaddedTiles>;
-  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
-};
-
-// The gate/up GEMM with the activation in its epilogue: PaddedGemm's mainloop (the same
-// builder, its stages from the whole carveout: this epilogue has no shared memory) and
-// scheduler, GateUpActEpilogue in CUTLASS's adapter for register-to-global epilogues.
-template <class Element, class Cfg>
-struct PaddedActGemm {
-  using ProblemShape = Shape<int, int, int, int>;
-  using StrideA = cute::Stride<int64_t, Int<1>, Int<0>>;
-  using StrideB = cute::Stride<int64_t, Int<1>, int64_t>;
-  static constexpr int kAlignment = 8;
-
-  using Epilogue = GateUpActEpilogue<Element>;
-  using CollectiveEpilogue =
-      cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<Epilogue>;
-
-  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, StrideA, kAlignment, Element,
-      StrideB, kAlignment, float, typename Cfg::TileShape, typename Cfg::ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
-          sizeof(typename CollectiveEpilogue::TensorStorage))>,
-      typename Cfg::MainloopSchedule>::CollectiveOp;
-
-  template <class Tma>
-  using LStride = cute::tuple_element_t<2, typename Tma::AuxParams::GmemStrides>;
+  // The layout's premise: the TMA coordinate of A's L mode has the static stride 0 (the expert
+  // does not move it), B's has not.
   static_assert(cute::is_constant<0, LStride<typename CollectiveMainloop::Params::TMA_A>>::value,
                 "A's tensor map must ignore the expert (L) coordinate");
   static_assert(!cute::is_constant<0, LStride<typename CollectiveMainloop::Params::TMA_B>>::value,
@@ -148,12 +110,46 @@ struct PaddedActGemm {
                                                       CollectiveEpilogue, PaddedTiles>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 };
+
+// The plain GEMM's epilogue: CUTLASS's TMA epilogue, alpha * acc rounded once to the output
+// dtype (no C operand; alpha = 1).
+template <class Element, class Cfg>
+using TmaEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, typename Cfg::TileShape,
+    typename Cfg::ClusterShape, cutlass::epilogue::collective::EpilogueTileAuto, float, float,
+    void, StrideD, kAlignment, Element, StrideD, kAlignment, typename Cfg::EpilogueSchedule,
+    cutlass::epilogue::fusion::LinearCombination<Element, float, void, float>>::CollectiveOp;
+
+template <class Element, class Cfg>
+struct PaddedGemm
+    : PaddedKernel<Element, Cfg, TmaEpilogue<Element, Cfg>,
+                   static_cast<int>(sizeof(typename TmaEpilogue<Element, Cfg>::SharedStorage))> {
+  static_assert(
+      cute::is_constant<0, LStride<typename TmaEpilogue<Element, Cfg>::Params::TMA_D>>::value,
+      "D's tensor map must ignore the expert (L) coordinate");
+};
+
+// The gate/up GEMM with the activation in its epilogue: GateUpActEpilogue in CUTLASS's adapter
+// for register-to-global epilogues; no epilogue shared memory, so the stages take the whole
+// carveout.
+template <class Element>
+using ActEpilogue =
+    cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<GateUpActEpilogue<Element>>;
+
+template <class Element, class Cfg>
+struct PaddedActGemm
+    : PaddedKernel<Element, Cfg, ActEpilogue<Element>,
+                   static_cast<int>(sizeof(typename ActEpilogue<Element>::TensorStorage))> {};
 
 constexpr const char* kKernel = "hopper padded GEMM";
 constexpr const char* kActKernel = "hopper padded gate/up GEMM with the activation";
 
+// Both kernels' launch: the problem, A and B from p, the epilogue's arguments as given, our
+// scheduler's (read on the device: no host sync), no workspace.
 template <class G>
-int run(const ArgonHopperPaddedGemm& p, char* err, int err_len) {
+int launch(const ArgonHopperPaddedGemm& p,
+           const typename G::CollectiveEpilogue::Arguments& epilogue, const char* what, char* err,
+           int err_len) {
   using Element = typename G::Gemm::ElementA;
   const int rows = p.max_tiles_m * ARGON_HOPPER_PADDED_TILE_M;
   const int64_t k = p.k, n = p.n;
@@ -163,45 +159,8 @@ int run(const ArgonHopperPaddedGemm& p, char* err, int err_len) {
   typename G::Gemm::Arguments args{
       cutlass::gemm::GemmUniversalMode::kBatched,
       {rows, p.n, p.k, p.n_experts},
-      {static_cast<const Element*>(p.a), typename G::StrideA{k, Int<1>{}, Int<0>{}},
-       static_cast<const Element*>(p.b), typename G::StrideB{k, Int<1>{}, n * k}},
-      {{}, nullptr, typename G::StrideD{n, Int<1>{}, Int<0>{}}, static_cast<Element*>(p.d),
-       typename G::StrideD{n, Int<1>{}, Int<0>{}}},
-      hw,
-      {}};
-  args.epilogue.thread.alpha = 1.0f;
-  args.epilogue.thread.beta = 0.0f;
-  args.scheduler.tile_expert = p.tile_expert;
-  args.scheduler.used_tiles = p.used_tiles;
-  args.scheduler.order_window = order_window(p.max_tiles_m, p.n_experts);
-
-  // the scheduler and this epilogue keep nothing in global memory
-  if (G::Gemm::get_workspace_size(args) != 0)
-    return argon_hopper_launch::fail(err, err_len, kKernel, "CUTLASS asked for a workspace", "");
-  return argon_hopper_launch::launch<typename G::Gemm>(
-      args, nullptr, static_cast<cudaStream_t>(p.stream), kKernel, err, err_len);
-}
-
-// The fused gate/up GEMM: p.b the interleaved gate/up stack [n_experts, n, k] (n = 2I), p.d
-// h [rows, n / 2].
-template <class G>
-int run_act(const ArgonHopperPaddedGemm& p, char* err, int err_len) {
-  using Element = typename G::Gemm::ElementA;
-  const int rows = p.max_tiles_m * ARGON_HOPPER_PADDED_TILE_M;
-  const int64_t k = p.k, n = p.n;
-  cutlass::KernelHardwareInfo hw{};
-  cudaGetDevice(&hw.device_id);
-  hw.sm_count = p.sm_count;
-  typename G::Epilogue::Arguments epilogue{};
-  epilogue.ptr_h = static_cast<Element*>(p.d);
-  epilogue.ldh = n / 2;
-  epilogue.n_h = p.n / 2;
-  epilogue.activation = p.activation;
-  typename G::Gemm::Arguments args{
-      cutlass::gemm::GemmUniversalMode::kBatched,
-      {rows, p.n, p.k, p.n_experts},
-      {static_cast<const Element*>(p.a), typename G::StrideA{k, Int<1>{}, Int<0>{}},
-       static_cast<const Element*>(p.b), typename G::StrideB{k, Int<1>{}, n * k}},
+      {static_cast<const Element*>(p.a), StrideA{k, Int<1>{}, Int<0>{}},
+       static_cast<const Element*>(p.b), StrideB{k, Int<1>{}, n * k}},
       epilogue,
       hw,
       {}};
@@ -209,11 +168,35 @@ int run_act(const ArgonHopperPaddedGemm& p, char* err, int err_len) {
   args.scheduler.used_tiles = p.used_tiles;
   args.scheduler.order_window = order_window(p.max_tiles_m, p.n_experts);
 
+  // the scheduler and both epilogues keep nothing in global memory
   if (G::Gemm::get_workspace_size(args) != 0)
-    return argon_hopper_launch::fail(err, err_len, kActKernel, "CUTLASS asked for a workspace",
-                                     "");
+    return argon_hopper_launch::fail(err, err_len, what, "CUTLASS asked for a workspace", "");
   return argon_hopper_launch::launch<typename G::Gemm>(
-      args, nullptr, static_cast<cudaStream_t>(p.stream), kActKernel, err, err_len);
+      args, nullptr, static_cast<cudaStream_t>(p.stream), what, err, err_len);
+}
+
+template <class G>
+int run(const ArgonHopperPaddedGemm& p, char* err, int err_len) {
+  using Element = typename G::Gemm::ElementA;
+  const int64_t n = p.n;
+  typename G::CollectiveEpilogue::Arguments epilogue{
+      {}, nullptr, StrideD{n, Int<1>{}, Int<0>{}}, static_cast<Element*>(p.d),
+      StrideD{n, Int<1>{}, Int<0>{}}};
+  epilogue.thread.alpha = 1.0f;
+  epilogue.thread.beta = 0.0f;
+  return launch<G>(p, epilogue, kKernel, err, err_len);
+}
+
+// The fused gate/up GEMM: p.b the interleaved gate/up stack [n_experts, n, k] (n = 2I), p.d
+// h [rows, n / 2].
+template <class G>
+int run_act(const ArgonHopperPaddedGemm& p, char* err, int err_len) {
+  typename G::CollectiveEpilogue::Arguments epilogue{};
+  epilogue.ptr_h = static_cast<typename G::Gemm::ElementA*>(p.d);
+  epilogue.ldh = p.n / 2;
+  epilogue.n_h = p.n / 2;
+  epilogue.activation = p.activation;
+  return launch<G>(p, epilogue, kActKernel, err, err_len);
 }
 
 }  // namespace argon_hopper_padded

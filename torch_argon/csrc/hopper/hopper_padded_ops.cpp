@@ -75,15 +75,19 @@ std::vector<int64_t> check_padded_inputs(const Tensor& a, const Tensor& w,
   return {a.size(0), w.size(1)};
 }
 
-void hopper_padded_mm_out(const Tensor& a_in, const Tensor& w_in, const Tensor& tile_expert,
-                          const Tensor& meta, int64_t config, const Tensor& out) {
-  const auto shape = check_padded_inputs(a_in, w_in, tile_expert, meta, config);
+// Both GEMMs' launch once every input check has passed and out's shape is known: out checked
+// against the inputs, the C entry's argument block (a and w as TMA reads them, the plan's vectors
+// dense), the run on the current stream. entry: argon_hopper_padded_gemm or _act_gemm.
+void launch(const Tensor& a_in, const Tensor& w_in, const Tensor& tile_expert, const Tensor& meta,
+            int64_t config, int activation, const std::vector<int64_t>& shape, const Tensor& out,
+            int (*entry)(const ArgonHopperPaddedGemm*, char*, int), const char* kernel,
+            const char* op) {
   check_out(out, shape, a_in);
   check_no_overlap({{"out", &out}}, {{"a", &a_in}, {"w", &w_in}, {"tile_expert", &tile_expert},
                                      {"meta", &meta}});
   if (out.numel() == 0) return;
   const c10::cuda::CUDAGuard guard(a_in.device());
-  const cudaDeviceProp* prop = sm90a_device("the padded Hopper GEMM");
+  const cudaDeviceProp* prop = sm90a_device(kernel);
   const Tensor a = tma_readable(a_in), w = tma_readable(w_in);
   // the kernel reads the plan vectors as dense int32 arrays (a strided view is copied)
   const Tensor tiles_dense = tile_expert.contiguous(), meta_dense = meta.contiguous();
@@ -101,9 +105,17 @@ void hopper_padded_mm_out(const Tensor& a_in, const Tensor& w_in, const Tensor& 
   gemm.k = static_cast<int>(a.size(1));
   gemm.sm_count = prop->multiProcessorCount;
   gemm.stream = at::cuda::getCurrentCUDAStream(a.device().index()).stream();
+  gemm.activation = activation;
   char err[512] = "";
-  const int failed = argon_hopper_padded_gemm(&gemm, err, sizeof err);
-  TORCH_CHECK(failed == 0, "hopper_padded_mm: ", err);
+  const int failed = entry(&gemm, err, sizeof err);
+  TORCH_CHECK(failed == 0, op, ": ", err);
+}
+
+void hopper_padded_mm_out(const Tensor& a, const Tensor& w, const Tensor& tile_expert,
+                          const Tensor& meta, int64_t config, const Tensor& out) {
+  const auto shape = check_padded_inputs(a, w, tile_expert, meta, config);
+  launch(a, w, tile_expert, meta, config, 0, shape, out, argon_hopper_padded_gemm,
+         "the padded Hopper GEMM", "hopper_padded_mm");
 }
 
 // h's shape [R, I] from the inputs (w the interleaved gate/up stack [E, 2I, K]), after every
@@ -120,37 +132,13 @@ std::vector<int64_t> check_act_inputs(const Tensor& a, const Tensor& w, const Te
   return shape;
 }
 
-void hopper_padded_act_mm_out(const Tensor& a_in, const Tensor& w_in, const Tensor& tile_expert,
+void hopper_padded_act_mm_out(const Tensor& a, const Tensor& w, const Tensor& tile_expert,
                               const Tensor& meta, int64_t config, c10::string_view activation,
                               const Tensor& out) {
   int act = 0;
-  const auto shape = check_act_inputs(a_in, w_in, tile_expert, meta, config, activation, &act);
-  check_out(out, shape, a_in);
-  check_no_overlap({{"out", &out}}, {{"a", &a_in}, {"w", &w_in}, {"tile_expert", &tile_expert},
-                                     {"meta", &meta}});
-  if (out.numel() == 0) return;
-  const c10::cuda::CUDAGuard guard(a_in.device());
-  const cudaDeviceProp* prop = sm90a_device("the padded Hopper gate/up GEMM");
-  const Tensor a = tma_readable(a_in), w = tma_readable(w_in);
-  const Tensor tiles_dense = tile_expert.contiguous(), meta_dense = meta.contiguous();
-  ArgonHopperPaddedGemm gemm{};
-  gemm.dtype = a.scalar_type() == at::kBFloat16 ? ARGON_HOPPER_BF16 : ARGON_HOPPER_FP16;
-  gemm.config = static_cast<int>(config);
-  gemm.a = a.data_ptr();
-  gemm.b = w.data_ptr();
-  gemm.d = out.data_ptr();
-  gemm.tile_expert = tiles_dense.data_ptr<int32_t>();
-  gemm.used_tiles = meta_dense.data_ptr<int32_t>() + ARGON_META_N_TILES;
-  gemm.max_tiles_m = static_cast<int>(tile_expert.size(0));
-  gemm.n_experts = static_cast<int>(w.size(0));
-  gemm.n = static_cast<int>(w.size(1));
-  gemm.k = static_cast<int>(a.size(1));
-  gemm.sm_count = prop->multiProcessorCount;
-  gemm.stream = at::cuda::getCurrentCUDAStream(a.device().index()).stream();
-  gemm.activation = act;
-  char err[512] = "";
-  const int failed = argon_hopper_padded_act_gemm(&gemm, err, sizeof err);
-  TORCH_CHECK(failed == 0, "hopper_padded_act_mm: ", err);
+  const auto shape = check_act_inputs(a, w, tile_expert, meta, config, activation, &act);
+  launch(a, w, tile_expert, meta, config, act, shape, out, argon_hopper_padded_act_gemm,
+         "the padded Hopper gate/up GEMM", "hopper_padded_act_mm");
 }
 
 Tensor hopper_padded_act_mm(const Tensor& a, const Tensor& w, const Tensor& tile_expert,
