@@ -851,6 +851,27 @@ def test_cuda_graph_replay_equals_eager(formats, T, tile):
 
 
 @needs_mixed
+def test_a_captured_graph_reads_the_weights_repacked_again():
+    """An in-place change of the weights after a capture: the next eager call repacks into the
+    same buffers, so the graph's replay gives the new weights' result (not freed memory)."""
+    from hopper_cases import capture
+    q, x, ids, w, _ = experts_case(256, "uniform")
+
+    def run():
+        return torch_argon.moe_experts(x, ids, w, q, path="cuda_quantized_mixed",
+                                       activation_quant="none")
+
+    graph, captured = capture(run)
+    before = run()
+    q.down.data[:, :, 4] ^= 1  # Q4_K: a sub-block scale of every block
+    after = run()
+    assert not torch.equal(after, before)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_bits_equal(captured, after)
+
+
+@needs_mixed
 @pytest.mark.parametrize("formats", [("Q4_K", "Q6_K"), ("IQ4_XS", "IQ4_XS")],
                          ids=lambda f: "+".join(f))
 @pytest.mark.parametrize("T,tile", [(256, 128), (64, 64)])
