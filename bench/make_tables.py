@@ -310,14 +310,19 @@ def cpu_line(ops, quant):
 def formats_line():
     """The README's line on the quantized experts, from the format records
     (torch_argon/quant/formats.py), not from results: the quantized formats, and the expert
-    weight bytes each saves against bf16 (16 bits against its bits per weight)."""
+    weight bytes each saves against bf16 (16 bits against its bits per weight); whether the
+    automatic choice takes the Hopper mixed-input GEMM (experts/quantized_crossover.py)."""
+    from torch_argon.experts.quantized_crossover import MIXED_KERNEL_PASSED_GPU_TESTS
     from torch_argon.quant.formats import FORMATS
+    mixed = ("" if MIXED_KERNEL_PASSED_GPU_TESTS else
+             ", by name only until its current build passes its GPU tests")
     quantized = [f for f in FORMATS.values() if not f.is_float]
     saving = {f.name: 16 / f.bits_per_weight for f in quantized}
     low, high = min(saving, key=saving.get), max(saving, key=saving.get)
     shown = dict.fromkeys([low, "Q6_K", "Q4_K", high])
     return (f"- **Quantized experts** in {len(quantized)} GGUF block formats, kept as the "
-            f"blocks (Hopper: a mixed-input GEMM for the 32-value-group formats; elsewhere CUDA at "
+            f"blocks (Hopper: a mixed-input GEMM for the 32-value-group formats{mixed}; elsewhere "
+            f"CUDA at "
             f"large T decodes them into a bf16 workspace): "
             f"{saving[low]:.1f}-{saving[high]:.1f}x fewer weight bytes than bf16 ("
             + ", ".join(f"{n} {saving[n]:.1f}x" for n in shown) + ").")
