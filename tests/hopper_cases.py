@@ -60,6 +60,31 @@ def on_h200(monkeypatch):
     monkeypatch.setattr(cuda_hopper_dense, "device_name", lambda device: "NVIDIA H200")
 
 
+def padded_fake_args(N, tiles=3, K=64, E=4, dtype=torch.bfloat16):
+    """(fake mode, (a, w [E, N, K], tile_expert, meta)) of a padded plan of `tiles` 128-row
+    tiles, for the padded ops' fakes."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    mode = FakeTensorMode()
+    with mode:
+        return mode, (torch.empty(tiles * 128, K, dtype=dtype),
+                      torch.empty(E, N, K, dtype=dtype), torch.empty(tiles, dtype=torch.int32),
+                      torch.empty(4, dtype=torch.int32))
+
+
+def assert_padded_argument_errors(op, a, w, tile_expert, meta, *after_config):
+    """The argument errors the padded ops share, each a ValueError naming the argument, from
+    op(a, w, tile_expert, meta, config, *after_config) with one argument wrong."""
+    cases = [((a, w[:, :, :32], tile_expert, meta, 1), "w's last dimension"),
+             ((a[:-1], w, tile_expert, meta, 1), "128 rows per tile of tile_expert"),
+             ((a, w, tile_expert[:2], meta, 1), "128 rows per tile of tile_expert"),
+             ((a, w, tile_expert.long(), meta, 1), "tile_expert must be the plan's int32"),
+             ((a, w, tile_expert, meta[:3], 1), r"meta must be int32 of shape \[4\]"),
+             ((a, w, tile_expert, meta, 2), "config must be in")]
+    for args, match in cases:
+        with pytest.raises(ValueError, match=match):
+            op(*args, *after_config)
+
+
 def layer_case(dtype, T=300, K=4, E=8, H=256, I=128, dist="uniform", seed=1):
     experts = dense_experts(E, H, I, dtype, "cuda", seed)
     x = (torch.randn(T, H) * 0.5).to(dtype).cuda()

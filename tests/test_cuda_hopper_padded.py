@@ -15,12 +15,13 @@ import pytest
 import torch
 
 import torch_argon
-from hopper_cases import (REL_TOL, assert_bits_equal, bench_hopper, capture,
+from hopper_cases import (REL_TOL, assert_bits_equal, assert_padded_argument_errors,
+                          bench_hopper, capture,
                           check_compile_fullgraph_matches_eager, check_graph_replay_equals_eager,
                           check_path_activation, check_path_matches_the_reference, cuda_call,
                           dense_experts, experts_path, header_configs, layer_case, needs_hopper,
                           on_h200,  # noqa: F401 (a fixture)
-                          reference_experts)
+                          padded_fake_args, reference_experts)
 from routing_cases import garbage_like, make_ids, make_weights
 from triton_cases import rel_err
 from torch_argon import hopper
@@ -228,33 +229,13 @@ def test_a_bad_config_name_is_a_value_error_on_every_device():
 
 # ---- the op's fakes (torch.compile's shapes) --------------------------------------------------
 
-def fake_args(tiles=3, K=64, N=48, E=4, dtype=torch.bfloat16):
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    mode = FakeTensorMode()
-    with mode:
-        return mode, (torch.empty(tiles * TILE, K, dtype=dtype),
-                      torch.empty(E, N, K, dtype=dtype), torch.empty(tiles, dtype=torch.int32),
-                      torch.empty(4, dtype=torch.int32))
-
-
 def test_fake_gives_out_shape_and_checks_arguments():
-    mode, (a, w, tile_expert, meta) = fake_args()
+    mode, (a, w, tile_expert, meta) = padded_fake_args(N=48)
     with mode:
         out = torch.ops.argon.hopper_padded_mm(a, w, tile_expert, meta, 1)
         assert tuple(out.shape) == (3 * TILE, 48) and out.dtype == torch.bfloat16
         torch.ops.argon.hopper_padded_mm_out(a, w, tile_expert, meta, 0, out)
-        with pytest.raises(ValueError, match="w's last dimension"):
-            torch.ops.argon.hopper_padded_mm(a, w[:, :, :32], tile_expert, meta, 1)
-        with pytest.raises(ValueError, match="128 rows per tile of tile_expert"):
-            torch.ops.argon.hopper_padded_mm(a[:-1], w, tile_expert, meta, 1)
-        with pytest.raises(ValueError, match="128 rows per tile of tile_expert"):
-            torch.ops.argon.hopper_padded_mm(a, w, tile_expert[:2], meta, 1)
-        with pytest.raises(ValueError, match="tile_expert must be the plan's int32"):
-            torch.ops.argon.hopper_padded_mm(a, w, tile_expert.long(), meta, 1)
-        with pytest.raises(ValueError, match=r"meta must be int32 of shape \[4\]"):
-            torch.ops.argon.hopper_padded_mm(a, w, tile_expert, meta[:3], 1)
-        with pytest.raises(ValueError, match="config must be in"):
-            torch.ops.argon.hopper_padded_mm(a, w, tile_expert, meta, 2)
+        assert_padded_argument_errors(torch.ops.argon.hopper_padded_mm, a, w, tile_expert, meta)
         with pytest.raises(ValueError, match="out must be"):
             torch.ops.argon.hopper_padded_mm_out(a, w, tile_expert, meta, 0,
                                                  torch.empty(3 * TILE, 40, dtype=torch.bfloat16))

@@ -16,9 +16,10 @@ import pytest
 import torch
 
 import torch_argon
-from hopper_cases import (assert_bits_equal, capture, dense_experts, layer_case, needs_hopper,
+from hopper_cases import (assert_bits_equal, assert_padded_argument_errors, capture,
+                          dense_experts, layer_case, needs_hopper,
                           on_h200,  # noqa: F401 (a fixture)
-                          reference_experts)
+                          padded_fake_args, reference_experts)
 from routing_cases import garbage_like, make_ids, make_weights
 from triton_cases import rel_err
 from torch_argon import hopper
@@ -72,17 +73,8 @@ def test_interleave_needs_i_a_multiple_of_8():
 
 # ---- the op's fakes and refusals (every machine) ---------------------------------------------
 
-def fake_args(tiles=3, K=64, N=64, E=4, dtype=torch.bfloat16):
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    mode = FakeTensorMode()
-    with mode:
-        return mode, (torch.empty(tiles * TILE, K, dtype=dtype),
-                      torch.empty(E, N, K, dtype=dtype), torch.empty(tiles, dtype=torch.int32),
-                      torch.empty(4, dtype=torch.int32))
-
-
 def test_fake_gives_h_shape_and_checks_arguments():
-    mode, (a, w, tile_expert, meta) = fake_args()
+    mode, (a, w, tile_expert, meta) = padded_fake_args(N=64)
     with mode:
         h = torch.ops.argon.hopper_padded_act_mm(a, w, tile_expert, meta, 1)
         assert tuple(h.shape) == (3 * TILE, 32) and h.dtype == torch.bfloat16
@@ -93,14 +85,8 @@ def test_fake_gives_h_shape_and_checks_arguments():
         with pytest.raises(ValueError, match='activation must be one of "silu", "gelu", '
                                              '"gelu_tanh", got "relu"'):
             torch.ops.argon.hopper_padded_act_mm(a, w, tile_expert, meta, 1, "relu")
-        with pytest.raises(ValueError, match="w's last dimension"):
-            torch.ops.argon.hopper_padded_act_mm(a, w[:, :, :32], tile_expert, meta, 1)
-        with pytest.raises(ValueError, match="128 rows per tile of tile_expert"):
-            torch.ops.argon.hopper_padded_act_mm(a[:-1], w, tile_expert, meta, 1)
-        with pytest.raises(ValueError, match=r"meta must be int32 of shape \[4\]"):
-            torch.ops.argon.hopper_padded_act_mm(a, w, tile_expert, meta[:3], 1)
-        with pytest.raises(ValueError, match="config must be in"):
-            torch.ops.argon.hopper_padded_act_mm(a, w, tile_expert, meta, 2)
+        assert_padded_argument_errors(torch.ops.argon.hopper_padded_act_mm, a, w, tile_expert,
+                                      meta, "silu")
         with pytest.raises(ValueError, match="out must be"):
             torch.ops.argon.hopper_padded_act_mm_out(
                 a, w, tile_expert, meta, 0, "silu", torch.empty(3 * TILE, 64,
